@@ -1,0 +1,322 @@
+"""Plan, run and resume a sweep on Ray Tune, logging to MLflow.
+
+`plan_sweep(args)` does every check (flags, models, layers, data, resume path) and the one-off
+work the trials share (resolving models to local folders, tokenising each model's data once),
+and raises `SweepInputError` before anything is computed. `run_sweep(plan)` starts or restores
+the Tune experiment with one MLflow parent run and prints where the results are.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from argparse import Namespace
+from dataclasses import dataclass, field
+
+from trainables import schema
+from trainables.errors import SweepInputError
+from trainables.paths import PROJECT_ROOT
+from sweeps import storage
+from sweeps.cli import build_parser, check_numbers, default_name, parse_int_list, parse_layers
+
+QUIET_ENV = {
+    "TRANSFORMERS_VERBOSITY": "error",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "RAY_AIR_NEW_OUTPUT": "0",  # with verbose=0: no Ray tables; trainables/progress.py prints progress
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    "RAY_DEDUP_LOGS": "0",
+    "PYTHONWARNINGS": "ignore",
+}
+SMOKE = {"layers": "0,2", "seeds": "0,1", "epochs": 1, "max_train_samples": 64, "max_eval_samples": 200, "batch_size": 16}
+RESUME_KEEPS = ("address", "max_concurrent", "local_gpus", "resume")
+
+
+@dataclass
+class SweepPlan:
+    name: str
+    method: str
+    sweep_dir: str
+    storage_path: str
+    mlflow_uri: str
+    experiment: str
+    configs: list[dict]
+    data: dict
+    resources: dict
+    args: dict
+    static_params: dict = field(default_factory=dict)
+    parent_run_id: str | None = None
+    resuming: bool = False
+
+
+def git_commit() -> str:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return commit + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def package_versions() -> dict:
+    from importlib.metadata import version
+
+    return {f"version_{p}": version(p) for p in ("torch", "transformers", "ray", "mlflow")}
+
+
+def _smoke_models(args, storage_path: str) -> str:
+    from trainables.data.stsb import load_stsb
+    from trainables.tiny import build_tiny_model
+
+    target = os.path.join(storage_path if not storage.is_uri(storage_path) else "/tmp", "_smoke_models", "tiny-bert")
+    if not os.path.isfile(os.path.join(target, "config.json")):
+        sentences = [e.sentence1 for e in load_stsb(args.data_dir)["train"][:2000]]
+        build_tiny_model("bert", target, layers=4, hidden=32, sentences=sentences)
+    return target
+
+
+def _resolve_resume(args) -> tuple[str, dict]:
+    path = storage.latest_sweep(storage.absolute(args.storage_path)) if args.resume == "latest" else storage.absolute(args.resume)
+    if path is None:
+        raise SweepInputError(f"--resume: no sweep found under {args.storage_path}; pass the sweep's directory (it holds {storage.SWEEP_FILE}).")
+    saved = storage.read_json(storage.join(path, storage.SWEEP_FILE))
+    if saved is None:
+        raise SweepInputError(f"--resume {path}: this path holds no sweep ({storage.SWEEP_FILE} is missing); pass the directory a sweep printed when it started.")
+    from ray import tune
+
+    if not tune.Tuner.can_restore(path):
+        raise SweepInputError(f"--resume {path}: Ray Tune's experiment state is missing there (the sweep died before its first trial started); start it again without --resume.")
+    return path, saved
+
+
+def plan_sweep(args: Namespace, method: str = "tmft", prog: str = "sweep") -> SweepPlan:
+    """Validate everything and prepare the shared data; raises SweepInputError on bad input."""
+    saved = None
+    if args.resume:
+        sweep_dir, saved = _resolve_resume(args)
+        kept = {k: getattr(args, k) for k in RESUME_KEEPS}
+        args = Namespace(**{**saved["args"], **kept})
+    if args.smoke_test:
+        for key, value in SMOKE.items():
+            setattr(args, key, value)
+    check_numbers(args)
+    seeds = parse_int_list(args.seeds, "--seeds")
+    layers = parse_layers(args.layers)
+    if args.search == "optuna" and (layers is None or len(layers) != 1 or "," in args.models):
+        raise SweepInputError("--search optuna tunes one model at one layer: pass a single --models entry and a single --layers value")
+
+    storage_path = storage.absolute(args.storage_path)
+    name = saved["name"] if saved else (args.name or default_name(prog))
+    sweep_dir = sweep_dir if saved else storage.join(storage_path, name)
+    if not saved and storage.read_json(storage.join(sweep_dir, storage.SWEEP_FILE)) is not None:
+        raise SweepInputError(f"A sweep named {name!r} already exists at {sweep_dir}; continue it with --resume {sweep_dir} or pick another --name.")
+    mlflow_uri = args.mlflow_uri
+    if mlflow_uri is None:
+        if storage.is_uri(storage_path):
+            raise SweepInputError("--storage-path is a URI: pass --mlflow-uri too (an MLflow server, or sqlite:////shared/path/mlflow.db)")
+        mlflow_uri = f"sqlite:///{os.path.join(storage_path, 'mlflow.db')}"
+
+    from trainables.encoders import load_config, model_depth, resolve_model
+    from trainables.tokenized import load_task, subset, tokenize_task
+
+    examples, checksums = load_task(args.task, args.data_dir)  # raises DataFormatError
+    if saved and saved.get("data_checksums") not in (None, checksums):
+        raise SweepInputError(f"--resume: the data in {args.data_dir} changed since the sweep started (checksums differ); resume with the original data.")
+    if args.max_eval_samples:
+        examples = {s: (rows if s == "train" else subset(rows, args.max_eval_samples)) for s, rows in examples.items()}
+
+    model_ids = [m.strip() for m in args.models.split(",") if m.strip()]
+    if args.smoke_test and args.models == build_parser("x", "").get_default("models"):
+        model_ids = [_smoke_models(args, storage_path)]
+    if not model_ids:
+        raise SweepInputError("--models is empty")
+    paths, depths = {}, {}
+    for model in model_ids:
+        paths[model] = resolve_model(model)
+        depths[model] = model_depth(load_config(paths[model]))
+        for layer in layers or []:
+            if layer > depths[model]:
+                raise SweepInputError(f"--layers: layer {layer} is beyond {model}'s depth ({depths[model]} layers; valid 0..{depths[model]})")
+
+    base = {
+        "method": method, "task": args.task, "epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size,
+        "weight_decay": args.weight_decay, "warmup_ratio": args.warmup_ratio, "eval_batch_size": args.eval_batch_size,
+        "length_grouped": bool(args.length_grouped), "random_init": bool(args.random_init),
+        "max_train_samples": args.max_train_samples, "max_eval_samples": args.max_eval_samples,
+    }
+    configs = [
+        {**base, "model": model, "layer": layer, "seed": seed}
+        for model in model_ids
+        for layer in (layers if layers is not None else range(depths[model] + 1))
+        for seed in seeds
+    ]
+    data = {model: tokenize_task(args.task, paths[model], examples, checksums, args.max_train_samples) for model in model_ids}
+
+    gpus = args.gpus_per_trial
+    if gpus is None:
+        import torch
+
+        gpus = 1.0 if torch.cuda.is_available() else 0.0
+    plan = SweepPlan(
+        name=name, method=method, sweep_dir=sweep_dir, storage_path=storage_path, mlflow_uri=mlflow_uri,
+        experiment=args.experiment or prog.replace("_", "-"), configs=configs, data=data,
+        resources={"cpu": args.cpus_per_trial, "gpu": gpus}, args=vars(args),
+        parent_run_id=saved["parent_run_id"] if saved else None, resuming=bool(saved),
+    )
+    plan.static_params = {
+        "git_commit": git_commit(), "sweep": name, "search": args.search, "data_dir": str(args.data_dir),
+        **{f"data_sha_{k}": v for k, v in checksums.items()}, **package_versions(),
+    }
+    plan.args["data_checksums"] = checksums
+    return plan
+
+
+def _init_ray(plan: SweepPlan) -> None:
+    import ray
+
+    os.environ.update(QUIET_ENV)
+    import logging
+
+    for logger in ("ray.tune", "ray.train", "ray"):
+        logging.getLogger(logger).setLevel(logging.WARNING)
+    if ray.is_initialized():
+        return
+    runtime_env = {"env_vars": dict(QUIET_ENV)}
+    address = plan.args.get("address")
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+    else:
+        ray.init(num_gpus=plan.args.get("local_gpus"), include_dashboard=False, runtime_env=runtime_env, log_to_driver=False)
+
+
+def _check_resources(plan: SweepPlan) -> None:
+    import ray
+
+    total = ray.cluster_resources()
+    if plan.resources["gpu"] > 0 and total.get("GPU", 0) == 0 and not plan.args.get("address"):
+        raise SweepInputError(f"--gpus-per-trial {plan.resources['gpu']} asks for GPUs but this Ray has none; use --gpus-per-trial 0 (or --local-gpus N to test packing).")
+    if plan.resources["cpu"] > total.get("CPU", 0) and not plan.args.get("address"):
+        raise SweepInputError(f"--cpus-per-trial {plan.resources['cpu']} is more than this Ray's {total.get('CPU', 0):g} CPUs.")
+
+
+def _tuner(plan: SweepPlan, trainable):
+    from ray import tune
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    from trainables.progress import ProgressLine
+    from trainables.tracking import MlflowSweepCallback
+
+    args = plan.args
+    primary = "dev_spearman"
+    run_config = tune.RunConfig(
+        name=plan.name, storage_path=plan.storage_path, verbose=0,
+        callbacks=[MlflowSweepCallback(plan.mlflow_uri, plan.parent_run_id, plan.static_params),
+                   ProgressLine("best_dev_spearman")],
+        failure_config=tune.FailureConfig(max_failures=args["max_failures"]),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=1, checkpoint_frequency=1, checkpoint_at_end=True),
+    )
+    if args["search"] == "optuna":
+        from ray.tune.schedulers import ASHAScheduler
+        from ray.tune.search import ConcurrencyLimiter
+        from ray.tune.search.optuna import OptunaSearch
+
+        space = {**plan.configs[0], "lr": tune.loguniform(1e-5, 1e-4), "batch_size": tune.choice([16, 32, 64]),
+                 "warmup_ratio": tune.uniform(0.0, 0.2)}
+        tune_config = tune.TuneConfig(
+            metric=primary, mode="max", num_samples=args["num_samples"], reuse_actors=True,
+            search_alg=ConcurrencyLimiter(OptunaSearch(seed=plan.configs[0]["seed"]), max_concurrent=args["max_concurrent"] or 2),
+            scheduler=ASHAScheduler(max_t=max(1, args["epochs"]), grace_period=1),
+        )
+        return tune.Tuner(trainable, param_space=space, tune_config=tune_config, run_config=run_config)
+    placeholders = {key: None for key in plan.configs[0]}
+    tune_config = tune.TuneConfig(
+        search_alg=BasicVariantGenerator(points_to_evaluate=plan.configs), num_samples=len(plan.configs),
+        max_concurrent_trials=args["max_concurrent"], reuse_actors=True,
+    )
+    return tune.Tuner(trainable, param_space=placeholders, tune_config=tune_config, run_config=run_config)
+
+
+def wrapped_trainable(plan: SweepPlan):
+    from ray import tune
+
+    from trainables import tmft  # noqa: F401  (registers the method)
+    from trainables.base import get_trainable
+
+    cls = get_trainable(plan.method)
+    return tune.with_resources(tune.with_parameters(cls, data=plan.data), plan.resources)
+
+
+def run_sweep(plan: SweepPlan):
+    """Run (or resume) the sweep; return Ray Tune's ResultGrid."""
+    from ray import tune
+
+    from trainables.tracking import start_parent_run
+
+    _init_ray(plan)
+    _check_resources(plan)
+    if plan.parent_run_id is None:
+        plan.parent_run_id = start_parent_run(plan.mlflow_uri, plan.experiment, plan.name,
+                                              {**plan.static_params, "trials": len(plan.configs), "method": plan.method})
+        storage.write_json(storage.join(plan.sweep_dir, storage.SWEEP_FILE), {
+            "name": plan.name, "method": plan.method, "parent_run_id": plan.parent_run_id, "mlflow_uri": plan.mlflow_uri,
+            "experiment": plan.experiment, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "data_checksums": plan.args.get("data_checksums"),
+            "args": {k: v for k, v in plan.args.items() if k != "data_checksums"},
+        })
+    gpus = plan.resources["gpu"]
+    print(f"Sweep {plan.name}: {len(plan.configs) if plan.args['search'] == 'grid' else plan.args['num_samples']} trials, "
+          f"{plan.resources['cpu']:g} CPU + {gpus:g} GPU each"
+          + (f" ({int(1 / gpus)} per GPU)" if 0 < gpus < 1 else "") + f"; state in {plan.sweep_dir}", flush=True)
+    trainable = wrapped_trainable(plan)
+    if plan.resuming:
+        tuner = tune.Tuner.restore(plan.sweep_dir, trainable=trainable, resume_unfinished=True, resume_errored=True)
+    else:
+        tuner = _tuner(plan, trainable)
+    results = tuner.fit()
+    _finish(plan, results)
+    return results
+
+
+def _finish(plan: SweepPlan, results) -> None:
+    from mlflow import MlflowClient
+
+    errors = [r for r in results if r.error]
+    MlflowClient(plan.mlflow_uri).set_terminated(plan.parent_run_id, status="FAILED" if errors else "FINISHED")
+    print(summary_table(results))
+    ui_uri = plan.mlflow_uri
+    print(f"\nResults: {plan.sweep_dir}")
+    print(f"MLflow:  mlflow ui --backend-store-uri {ui_uri} --host 127.0.0.1 --port 5000   (then open http://127.0.0.1:5000)")
+    print(f"Report:  python -m analysis report --mlflow-uri {ui_uri} --out {storage.join(plan.sweep_dir, 'report')}")
+    if errors:
+        print(f"{len(errors)} trial(s) failed; rerun them from their checkpoints with: --resume {plan.sweep_dir}")
+
+
+def summary_table(results) -> str:
+    """Best layer per model by mean dev Spearman over seeds, with test at that layer."""
+    frame = results.get_dataframe()
+    needed = {"config/model", "config/layer", "best_dev_spearman", "test_spearman_at_best_dev"}
+    if frame.empty or not needed <= set(frame.columns):
+        return "No finished trials."
+    grouped = frame.groupby(["config/model", "config/layer"])[["best_dev_spearman", "test_spearman_at_best_dev"]].agg(["mean", "std", "count"])
+    lines = ["", f"{'model':<45} {'layer':>5} {'dev Spearman':>16} {'test Spearman':>16} {'seeds':>5}"]
+    for model, rows in grouped.groupby(level=0):
+        best = rows[("best_dev_spearman", "mean")].idxmax()
+        row = rows.loc[best]
+        std = lambda col: row[(col, "std")] if row[(col, "count")] > 1 else 0.0
+        lines.append(f"{str(model)[-45:]:<45} {best[1]:>5} {row[('best_dev_spearman', 'mean')]:>9.2f} ± {std('best_dev_spearman'):>4.2f}"
+                     f" {row[('test_spearman_at_best_dev', 'mean')]:>9.2f} ± {std('test_spearman_at_best_dev'):>4.2f} {int(row[('best_dev_spearman', 'count')]):>5}")
+    return "\n".join(lines)
+
+
+def main(argv=None, prog: str = "sweep", description: str = "", defaults: dict | None = None, method: str = "tmft") -> int:
+    parser = build_parser(prog, description, defaults)
+    args = parser.parse_args(argv)
+    try:
+        plan = plan_sweep(args, method=method, prog=prog)
+        results = run_sweep(plan)
+    except SweepInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 1 if any(r.error for r in results) else 0

@@ -1,0 +1,165 @@
+"""What every trial does the same way: seeding, device choice, epoch bookkeeping, the result
+dict, and checkpoints that let a retried or resumed trial continue from its last epoch.
+
+A method subclasses `EpochTrainable` and implements `build(config, data)`, `train_epoch(epoch)`
+(returns a dict with `train_loss`), `evaluate()` (returns dev_*/test_* metrics) and the two
+state hooks. Checkpoints hold `state.pt` (optimiser, best-dev bookkeeping, RNG
+states, elapsed time) and `trial.json` (the whole config), so every epoch is safe to repeat.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from ray import tune
+
+from trainables.evaluation import BestTracker
+
+_TRAINABLES: dict[str, type] = {}
+
+
+def register_trainable(name: str):
+    """Register a method's Trainable under `name` (checked to be an EpochTrainable)."""
+
+    def decorate(cls):
+        if not issubclass(cls, EpochTrainable):
+            raise TypeError(f"{cls.__name__} must subclass EpochTrainable to be registered")
+        _TRAINABLES[name] = cls
+        cls.method_name = name
+        return cls
+
+    return decorate
+
+
+def get_trainable(name: str) -> type:
+    if name not in _TRAINABLES:
+        raise KeyError(f"unknown method {name!r}; registered: {', '.join(sorted(_TRAINABLES))}")
+    return _TRAINABLES[name]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def pick_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _assigned_cpus() -> int:
+    try:
+        import ray
+
+        return max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)))
+    except Exception:
+        return max(1, os.cpu_count() or 1)
+
+
+def _runtime_info() -> dict:
+    info = {"node_id": "", "gpu_ids": ""}
+    try:
+        import ray
+
+        info["node_id"] = ray.get_runtime_context().get_node_id()
+        info["gpu_ids"] = ",".join(str(g) for g in ray.get_gpu_ids())
+    except Exception:
+        pass
+    return info
+
+
+class EpochTrainable(tune.Trainable):
+    """One `step()` = one epoch of training then dev/test evaluation (epoch 0 = no training)."""
+
+    method_name = "base"
+    primary_metric = "spearman"
+
+    def setup(self, config: dict, data=None):
+        self._data = data
+        self._start_setup(config)
+
+    def _start_setup(self, config: dict):
+        setup_started = time.perf_counter()
+        self.trial_config = dict(config)
+        self.epochs = int(config["epochs"])
+        self.epoch = 0
+        self.elapsed = 0.0
+        self.tracker = BestTracker(self.primary_metric)
+        self.device = pick_device()
+        torch.set_num_threads(_assigned_cpus())
+        seed_everything(int(config["seed"]))
+        self.build(config, self._data)
+        self.elapsed += time.perf_counter() - setup_started
+
+    def reset_config(self, new_config: dict) -> bool:
+        """Reuse this actor (and its in-memory caches) for the next trial."""
+        self._start_setup(new_config)
+        return True
+
+    def step(self) -> dict:
+        started = time.perf_counter()
+        if self.epochs == 0:
+            metrics = {"train_loss": float("nan")}
+        else:
+            self.epoch += 1
+            metrics = self.train_epoch(self.epoch)
+        metrics.update(self.evaluate())
+        self.tracker.update(self.epoch, metrics)
+        self.elapsed += time.perf_counter() - started
+        return {
+            **metrics,
+            **self.tracker.summary(),
+            "epoch": self.epoch,
+            "params_truncated": self.parameter_count(),
+            "wall_time_s": self.elapsed,
+            "device": str(self.device),
+            **_runtime_info(),
+            "done": self.epoch >= self.epochs,
+        }
+
+    def save_checkpoint(self, checkpoint_dir: str):
+        state = {
+            "epoch": self.epoch,
+            "elapsed": self.elapsed,
+            "tracker": self.tracker.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "method": self.method_state(Path(checkpoint_dir)),
+        }
+        torch.save(state, Path(checkpoint_dir) / "state.pt")
+        (Path(checkpoint_dir) / "trial.json").write_text(json.dumps(self.trial_config, indent=2, default=str))
+        return None
+
+    def load_checkpoint(self, checkpoint_dir: str):
+        state = torch.load(Path(checkpoint_dir) / "state.pt", map_location="cpu", weights_only=False)
+        self.epoch, self.elapsed = state["epoch"], state["elapsed"]
+        self.tracker.load_state_dict(state["tracker"])
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        self.load_method_state(state["method"], Path(checkpoint_dir))
+
+    # --- what a method provides -------------------------------------------------------------
+    def build(self, config: dict, data) -> None:
+        raise NotImplementedError
+
+    def train_epoch(self, epoch: int) -> dict:
+        raise NotImplementedError
+
+    def evaluate(self) -> dict:
+        raise NotImplementedError
+
+    def parameter_count(self) -> int:
+        raise NotImplementedError
+
+    def method_state(self, checkpoint_dir: Path) -> dict:
+        """State to pickle into state.pt; may also write files (e.g. weights) into checkpoint_dir."""
+        raise NotImplementedError
+
+    def load_method_state(self, state: dict, checkpoint_dir: Path) -> None:
+        raise NotImplementedError

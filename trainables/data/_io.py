@@ -1,0 +1,64 @@
+"""Line reading shared by the loaders: UTF-8 decoded per line (so a bad byte is reported with its
+line number), a leading byte-order mark dropped, CR/LF stripped, `.gz` files read transparently,
+and a missing file reported as a `DataFormatError` that says how to point the project at its data.
+"""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Iterator
+
+from trainables.errors import DataFormatError
+
+BOM = "\ufeff"
+
+
+def require_file(path: Path, hint: str = "") -> Path:
+    path = Path(path)
+    if not path.is_file():
+        message = "file not found"
+        if hint:
+            message += f"; {hint}"
+        raise DataFormatError(path, message)
+    return path
+
+
+def iter_lines(path: Path, hint: str = "") -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, text without the line ending) for every line of `path`."""
+    path = require_file(path, hint)
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataFormatError(path, f"not valid UTF-8 ({exc.reason} at byte {exc.start})", line_no) from None
+            if line_no == 1 and text.startswith(BOM):
+                text = text[1:]
+            yield line_no, text.rstrip("\n").rstrip("\r")
+
+
+def parse_float(path: Path, value: str, line_no: int, what: str = "score") -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise DataFormatError(path, f"{what} {value!r} is not a number", line_no) from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise DataFormatError(path, f"{what} {value!r} is not a finite number", line_no)
+    return number
+
+
+def header_index(path: Path, header: list[str], wanted: dict[str, tuple[str, ...]]) -> dict[str, int]:
+    """Map each logical column to its position in `header`, accepting any of its alternative names."""
+    positions = {}
+    stripped = [cell.strip() for cell in header]
+    for column, names in wanted.items():
+        for name in names:
+            if name in stripped:
+                positions[column] = stripped.index(name)
+                break
+        else:
+            raise DataFormatError(
+                path, f"header has no column {' or '.join(repr(n) for n in names)} (found {stripped})", 1
+            )
+    return positions

@@ -1,0 +1,83 @@
+"""Microsoft Research Paraphrase Corpus loader: 3576 / 500 / 1725 labelled sentence pairs.
+
+Reads the release copy in `mrpc/msr-para-{train,val,test}.tsv`: tab-separated with a header
+(Quality, #1 ID, #2 ID, #1 String, #2 String; Quality 1 = paraphrase). Quirks of the real files,
+all handled here: the train and test files start with a UTF-8 byte-order mark (the val file does
+not), lines end in CRLF, and the strings contain unescaped double quotes (so the files are split
+on tabs with no quote handling).
+
+With `data_dir == "hub"` the hub copy `SetFit/mrpc` is read instead (the authors' source, METHODS.md
+M1). Its split is GLUE's (3668 / 408 / 1725): the same test set, but GLUE carved its dev set out
+of the original training file differently, so train/dev differ from the release files'.
+
+Each pair is a `PairExample(sentence1, sentence2, score)` whose score is the label as a float
+(1.0 paraphrase, 0.0 not), ready for BCE on the cosine.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainables.data._io import iter_lines, require_file
+from trainables.data.stsb import PairExample, file_checksum
+from trainables.errors import DataFormatError
+
+SPLIT_FILES = {"train": "msr-para-train.tsv", "dev": "msr-para-val.tsv", "test": "msr-para-test.tsv"}
+HEADER = ("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String")
+HUB_ID = "SetFit/mrpc"
+_HINT = "pass --data-dir pointing at the folder that holds mrpc/"
+
+
+def _read_release_file(path: Path) -> list[PairExample]:
+    examples = []
+    for line_no, line in iter_lines(path, _HINT):
+        fields = line.split("\t")
+        if line_no == 1:
+            if [f.strip() for f in fields] != list(HEADER):
+                raise DataFormatError(path, f"expected the header {'<TAB>'.join(HEADER)!r}, found {line[:80]!r}", 1)
+            continue
+        if not line.strip():
+            continue
+        if len(fields) != len(HEADER):
+            raise DataFormatError(
+                path, f"expected {len(HEADER)} tab-separated fields (Quality, #1 ID, #2 ID, #1 String, #2 String), "
+                f"found {len(fields)}", line_no
+            )
+        quality = fields[0].strip()
+        if quality not in ("0", "1"):
+            raise DataFormatError(path, f"unknown label (Quality) {fields[0]!r}; expected 0 or 1", line_no)
+        examples.append(PairExample(fields[3], fields[4], float(quality)))
+    if not examples:
+        raise DataFormatError(path, "file holds no pairs")
+    return examples
+
+
+def _load_hub() -> dict[str, list[PairExample]]:
+    from datasets import load_dataset
+
+    dataset = load_dataset(HUB_ID)
+    names = {"train": "train", "dev": "validation", "test": "test"}
+    return {
+        split: [PairExample(r["text1"], r["text2"], float(r["label"])) for r in dataset[hub_split]]
+        for split, hub_split in names.items()
+    }
+
+
+def mrpc_files(data_dir: Path) -> dict[str, Path]:
+    base = Path(data_dir)
+    if (base / "mrpc").is_dir():
+        base = base / "mrpc"
+    return {split: base / name for split, name in SPLIT_FILES.items()}
+
+
+def load_mrpc(data_dir, splits=("train", "dev", "test")) -> dict[str, list[PairExample]]:
+    """Return {split: [PairExample(s1, s2, 0.0|1.0)]}; `data_dir` is the data root, its `mrpc/`, or "hub"."""
+    if str(data_dir) == "hub":
+        return {s: v for s, v in _load_hub().items() if s in splits}
+    files = mrpc_files(Path(data_dir))
+    return {split: _read_release_file(files[split]) for split in splits}
+
+
+def mrpc_checksums(data_dir) -> dict[str, str]:
+    if str(data_dir) == "hub":
+        return {"mrpc": HUB_ID}
+    return {split: file_checksum(require_file(path, _HINT)) for split, path in mrpc_files(Path(data_dir)).items()}

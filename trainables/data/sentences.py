@@ -1,0 +1,158 @@
+"""Sentence corpora for MLM domain-adaptive pre-training (DAPT, METHODS.md M3).
+
+The paper used the unique sentence1 and sentence2 of sbert's `AllNLI.tsv.gz` (SNLI + MultiNLI,
+all splits). That file is not obtainable offline here, so the default corpus is the sentences of
+SICK (all splits), the STS-B train split and the Wikipedia sample (`wiki-sentences/
+wiki1m-prefix.txt`). Users who have the NLI data can ask for it by source name:
+
+- `allnli`: `AllNLI.tsv.gz` (or `AllNLI.tsv`) in the data dir or its `allnli/` folder;
+  tab-separated with a header (split, dataset, filename, sentence1, sentence2, label), read with
+  no quote handling; every split is used, as the authors did.
+- `snli` / `multinli`: the original jsonl releases (`snli_1.0/snli_1.0_{train,dev,test}.jsonl`,
+  `multinli_1.0/multinli_1.0_{train,dev_matched,dev_mismatched}.jsonl`), fields `sentence1`,
+  `sentence2`.
+
+`dapt_corpus` returns the unique sentences (whitespace-stripped, empty ones dropped, first
+occurrence kept, in source order and within a file in row order, sentence1 before sentence2) and a
+string naming the sources, e.g. "sick+stsb-train+wiki", for the run's params.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from trainables.data._io import header_index, iter_lines, require_file
+from trainables.data.sick import load_sick, sick_files
+from trainables.data.stsb import file_checksum, load_stsb, stsb_files
+from trainables.errors import DataFormatError, SweepInputError
+
+DAPT_SOURCES = ("sick", "stsb-train", "wiki", "allnli", "snli", "multinli")
+DEFAULT_DAPT_SOURCES = ("sick", "stsb-train", "wiki")
+WIKI_FILE = Path("wiki-sentences") / "wiki1m-prefix.txt"
+_JSONL_FILES = {
+    "snli": ("snli_1.0", ("snli_1.0_train.jsonl", "snli_1.0_dev.jsonl", "snli_1.0_test.jsonl")),
+    "multinli": (
+        "multinli_1.0",
+        ("multinli_1.0_train.jsonl", "multinli_1.0_dev_matched.jsonl", "multinli_1.0_dev_mismatched.jsonl"),
+    ),
+}
+
+
+def read_allnli_sentences(path) -> list[str]:
+    """sentence1, sentence2 of every row of an sbert AllNLI tsv (gzipped or not), all splits."""
+    path = Path(path)
+    sentences = []
+    columns = n_fields = None
+    for line_no, line in iter_lines(path, "put AllNLI.tsv.gz in the data dir or its allnli/ folder"):
+        fields = line.split("\t")
+        if line_no == 1:
+            columns = header_index(path, fields, {"sentence1": ("sentence1",), "sentence2": ("sentence2",)})
+            n_fields = len(fields)
+            continue
+        if not line.strip():
+            continue
+        if len(fields) != n_fields:
+            raise DataFormatError(path, f"expected {n_fields} tab-separated fields like the header, found {len(fields)}", line_no)
+        sentences.append(fields[columns["sentence1"]])
+        sentences.append(fields[columns["sentence2"]])
+    return sentences
+
+
+def read_nli_jsonl_sentences(path) -> list[str]:
+    """sentence1, sentence2 of every line of an SNLI / MultiNLI jsonl file (gzipped or not)."""
+    path = Path(path)
+    sentences = []
+    for line_no, line in iter_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataFormatError(path, f"not a JSON object ({exc.msg})", line_no) from None
+        if not isinstance(record, dict):
+            raise DataFormatError(path, "not a JSON object", line_no)
+        for field in ("sentence1", "sentence2"):
+            if not isinstance(record.get(field), str):
+                raise DataFormatError(path, f"missing string field {field!r}", line_no)
+            sentences.append(record[field])
+    return sentences
+
+
+def read_sentence_lines(path) -> list[str]:
+    """One sentence a line (the Wikipedia sample)."""
+    return [line for _, line in iter_lines(path, f"pass --data-dir pointing at the folder that holds {WIKI_FILE.parent}/")]
+
+
+def parse_sources(sources) -> tuple[str, ...]:
+    """Normalise a sources argument ("sick,wiki", "sick+wiki" or a sequence) and validate the names."""
+    if isinstance(sources, str):
+        sources = sources.replace("+", ",").split(",")
+    names = tuple(dict.fromkeys(s.strip() for s in sources if s and s.strip()))
+    if not names:
+        raise SweepInputError(f"no DAPT corpus source given; valid sources: {', '.join(DAPT_SOURCES)}")
+    unknown = [s for s in names if s not in DAPT_SOURCES]
+    if unknown:
+        raise SweepInputError(
+            f"unknown DAPT corpus source(s) {', '.join(map(repr, unknown))}; valid sources: {', '.join(DAPT_SOURCES)}"
+        )
+    return names
+
+
+def _allnli_file(data_dir: Path) -> Path:
+    candidates = [data_dir / d / n for d in ("", "allnli", "AllNLI") for n in ("AllNLI.tsv.gz", "AllNLI.tsv")]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    return candidates[0]  # reported as missing by the reader
+
+
+def source_files(data_dir, source: str) -> list[Path]:
+    """The files a source reads (for checksums)."""
+    data_dir = Path(data_dir)
+    if source == "sick":
+        return list(sick_files(data_dir).values())
+    if source == "stsb-train":
+        return [stsb_files(data_dir)["train"]]
+    if source == "wiki":
+        return [data_dir / WIKI_FILE]
+    if source == "allnli":
+        return [_allnli_file(data_dir)]
+    if source in _JSONL_FILES:
+        folder, names = _JSONL_FILES[source]
+        base = data_dir / folder if (data_dir / folder).is_dir() else data_dir
+        return [base / n for n in names]
+    raise SweepInputError(f"unknown DAPT corpus source {source!r}; valid sources: {', '.join(DAPT_SOURCES)}")
+
+
+def _source_sentences(data_dir: Path, source: str) -> list[str]:
+    if source == "sick":
+        return [s for split in load_sick(data_dir).values() for ex in split for s in (ex.sentence1, ex.sentence2)]
+    if source == "stsb-train":
+        return [s for ex in load_stsb(data_dir, splits=("train",))["train"] for s in (ex.sentence1, ex.sentence2)]
+    if source == "wiki":
+        return read_sentence_lines(data_dir / WIKI_FILE)
+    if source == "allnli":
+        return read_allnli_sentences(_allnli_file(data_dir))
+    return [s for path in source_files(data_dir, source) for s in read_nli_jsonl_sentences(path)]
+
+
+def dapt_corpus(data_dir, sources=DEFAULT_DAPT_SOURCES) -> tuple[list[str], str]:
+    """(unique sentences in a stable order, "src1+src2+..." naming the sources)."""
+    names = parse_sources(sources)
+    unique: dict[str, None] = {}
+    for source in names:
+        for sentence in _source_sentences(Path(data_dir), source):
+            sentence = sentence.strip()
+            if sentence:
+                unique.setdefault(sentence, None)
+    return list(unique), "+".join(names)
+
+
+def dapt_corpus_checksum(data_dir, sources=DEFAULT_DAPT_SOURCES) -> str:
+    """One checksum over the files the sources read (for stage keys)."""
+    digest = hashlib.sha256()
+    for source in parse_sources(sources):
+        for path in source_files(data_dir, source):
+            digest.update(f"{source}:{path.name}:{file_checksum(require_file(path))}\n".encode())
+    return digest.hexdigest()[:16]

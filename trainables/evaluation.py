@@ -1,0 +1,50 @@
+"""Evaluation: correlations x100 (scipy), and best-dev-epoch bookkeeping.
+
+`correlations(pred, gold)` returns Spearman and Pearson x100, the STS primary metric being
+Spearman (METHODS.md M1). `BestTracker` keeps the epoch with the highest dev score and the
+test scores at that epoch, so no selection ever looks at test.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from scipy.stats import pearsonr, spearmanr
+
+
+def correlations(predicted, gold) -> dict[str, float]:
+    predicted, gold = np.asarray(predicted, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    return {
+        "spearman": float(spearmanr(predicted, gold).statistic * 100.0),
+        "pearson": float(pearsonr(predicted, gold).statistic * 100.0),
+    }
+
+
+@dataclass
+class BestTracker:
+    """Best dev epoch so far (primary metric `dev_<primary>`) and every metric at that epoch."""
+
+    primary: str = "spearman"
+    best_epoch: int | None = None
+    at_best: dict = field(default_factory=dict)
+
+    def update(self, epoch: int, metrics: dict) -> bool:
+        key = f"dev_{self.primary}"
+        if self.best_epoch is None or metrics[key] > self.at_best[key]:
+            self.best_epoch, self.at_best = epoch, dict(metrics)
+            return True
+        return False
+
+    def summary(self) -> dict:
+        """Final metrics: best_dev_<primary>, <split>_<metric>_at_best_dev, best_epoch."""
+        out = {"best_epoch": self.best_epoch, f"best_dev_{self.primary}": self.at_best[f"dev_{self.primary}"]}
+        for name, value in self.at_best.items():
+            if name.startswith(("dev_", "test_")):
+                out[f"{name}_at_best_dev"] = value
+        return out
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.primary, self.best_epoch, self.at_best = state["primary"], state["best_epoch"], dict(state["at_best"])
