@@ -1,0 +1,63 @@
+"""Shared fixtures: tiny random encoders built from configs, the real STS-B data, one local Ray
+(2 CPUs, 4 logical GPUs) for the whole session, and a fresh storage path + MLflow store per test."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from trainables.paths import default_data_dir  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    path = default_data_dir()
+    if not (path / "stsbenchmark" / "sts-train.csv").is_file():
+        pytest.fail(f"The real STS-B data is expected at {path} (set EMBSWEEP_DATA_DIR)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def stsb_sentences(data_dir):
+    from trainables.data.stsb import load_stsb
+
+    return [e.sentence1 for e in load_stsb(data_dir, splits=("train",))["train"][:2000]]
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory, stsb_sentences):
+    """{kind: model folder} for bert, electra-discriminator, electra-generator, mpnet (4 layers)."""
+    from trainables.tiny import KINDS, build_tiny_model
+
+    root = tmp_path_factory.mktemp("tiny-models")
+    return {kind: str(build_tiny_model(kind, root / kind, sentences=stsb_sentences)) for kind in KINDS}
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    import ray
+
+    from sweeps.runner import QUIET_ENV
+
+    os.environ.update(QUIET_ENV)
+    ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def sweep_env(tmp_path, ray_session, data_dir):
+    """Common flags for a fast sweep into a fresh storage path and MLflow store."""
+    storage = tmp_path / "runs"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    flags = [
+        "--storage-path", str(storage), "--mlflow-uri", uri, "--experiment", "test", "--data-dir", str(data_dir),
+        "--max-train-samples", "48", "--max-eval-samples", "60", "--batch-size", "16", "--cpus-per-trial", "0.5",
+        "--gpus-per-trial", "0",
+    ]
+    return {"storage": storage, "uri": uri, "flags": flags, "tmp": tmp_path}

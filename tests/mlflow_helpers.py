@@ -1,0 +1,18 @@
+"""Reading a test's MLflow store back: the parent runs and child runs of one experiment."""
+from mlflow import MlflowClient
+
+from trainables import schema
+
+
+def runs_by_role(uri: str, experiment: str = "test") -> tuple[list, list]:
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None, f"experiment {experiment!r} missing from {uri}"
+    runs = client.search_runs([found.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get(schema.TAG_ROLE) == "sweep"]
+    children = [r for r in runs if r.data.tags.get(schema.TAG_ROLE) == "trial"]
+    return parents, children
+
+
+def metric_steps(uri: str, run_id: str, key: str) -> list[int]:
+    return [m.step for m in MlflowClient(uri).get_metric_history(run_id, key)]
