@@ -132,7 +132,7 @@ class StageStore:
             if timeout is None:
                 while True:
                     try:
-                        pass
+                        fcntl.flock(fd, fcntl.LOCK_EX)
                         return fd
                     except InterruptedError:
                         continue
@@ -140,7 +140,7 @@ class StageStore:
             delay = 0.02
             while True:
                 try:
-                    pass
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     return fd
                 except OSError as exc:
                     if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES, errno.EINTR):
