@@ -230,7 +230,7 @@ def _tuner(plan: SweepPlan, trainable):
             scheduler=ASHAScheduler(max_t=max(1, args["epochs"]), grace_period=1),
         )
         return tune.Tuner(trainable, param_space=space, tune_config=tune_config, run_config=run_config)
-    placeholders = {key: None for key in plan.configs[0]}
+    placeholders = {key: None for config in plan.configs for key in config}
     tune_config = tune.TuneConfig(
         search_alg=BasicVariantGenerator(points_to_evaluate=plan.configs), num_samples=len(plan.configs),
         max_concurrent_trials=args["max_concurrent"], reuse_actors=True,

@@ -19,6 +19,7 @@ import torch
 from ray import tune
 
 from trainables.evaluation import BestTracker
+from trainables.faults import maybe_hold
 
 _TRAINABLES: dict[str, type] = {}
 
@@ -103,6 +104,7 @@ class EpochTrainable(tune.Trainable):
 
     def step(self) -> dict:
         started = time.perf_counter()
+        maybe_hold(self.trial_config)
         if self.epochs == 0:
             metrics = {"train_loss": float("nan")}
         else:

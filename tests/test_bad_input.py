@@ -1,0 +1,109 @@
+"""Bad input stops before any trial starts, with a message naming the problem, and leaves
+what is already written untouched (exit status 2, no Ray, no MLflow store created)."""
+from pathlib import Path
+
+import pytest
+
+from sweeps.runner import main
+
+
+@pytest.fixture
+def run(tmp_path, data_dir, capsys):
+    storage = tmp_path / "runs"
+
+    def invoke(*flags, data=None):
+        code = main(["--storage-path", str(storage), "--data-dir", str(data or data_dir), "--seeds", "0", "--epochs", "1", *flags])
+        return code, capsys.readouterr().err
+
+    invoke.storage = storage
+    return invoke
+
+
+def _assert_nothing_written(storage: Path):
+    assert not storage.exists() or not any(storage.rglob("*.db")), "no MLflow store may be created for bad input"
+
+
+def test_layer_beyond_depth(run, tiny_models):
+    code, err = run("--models", tiny_models["bert"], "--layers", "0,5")
+    assert code == 2 and "layer 5 is beyond" in err and "valid 0..4" in err
+    _assert_nothing_written(run.storage)
+
+
+def test_unknown_model_offline(run, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, err = run("--models", "google/electra-base-discriminator")
+    assert code == 2 and "Could not fetch model 'google/electra-base-discriminator'" in err and "--models" in err
+    _assert_nothing_written(run.storage)
+
+
+def test_missing_local_model_directory(run, tmp_path):
+    code, err = run("--models", str(tmp_path / "nope"))
+    assert code == 2 and "does not exist" in err and "nope" in err
+
+
+def test_malformed_data_file_names_file_and_line(run, tmp_path, tiny_models, data_dir):
+    folder = tmp_path / "data" / "stsbenchmark"
+    folder.mkdir(parents=True)
+    for name in ("sts-dev.csv", "sts-test.csv"):
+        (folder / name).write_text((data_dir / "stsbenchmark" / name).read_text())
+    lines = (data_dir / "stsbenchmark" / "sts-train.csv").read_text().splitlines(keepends=True)[:10]
+    fields = lines[6].split("\t")
+    fields[4] = "n/a"
+    lines[6] = "\t".join(fields)
+    (folder / "sts-train.csv").write_text("".join(lines))
+    code, err = run("--models", tiny_models["bert"], data=tmp_path / "data")
+    assert code == 2 and "sts-train.csv, line 7" in err and "'n/a' is not a number" in err
+
+
+def test_missing_data_file(run, tmp_path, tiny_models):
+    code, err = run("--models", tiny_models["bert"], data=tmp_path / "empty")
+    assert code == 2 and "sts-train.csv" in err and "not found" in err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--lr", "0"), "--lr must be positive"),
+    (("--lr=-1e-5",), "--lr must be positive"),
+    (("--batch-size", "0"), "--batch-size must be a positive integer"),
+    (("--batch-size=-4",), "--batch-size must be a positive integer"),
+    (("--layers", "a,b"), "--layers 'a,b' is not a comma-separated list"),
+    (("--gpus-per-trial", "1.5"), "--gpus-per-trial must be a fraction"),
+])
+def test_bad_numbers(run, tiny_models, flags, message):
+    code, err = run("--models", tiny_models["bert"], *flags)
+    assert code == 2 and message in err
+    _assert_nothing_written(run.storage)
+
+
+def test_resume_path_without_a_sweep(run, tmp_path):
+    (tmp_path / "not-a-sweep").mkdir()
+    (tmp_path / "not-a-sweep" / "keep.txt").write_text("precious")
+    code, err = run("--resume", str(tmp_path / "not-a-sweep"))
+    assert code == 2 and "holds no sweep" in err
+    assert (tmp_path / "not-a-sweep" / "keep.txt").read_text() == "precious"
+    code, err = run("--resume")
+    assert code == 2 and "no sweep found" in err
+
+
+def test_existing_sweep_name_is_not_overwritten(run, tiny_models, tmp_path):
+    existing = run.storage / "taken"
+    existing.mkdir(parents=True)
+    (existing / "sweep.json").write_text('{"name": "taken"}')
+    code, err = run("--models", tiny_models["bert"], "--name", "taken")
+    assert code == 2 and "already exists" in err and "--resume" in err
+    assert (existing / "sweep.json").read_text() == '{"name": "taken"}'
+
+
+def test_gpus_requested_on_a_machine_without_gpus(tmp_path, data_dir, tiny_models, capsys):
+    """A local Ray without GPUs cannot run GPU trials: refused before the sweep starts.
+    Uses the planning step only (the session's Ray has logical GPUs)."""
+    import sweeps.runner as runner
+    from sweeps.cli import build_parser
+
+    args = build_parser("t", "").parse_args(["--models", tiny_models["bert"], "--gpus-per-trial", "0.5", "--storage-path", str(tmp_path),
+                                             "--data-dir", str(data_dir), "--seeds", "0", "--layers", "0"])
+    plan = runner.plan_sweep(args)
+    from unittest import mock
+
+    with mock.patch("ray.cluster_resources", return_value={"CPU": 2.0}):
+        with pytest.raises(runner.SweepInputError, match="asks for GPUs but this Ray has none"):
+            runner._check_resources(plan)

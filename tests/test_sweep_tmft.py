@@ -1,0 +1,158 @@
+"""End-to-end sweeps on a real local Ray and a real MLflow SQLite store, with tiny models."""
+import json
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from sweeps.runner import main
+from mlflow_helpers import metric_steps, runs_by_role
+from trainables import schema
+from trainables.faults import fault_spec
+
+
+def test_smoke_sweep_writes_one_parent_and_four_children_with_the_schema(sweep_env, tiny_models, capsys):
+    code = main(["--models", tiny_models["bert"], "--layers", "0,2", "--seeds", "0,1", "--epochs", "1",
+                 "--name", "smoke", *sweep_env["flags"]])
+    assert code == 0
+    parents, children = runs_by_role(sweep_env["uri"])
+    assert len(parents) == 1 and len(children) == 4
+    parent_id = parents[0].info.run_id
+    assert {(c.data.params["layer"], c.data.params["seed"]) for c in children} == {("0", "0"), ("0", "1"), ("2", "0"), ("2", "1")}
+    for child in children:
+        assert child.info.status == "FINISHED"
+        assert child.data.tags[schema.TAG_PARENT] == parent_id
+        assert set(schema.PARAMS) <= set(child.data.params)
+        assert set(schema.EPOCH_METRICS) | set(schema.FINAL_METRICS) <= set(child.data.metrics)
+        assert child.data.params["method"] == "tmft" and child.data.params["task"] == "stsb"
+        assert metric_steps(sweep_env["uri"], child.info.run_id, "dev_spearman") == [1]
+        assert -100 <= child.data.metrics["test_spearman_at_best_dev"] <= 100
+    counts = {c.data.params["layer"]: int(c.data.params["params_truncated"]) for c in children}
+    assert int(counts["0"]) < int(counts["2"])
+    out = capsys.readouterr().out
+    assert "mlflow ui --backend-store-uri" in out and "trials 4/4 done" in out
+    checkpoints = list(Path(sweep_env["storage"], "smoke").rglob("trial.json"))
+    assert len(checkpoints) == 4
+    assert (checkpoints[0].parent / "encoder" / "config.json").is_file()
+
+
+def test_zero_epochs_evaluates_the_pretrained_truncated_encoder(sweep_env, tiny_models):
+    code = main(["--models", tiny_models["electra-discriminator"], "--layers", "1", "--seeds", "0", "--epochs", "0",
+                 "--name", "zeroshot", *sweep_env["flags"]])
+    assert code == 0
+    _, children = runs_by_role(sweep_env["uri"])
+    (child,) = children
+    assert metric_steps(sweep_env["uri"], child.info.run_id, "dev_spearman") == [0]
+    assert "train_loss" not in child.data.metrics  # nothing was trained
+    assert child.data.metrics["best_dev_spearman"] == child.data.metrics["dev_spearman"]
+
+
+def test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_duplicate_run(sweep_env, tiny_models, monkeypatch):
+    """The fault fires once in epoch 2; the retry restores epoch 1's checkpoint and finishes.
+    Its metrics equal those of an identical sweep without the fault."""
+    import sweeps.runner as runner
+
+    marker = sweep_env["tmp"] / "fault-fired"
+    original = runner.plan_sweep
+
+    def with_fault(args, **kwargs):
+        plan = original(args, **kwargs)
+        if args.name == "faulty":
+            plan.configs[0]["_fault"] = fault_spec(2, "raise", marker)
+        return plan
+
+    monkeypatch.setattr(runner, "plan_sweep", with_fault)
+    common = ["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", "--epochs", "3", *sweep_env["flags"]]
+    assert main([*common, "--name", "faulty"]) == 0
+    assert marker.exists(), "the fault never fired"
+    assert main([*common, "--name", "clean", "--experiment", "clean"]) == 0
+
+    _, faulty = runs_by_role(sweep_env["uri"])
+    _, clean = runs_by_role(sweep_env["uri"], "clean")
+    assert len(faulty) == 1 and faulty[0].info.status == "FINISHED"
+    assert metric_steps(sweep_env["uri"], faulty[0].info.run_id, "dev_spearman") == [1, 2, 3]
+    for key in ("dev_spearman", "test_spearman", "train_loss", "best_dev_spearman"):
+        assert faulty[0].data.metrics[key] == pytest.approx(clean[0].data.metrics[key], abs=1e-4), key
+
+
+def test_resume_reruns_errored_trials_under_the_same_parent(sweep_env, tiny_models, monkeypatch):
+    import sweeps.runner as runner
+
+    marker = sweep_env["tmp"] / "fault-fired"
+    original = runner.plan_sweep
+
+    def with_fault(args, **kwargs):
+        plan = original(args, **kwargs)
+        if not plan.resuming:
+            plan.configs[1]["_fault"] = fault_spec(2, "raise", marker)
+        return plan
+
+    monkeypatch.setattr(runner, "plan_sweep", with_fault)
+    flags = ["--models", tiny_models["bert"], "--layers", "0,1", "--seeds", "0", "--epochs", "2", "--name", "res",
+             "--max-failures", "0", *sweep_env["flags"]]
+    assert main(flags) == 1, "one trial must have errored"
+    _, children = runs_by_role(sweep_env["uri"])
+    assert sorted(c.info.status for c in children) == ["FAILED", "FINISHED"]
+
+    sweep_dir = sweep_env["storage"] / "res"
+    assert main(["--resume", str(sweep_dir)]) == 0
+    parents, children = runs_by_role(sweep_env["uri"])
+    assert len(parents) == 1 and len(children) == 2
+    assert all(c.info.status == "FINISHED" for c in children)
+    for child in children:
+        assert metric_steps(sweep_env["uri"], child.info.run_id, "dev_spearman") == [1, 2]
+    saved = json.loads((sweep_dir / "sweep.json").read_text())
+    assert all(c.data.tags[schema.TAG_PARENT] == saved["parent_run_id"] for c in children)
+
+
+def test_four_half_gpu_trials_share_two_logical_gpus(sweep_env, tiny_models, monkeypatch):
+    """Trials are held for a few seconds so that all four overlap (otherwise one reused actor
+    may run them one after another)."""
+    import sweeps.runner as runner
+
+    original = runner.plan_sweep
+
+    def held(args, **kwargs):
+        plan = original(args, **kwargs)
+        for config in plan.configs:
+            config["_hold"] = 8
+        return plan
+
+    monkeypatch.setattr(runner, "plan_sweep", held)
+    flags = [f for f in sweep_env["flags"]]
+    flags[flags.index("--gpus-per-trial") + 1] = "0.5"
+    flags[flags.index("--cpus-per-trial") + 1] = "0.25"
+    code = main(["--models", tiny_models["bert"], "--layers", "0,1", "--seeds", "0,1", "--epochs", "1",
+                 "--name", "gpus", *flags])
+    assert code == 0
+    _, children = runs_by_role(sweep_env["uri"])
+    gpu_ids = [c.data.tags["gpu_ids"] for c in children]
+    assert len(gpu_ids) == 4 and all(gpu_ids)
+    assert sorted(gpu_ids.count(g) for g in set(gpu_ids)) == [2, 2], gpu_ids
+    assert all(c.data.tags["device"] == "cpu" for c in children)  # no CUDA here: the device is chosen at run time
+
+
+def test_tokenisation_happens_once_per_model(sweep_env, tiny_models, monkeypatch):
+    import trainables.tokenized as tokenized
+    from sweeps.cli import build_parser
+    from sweeps.runner import plan_sweep
+
+    calls = []
+    original = tokenized.tokenize_task
+    monkeypatch.setattr(tokenized, "tokenize_task", lambda task, path, *a, **k: calls.append(path) or original(task, path, *a, **k))
+    args = build_parser("t", "").parse_args(["--models", f"{tiny_models['bert']},{tiny_models['mpnet']}", "--layers", "0,1,2",
+                                             "--seeds", "0,1", *sweep_env["flags"]])
+    plan = plan_sweep(args)
+    assert len(plan.configs) == 12 and len(calls) == 2
+    assert set(plan.data) == {tiny_models["bert"], tiny_models["mpnet"]}
+
+
+def test_optuna_search_tunes_lr_batch_and_warmup(sweep_env, tiny_models):
+    code = main(["--models", tiny_models["bert"], "--layers", "2", "--seeds", "0", "--epochs", "2", "--search", "optuna",
+                 "--num-samples", "3", "--max-concurrent", "2", "--name", "optuna", *sweep_env["flags"]])
+    assert code == 0
+    _, children = runs_by_role(sweep_env["uri"])
+    assert len(children) == 3
+    assert len({c.data.params["lr"] for c in children}) == 3
+    assert {c.data.params["search"] for c in children} == {"optuna"}
+    assert all(1e-5 <= float(c.data.params["lr"]) <= 1e-4 for c in children)
