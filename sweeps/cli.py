@@ -48,7 +48,12 @@ def build_parser(prog: str, description: str, defaults: dict | None = None) -> a
     run.add_argument("--mlflow-uri", default=None, help="MLflow tracking URI (default: sqlite:///<storage-path>/mlflow.db)")
     run.add_argument("--experiment", default=None, help="MLflow experiment name (default: the script's name)")
     run.add_argument("--address", default=None, help="Ray cluster address ('auto' for the cluster this node belongs to); default: a local Ray")
-    run.add_argument("--gpus-per-trial", type=float, default=None, help="GPUs per trial, fractions allowed (e.g. 0.25); default: 1 if GPUs exist, else 0")
+    run.add_argument("--gpus-per-trial", default="auto",
+                     help="GPUs per trial: a fraction (e.g. 0.25), a whole number, or 'auto': a fraction from the model's size, "
+                          "the layer and the batch (rule in sweeps/packing.py; 0 when the Ray cluster has no GPUs)")
+    run.add_argument("--gpu-memory-gb", type=float, default=24.0, help="memory of one GPU, for --gpus-per-trial auto")
+    run.add_argument("--max-trials-per-gpu", type=int, default=4, help="cap on trials sharing one GPU, for --gpus-per-trial auto")
+    run.add_argument("--gpu-tflops", type=float, default=25.0, help="effective GPU throughput for the GPU-hours estimate")
     run.add_argument("--cpus-per-trial", type=float, default=1.0)
     run.add_argument("--max-concurrent", type=int, default=None, help="trials running at once (default: as many as resources allow)")
     run.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial, each from its last checkpoint")
@@ -101,11 +106,24 @@ def check_numbers(args) -> None:
             raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {value}")
     if args.cpus_per_trial <= 0:
         raise SweepInputError(f"--cpus-per-trial must be positive, got {args.cpus_per_trial}")
-    gpus = args.gpus_per_trial
-    if gpus is not None and (gpus < 0 or (gpus > 1 and gpus != int(gpus))):
-        raise SweepInputError(f"--gpus-per-trial must be a fraction in (0, 1] or a whole number, got {gpus}")
+    args.gpus_per_trial = parse_gpus(args.gpus_per_trial)
+    if args.gpu_memory_gb <= 0 or args.max_trials_per_gpu < 1 or args.gpu_tflops <= 0:
+        raise SweepInputError("--gpu-memory-gb and --gpu-tflops must be positive and --max-trials-per-gpu at least 1")
     if args.max_failures < 0:
         raise SweepInputError("--max-failures must be 0 or more")
+
+
+def parse_gpus(value):
+    """'auto' or a number of GPUs per trial: a fraction in [0, 1] or a whole number."""
+    if value is None or str(value).strip().lower() == "auto":
+        return "auto"
+    try:
+        gpus = float(value)
+    except ValueError:
+        raise SweepInputError(f"--gpus-per-trial must be 'auto', a fraction such as 0.25, or a whole number; got {value!r}") from None
+    if gpus < 0 or (gpus > 1 and gpus != int(gpus)):
+        raise SweepInputError(f"--gpus-per-trial must be a fraction in (0, 1] or a whole number, got {value}")
+    return gpus
 
 
 def default_name(prog: str) -> str:

@@ -154,15 +154,10 @@ def plan_sweep(args: Namespace, method: str = "tmft", prog: str = "sweep") -> Sw
     ]
     data = {model: tokenize_task(args.task, paths[model], examples, checksums, args.max_train_samples) for model in model_ids}
 
-    gpus = args.gpus_per_trial
-    if gpus is None:
-        import torch
-
-        gpus = 1.0 if torch.cuda.is_available() else 0.0
     plan = SweepPlan(
         name=name, method=method, sweep_dir=sweep_dir, storage_path=storage_path, mlflow_uri=mlflow_uri,
         experiment=args.experiment or prog.replace("_", "-"), configs=configs, data=data,
-        resources={"cpu": args.cpus_per_trial, "gpu": gpus}, args=vars(args),
+        resources={"cpu": args.cpus_per_trial, "gpu": args.gpus_per_trial}, args=vars(args),
         parent_run_id=saved["parent_run_id"] if saved else None, resuming=bool(saved),
     )
     plan.static_params = {
@@ -195,7 +190,7 @@ def _check_resources(plan: SweepPlan) -> None:
     import ray
 
     total = ray.cluster_resources()
-    if plan.resources["gpu"] > 0 and total.get("GPU", 0) == 0 and not plan.args.get("address"):
+    if plan.resources["gpu"] != "auto" and plan.resources["gpu"] > 0 and total.get("GPU", 0) == 0 and not plan.args.get("address"):
         raise SweepInputError(f"--gpus-per-trial {plan.resources['gpu']} asks for GPUs but this Ray has none; use --gpus-per-trial 0 (or --local-gpus N to test packing).")
     if plan.resources["cpu"] > total.get("CPU", 0) and not plan.args.get("address"):
         raise SweepInputError(f"--cpus-per-trial {plan.resources['cpu']} is more than this Ray's {total.get('CPU', 0):g} CPUs.")
@@ -238,14 +233,77 @@ def _tuner(plan: SweepPlan, trainable):
     return tune.Tuner(trainable, param_space=placeholders, tune_config=tune_config, run_config=run_config)
 
 
-def wrapped_trainable(plan: SweepPlan):
+def resolve_resources(plan: SweepPlan) -> "TrialResources":
+    """Fix each trial's GPU share: the flag's number, or `auto` (sweeps/packing.py) when the
+    cluster has GPUs (or is a remote cluster that may scale GPU nodes up), else 0."""
+    import ray
+
+    from sweeps import packing
+    from trainables.encoders import load_config
+
+    args, gpu = plan.args, plan.resources["gpu"]
+    by_unit, seconds = {}, {}
+    for model, task in plan.data.items():
+        config = load_config(task.model_path)
+        train = task.splits["train"]
+        seq_len = max(max(map(len, train.s1)), max(map(len, train.s2)))
+        train_tokens = sum(map(len, train.s1)) + sum(map(len, train.s2))
+        eval_tokens = sum(sum(map(len, task.splits[s].s1)) + sum(map(len, task.splits[s].s2)) for s in ("dev", "test"))
+        for layer in range(int(config.num_hidden_layers) + 1):
+            shape = packing.shape_from_config(config, layer, int(args["batch_size"]), seq_len)
+            by_unit[(model, layer)] = packing.gpus_per_trial(shape, args["gpu_memory_gb"], args["max_trials_per_gpu"])
+            seconds[(model, layer)] = packing.trial_seconds(shape, train_tokens, eval_tokens, int(args["epochs"]), args["gpu_tflops"])
+    if gpu == "auto":
+        has_gpus = ray.cluster_resources().get("GPU", 0) > 0 or bool(args.get("address"))
+        fixed = None if has_gpus else 0.0
+    else:
+        fixed = float(gpu)
+    return TrialResources(float(plan.resources["cpu"]), fixed, by_unit, seconds)
+
+
+@dataclass
+class TrialResources:
+    """A picklable `resources` callable for tune.with_resources: CPU and GPU share per trial."""
+
+    cpu: float
+    fixed_gpu: float | None
+    gpu_by_unit: dict
+    seconds_by_unit: dict
+
+    def gpu(self, config: dict) -> float:
+        return self.fixed_gpu if self.fixed_gpu is not None else self.gpu_by_unit[(config["model"], int(config["layer"]))]
+
+    def __call__(self, config: dict):
+        from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
+
+        return resource_dict_to_pg_factory({"cpu": self.cpu, "gpu": self.gpu(config)})
+
+    def describe(self, plan: SweepPlan) -> str:
+        trials = len(plan.configs) if plan.args["search"] == "grid" else plan.args["num_samples"]
+        lines = [f"Sweep {plan.name}: {trials} trials; state in {plan.sweep_dir}"]
+        shares = [self.gpu(c) for c in plan.configs]
+        if not any(shares):
+            lines.append(f"  each trial: {self.cpu:g} CPU, no GPU")
+            return "\n".join(lines)
+        packing = {}
+        for share in shares:
+            packing[share] = packing.get(share, 0) + 1
+        lines.append(f"  each trial: {self.cpu:g} CPU; GPU packing: " + ", ".join(
+            f"{count} trials at {share:g} GPU ({max(1, round(1 / share)) if share < 1 else 1} per GPU)" for share, count in sorted(packing.items())))
+        repeats = trials / max(1, len(plan.configs)) if plan.args["search"] != "grid" else 1
+        hours = sum(self.gpu(c) * self.seconds_by_unit[(c["model"], int(c["layer"]))] for c in plan.configs) * repeats / 3600
+        lines.append(f"  estimated {hours:.2f} GPU-hours (cost model in sweeps/packing.py, --gpu-tflops {plan.args['gpu_tflops']:g})")
+        return "\n".join(lines)
+
+
+def wrapped_trainable(plan: SweepPlan, resources: TrialResources):
     from ray import tune
 
     from trainables import tmft  # noqa: F401  (registers the method)
     from trainables.base import get_trainable
 
     cls = get_trainable(plan.method)
-    return tune.with_resources(tune.with_parameters(cls, data=plan.data), plan.resources)
+    return tune.with_resources(tune.with_parameters(cls, data=plan.data), resources)
 
 
 def run_sweep(plan: SweepPlan):
@@ -265,11 +323,9 @@ def run_sweep(plan: SweepPlan):
             "data_checksums": plan.args.get("data_checksums"),
             "args": {k: v for k, v in plan.args.items() if k != "data_checksums"},
         })
-    gpus = plan.resources["gpu"]
-    print(f"Sweep {plan.name}: {len(plan.configs) if plan.args['search'] == 'grid' else plan.args['num_samples']} trials, "
-          f"{plan.resources['cpu']:g} CPU + {gpus:g} GPU each"
-          + (f" ({int(1 / gpus)} per GPU)" if 0 < gpus < 1 else "") + f"; state in {plan.sweep_dir}", flush=True)
-    trainable = wrapped_trainable(plan)
+    resources = resolve_resources(plan)
+    print(resources.describe(plan), flush=True)
+    trainable = wrapped_trainable(plan, resources)
     if plan.resuming:
         tuner = tune.Tuner.restore(plan.sweep_dir, trainable=trainable, resume_unfinished=True, resume_errored=True)
     else:

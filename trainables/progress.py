@@ -3,7 +3,8 @@
     [12:04 elapsed | ~31:10 left] trials 14/40 done, 2 running, 23 pending, 1 errored | best test_spearman_at_best_dev 81.23 (bert-base-cased L9 s2)
 
 Printed at most every `interval` seconds and whenever a trial finishes or errors. The remaining
-time is (pending + running) x the mean finished-trial time / the number running at once.
+time is the work left (a mean finished-trial time for each pending trial, and what is left of
+it for each running one) divided by the number of trials running at once.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class ProgressLine(tune.Callback):
         self._start = time.time()
         self._last = 0.0
         self._finished_times: list[float] = []
+        self._started: dict[str, float] = {}
         self._best = None
 
     def __getstate__(self):
@@ -40,6 +42,9 @@ class ProgressLine(tune.Callback):
 
     def setup(self, **info):
         self._start = time.time()
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self._started.setdefault(trial.trial_id, time.time())
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         value = result.get(self.metric)
@@ -70,11 +75,12 @@ class ProgressLine(tune.Callback):
             counts[trial.status] = counts.get(trial.status, 0) + 1
         elapsed = time.time() - self._start
         text = f"[{_clock(elapsed)} elapsed"
-        remaining = counts["PENDING"] + counts["RUNNING"] + counts["PAUSED"]
-        if self._finished_times and remaining:
-            parallel = max(1, counts["RUNNING"])
+        if self._finished_times and counts["PENDING"] + counts["RUNNING"] + counts["PAUSED"]:
             mean = sum(self._finished_times) / len(self._finished_times)
-            text += f" | ~{_clock(remaining * mean / parallel)} left"
+            now = time.time()
+            work = mean * (counts["PENDING"] + counts["PAUSED"]) + sum(
+                max(0.0, mean - (now - self._started.get(t.trial_id, now))) for t in trials if t.status == "RUNNING")
+            text += f" | ~{_clock(work / max(1, counts['RUNNING']))} left"
         text += (
             f"] trials {counts['TERMINATED']}/{len(trials)} done, {counts['RUNNING']} running, "
             f"{counts['PENDING'] + counts['PAUSED']} pending, {counts['ERROR']} errored"

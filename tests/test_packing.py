@@ -1,0 +1,68 @@
+"""`--gpus-per-trial auto`: the packing rule, and a sweep on logical GPUs that follows it."""
+import pytest
+from transformers import BertConfig
+
+from mlflow_helpers import runs_by_role
+from sweeps import packing
+from sweeps.runner import main
+
+BERT_BASE = BertConfig()  # 12 layers, hidden 768, 12 heads, vocabulary 30522: built locally, nothing fetched
+
+
+def test_shallow_layers_and_small_batches_pack_more_trials_per_gpu():
+    per_layer = [packing.trials_per_gpu(packing.shape_from_config(BERT_BASE, layer, 32, 128)) for layer in range(13)]
+    assert per_layer == sorted(per_layer, reverse=True), per_layer
+    assert per_layer[0] == 4 and per_layer[12] < per_layer[0]
+    big_batch = packing.trials_per_gpu(packing.shape_from_config(BERT_BASE, 12, 256, 128))
+    assert big_batch <= per_layer[12] and big_batch >= 1
+
+
+def test_memory_rule_matches_the_documented_formula():
+    shape = packing.shape_from_config(BERT_BASE, 12, 32, 128)
+    from transformers import BertModel
+
+    from trainables.encoders import count_parameters
+
+    assert shape.params == count_parameters(BertModel(BERT_BASE, add_pooling_layer=False))
+    activations = 64 * 128 * 12 * (34 * 768 + 5 * 12 * 128) * 2
+    expected = 16 * shape.params + activations + 64 * 128 * 768 * 16 + packing.GIB
+    assert packing.trial_memory_bytes(shape) == expected
+    assert packing.trials_per_gpu(shape, gpu_memory_gb=24) == int(0.9 * 24 * packing.GIB // expected)
+    assert packing.trials_per_gpu(shape, gpu_memory_gb=80, cap=3) == 3
+    assert packing.trials_per_gpu(shape, gpu_memory_gb=1) == 1
+
+
+def test_auto_packing_on_logical_gpus(sweep_env, tiny_models, monkeypatch, capsys):
+    """Tiny models pack to the cap: with --max-trials-per-gpu 2, four overlapping trials on the
+    session's four logical GPUs use two of them, two trials each."""
+    import sweeps.runner as runner
+
+    original = runner.plan_sweep
+
+    def held(args, **kwargs):
+        plan = original(args, **kwargs)
+        for config in plan.configs:
+            config["_hold"] = 8
+        return plan
+
+    monkeypatch.setattr(runner, "plan_sweep", held)
+    flags = list(sweep_env["flags"])
+    flags[flags.index("--gpus-per-trial") + 1] = "auto"
+    flags[flags.index("--cpus-per-trial") + 1] = "0.25"
+    code = main(["--models", tiny_models["bert"], "--layers", "0,1", "--seeds", "0,1", "--epochs", "1",
+                 "--max-trials-per-gpu", "2", "--name", "auto", *flags])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "4 trials at 0.5 GPU (2 per GPU)" in out and "GPU-hours" in out
+    _, children = runs_by_role(sweep_env["uri"])
+    gpu_ids = [c.data.tags["gpu_ids"] for c in children]
+    assert sorted(gpu_ids.count(g) for g in set(gpu_ids)) == [2, 2], gpu_ids
+
+
+@pytest.mark.parametrize("value", ["lots", "-1", "1.5"])
+def test_bad_gpu_values_are_refused(value):
+    from sweeps.cli import parse_gpus
+    from trainables.errors import SweepInputError
+
+    with pytest.raises(SweepInputError, match="--gpus-per-trial"):
+        parse_gpus(value)
