@@ -1,0 +1,75 @@
+"""Command line of the analysis.
+
+    python -m analysis report --mlflow-uri sqlite:////abs/mlflow.db [--experiment NAME]
+                              [--where PARAM=VALUE ...] --out DIR
+    python -m analysis cka --models A,B [--checkpoints DIR] [--data-dir D] [--max-sentences N]
+                           [--all-sentences] --out DIR [--mlflow-uri URI] [--experiment cka]
+
+Bad input (no store, no experiment, no runs, unknown model) prints one message and exits 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trainables.errors import SweepInputError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    report = commands.add_parser("report", help="tables, layer curves, Pareto fronts and an index from MLflow")
+    report.add_argument("--mlflow-uri", required=True, help="tracking URI, e.g. sqlite:////abs/path/mlflow.db")
+    report.add_argument("--experiment", default=None, help="experiment name (default: every experiment)")
+    report.add_argument("--out", required=True, help="output folder (created)")
+    report.add_argument("--where", action="append", default=[], metavar="PARAM=VALUE",
+                        help="keep only runs with this param value (repeatable), e.g. --where random_init=False")
+
+    cka = commands.add_parser("cka", help="linear CKA per layer index between two models")
+    cka.add_argument("--models", required=True, help="two hub ids or model folders, comma-separated: A,B")
+    cka.add_argument("--checkpoints", default=None,
+                     help="a finished sweep's checkpoint folder (searched for */trial.json with encoder/)")
+    cka.add_argument("--data-dir", default=None, help="data root holding stsbenchmark/ (default: ../shared/data)")
+    cka.add_argument("--max-sentences", type=int, default=None, help="use only the first N test sentences")
+    cka.add_argument("--all-sentences", action="store_true",
+                     help="all 2,758 test sentences with duplicates, as the authors' code (default: unique ones)")
+    cka.add_argument("--batch-size", type=int, default=64)
+    cka.add_argument("--out", required=True, help="output folder (created)")
+    cka.add_argument("--mlflow-uri", default=None, help="log the CSV and plot as artifacts of a run here")
+    cka.add_argument("--experiment", default="cka", help="MLflow experiment for the CKA run (default: cka)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "report":
+            from analysis.report import build_report
+
+            where = {}
+            for item in args.where:
+                key, sep, value = item.partition("=")
+                if not sep or not key:
+                    raise SweepInputError(f"--where takes PARAM=VALUE, got {item!r}")
+                where[key] = value
+            report = build_report(args.mlflow_uri, args.out, args.experiment, where)
+            print(f"{len(report.runs)} trial runs ({len(report.excluded)} left out); report: {report.index}")
+        else:
+            from analysis.cka import run_cka
+
+            models = [m.strip() for m in args.models.split(",") if m.strip()]
+            frame, files, run_id = run_cka(
+                models, args.out, data_dir=args.data_dir, checkpoints=args.checkpoints,
+                max_sentences=args.max_sentences, unique=not args.all_sentences, tracking_uri=args.mlflow_uri,
+                experiment=args.experiment, batch_size=args.batch_size)
+            print(frame.to_string(index=False))
+            print("wrote " + ", ".join(str(f) for f in files) + (f"; MLflow run {run_id}" if run_id else ""))
+    except SweepInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

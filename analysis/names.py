@@ -1,0 +1,78 @@
+"""Display names for models and methods, as the ELECTRA paper writes them.
+
+`google/electra-base-discriminator` -> "ELECTRA-D base", `google/electra-small-generator` ->
+"ELECTRA-G small", `bert-base-cased` -> "BERT base", `google/bert_uncased_L-4_H-256_A-4` ->
+"BERT mini", `microsoft/deberta-v3-base` -> "DeBERTaV3 base"; anything else (a local directory,
+an unknown hub id) -> its last path component. `display_names` keeps names unique.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+
+_BERT_MINIATURES = {
+    (2, 128): "tiny", (4, 256): "mini", (4, 512): "small", (8, 512): "medium", (12, 768): "base",
+}
+_PATTERNS = [
+    (re.compile(r"^(?P<family>\w*electra|electricidad)-(?P<size>small|base|large)(?:-v\d+)?-discriminator$", re.I),
+     lambda m: f"{_family(m['family'])}-D {m['size'].lower()}"),
+    (re.compile(r"^(?P<family>\w*electra|electricidad)-(?P<size>small|base|large)(?:-v\d+)?-generator$", re.I),
+     lambda m: f"{_family(m['family'])}-G {m['size'].lower()}"),
+    (re.compile(r"^(?P<family>gelectra)-(?P<size>small|base|large)$", re.I),
+     lambda m: f"{_family(m['family'])}-D {m['size'].lower()}"),
+    (re.compile(r"^bert-(?P<size>tiny|mini|small|medium|base|large)(?:-cased|-uncased)?$", re.I),
+     lambda m: f"BERT {m['size'].lower()}"),
+    (re.compile(r"^bert_uncased_L-(?P<l>\d+)_H-(?P<h>\d+)_A-\d+$", re.I),
+     lambda m: f"BERT {_BERT_MINIATURES.get((int(m['l']), int(m['h'])), 'L' + m['l'] + '-H' + m['h'])}"),
+    (re.compile(r"^deberta-v3-(?P<size>xsmall|small|base|large)$", re.I),
+     lambda m: f"DeBERTaV3 {m['size'].lower()}"),
+]
+METHOD_NAMES = {"tmft": "TMFT", "ws+tmft": "WS+TMFT", "dapt+tmft": "DAPT+TMFT", "cka": "CKA"}
+METHOD_ORDER = ("tmft", "ws+tmft", "dapt+tmft")
+TASK_NAMES = {"stsb": "STS-B", "sts-b": "STS-B", "mrpc": "MRPC", "sick": "SICK"}
+METRIC_NAMES = {"spearman": "Spearman", "pearson": "Pearson", "f1": "F1", "accuracy": "accuracy"}
+
+
+_FAMILIES = {"electra": "ELECTRA", "koelectra": "KoELECTRA", "gelectra": "GELECTRA", "electricidad": "Electricidad"}
+
+
+def _family(text: str) -> str:
+    return _FAMILIES.get(text.lower(), text)
+
+
+def short_name(model: str) -> str:
+    """The paper-style name of a model id or directory (see the module docstring)."""
+    last = PurePosixPath(str(model).rstrip("/")).name or str(model)
+    for pattern, render in _PATTERNS:
+        match = pattern.match(last)
+        if match:
+            return render(match)
+    return last
+
+
+def display_names(models) -> dict[str, str]:
+    """{model: unique display name}; clashing short names fall back to the full id or path."""
+    models = list(dict.fromkeys(str(m) for m in models))
+    names = {m: short_name(m) for m in models}
+    counts: dict[str, int] = {}
+    for name in names.values():
+        counts[name] = counts.get(name, 0) + 1
+    return {m: (n if counts[n] == 1 else m) for m, n in names.items()}
+
+
+def method_name(method: str) -> str:
+    return METHOD_NAMES.get(str(method).lower(), str(method))
+
+
+def task_name(task: str) -> str:
+    return TASK_NAMES.get(str(task).lower(), str(task))
+
+
+def metric_name(metric: str) -> str:
+    return METRIC_NAMES.get(str(metric).lower(), str(metric))
+
+
+def method_sort_key(method: str):
+    """Paper order (TMFT, WS+TMFT, DAPT+TMFT), then any other method alphabetically."""
+    method = str(method).lower()
+    return (METHOD_ORDER.index(method), "") if method in METHOD_ORDER else (len(METHOD_ORDER), method)

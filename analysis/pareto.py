@@ -1,0 +1,42 @@
+"""Pareto front of (parameters, score): the models worth their size (ELECTRA paper, Figure 4).
+
+A point is on the front iff no other point has strictly fewer parameters *and* a strictly
+higher score. So ties keep both points: two points with the same parameter count are both on
+the front (neither has fewer parameters), and so are two with the same score. Points with a
+missing parameter count or score are never on the front and dominate nothing.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.summary import selected_layers
+
+
+def pareto_mask(params, scores) -> np.ndarray:
+    """Boolean array: True where the point is on the front (see the module docstring)."""
+    p = np.asarray(params, dtype=float)
+    s = np.asarray(scores, dtype=float)
+    valid = ~(np.isnan(p) | np.isnan(s))
+    # dominated[i] iff some valid j has p[j] < p[i] and s[j] > s[i]; NaN comparisons are False.
+    beats = (p[None, :] < p[:, None]) & (s[None, :] > s[:, None]) & valid[None, :]
+    return valid & ~beats.any(axis=1)
+
+
+def pareto_points(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per (method, task): each model's best-dev layer and last layer, with `on_front`.
+
+    Columns as `selected_layers` plus `params_m` (millions) and `on_front`, computed within
+    each (method, task) on the mean test score.
+    """
+    points = selected_layers(summary)
+    if points.empty:
+        return points.assign(params_m=pd.Series(dtype=float), on_front=pd.Series(dtype=bool))
+    if "params_truncated" in points:
+        points["params_m"] = pd.to_numeric(points["params_truncated"], errors="coerce").astype(float) / 1e6
+    else:
+        points["params_m"] = np.nan
+    points["on_front"] = False
+    for _, group in points.groupby(["method", "task"], sort=False):
+        points.loc[group.index, "on_front"] = pareto_mask(group["params_m"], group["test_mean"])
+    return points

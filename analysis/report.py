@@ -1,0 +1,178 @@
+"""`python -m analysis report`: every output of the analysis in one folder, with an index.
+
+Writes into OUT:
+- runs.csv (every trial run), excluded_runs.csv (runs left out of the averages, with reasons),
+  summary.csv (per method, task, model, layer), pareto_points.csv;
+- figures/layer_curves_<method>_<task>.png|svg and figures/pareto_<method>_<task>.png|svg;
+- tables/table2_<method>_<task>.md|csv and, for tasks with more than one method,
+  tables/table1_<task>.md|csv;
+- README.md: the index that shows all of it, including the excluded runs.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pandas as pd
+
+from analysis.loader import AnalysisError, load_runs
+from analysis.names import display_names, method_name, method_sort_key, task_name
+from analysis.pareto import pareto_points
+from analysis.plots import model_colors, plot_layer_curves, plot_pareto, save_figure
+from analysis.summary import flag_mixed_configs, split_runs, summarize
+from analysis.tables import table1, table1_markdown, table2, table2_markdown, to_markdown
+
+
+@dataclass
+class Report:
+    out_dir: Path
+    index: Path
+    runs: pd.DataFrame
+    summary: pd.DataFrame
+    excluded: pd.DataFrame
+    files: list[Path] = field(default_factory=list)
+
+
+def slug(*parts: str) -> str:
+    return "_".join(re.sub(r"[^A-Za-z0-9]+", "-", str(p)).strip("-").lower() for p in parts)
+
+
+def _safe_uri(uri: str) -> str:
+    """The URI without any user:password part."""
+    parts = urlsplit(uri)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        netloc = host + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return uri
+
+
+def _groups(summary: pd.DataFrame) -> list[tuple[str, str]]:
+    pairs = summary[["method", "task"]].drop_duplicates().itertuples(index=False)
+    return sorted(((m, t) for m, t in pairs), key=lambda p: (p[1], method_sort_key(p[0])))
+
+
+def _runs_overview(runs: pd.DataFrame, complete: pd.DataFrame) -> str:
+    counts = runs.groupby(["sweep", "method", "task"], dropna=False).agg(
+        trials=("run_id", "size"), models=("model", "nunique"), layers=("layer", "nunique"),
+        seeds=("seed", "nunique"))
+    used = complete.groupby(["sweep", "method", "task"], dropna=False).size()
+    counts["complete"] = used.reindex(counts.index).fillna(0).astype(int)
+    counts = counts.reset_index()
+    return to_markdown(counts.astype(str))
+
+
+def _excluded_markdown(excluded: pd.DataFrame) -> str:
+    if excluded.empty:
+        return "None: every trial run finished with its metrics.\n"
+    shown = excluded.copy()
+    if "model" in shown:
+        names = display_names(shown["model"].dropna().unique())
+        shown["model"] = shown["model"].map(lambda m: names.get(m, m))
+    return to_markdown(shown.astype(str).replace({"<NA>": "", "nan": "", "None": ""}))
+
+
+def select_runs(runs: pd.DataFrame, where: dict[str, str] | None) -> pd.DataFrame:
+    """The runs whose params equal every `where` value (compared as text, e.g. {"lr": "2e-05"})."""
+    for key, value in (where or {}).items():
+        if key not in runs:
+            raise AnalysisError(f"--where {key}=...: no such param; the runs have: {', '.join(runs.attrs.get('param_columns', runs.columns))}.")
+        runs = runs[runs[key].astype(str) == str(value)]
+    if runs.empty:
+        raise AnalysisError(f"No trial run matches --where {' '.join(f'{k}={v}' for k, v in where.items())}.")
+    return runs
+
+
+def build_report(tracking_uri: str, out_dir, experiment: str | None = None, where: dict | None = None) -> Report:
+    """Read MLflow, write every output into out_dir, return what was written. `where` keeps only
+    the runs whose params have the given values (to separate sweeps run with different settings)."""
+    out_dir = Path(out_dir)
+    figures, tables = out_dir / "figures", out_dir / "tables"
+    runs = select_runs(load_runs(tracking_uri, experiment), where)
+    for folder in (out_dir, figures, tables):
+        folder.mkdir(parents=True, exist_ok=True)
+    complete, excluded = split_runs(runs)
+    summary = summarize(runs)
+    report = Report(out_dir, out_dir / "README.md", runs, summary, excluded)
+
+    def write_csv(frame, path):
+        frame.to_csv(path, index=False)
+        report.files.append(path)
+
+    write_csv(runs, out_dir / "runs.csv")
+    write_csv(excluded, out_dir / "excluded_runs.csv")
+    write_csv(summary, out_dir / "summary.csv")
+    points = pareto_points(summary) if not summary.empty else pd.DataFrame()
+    write_csv(points, out_dir / "pareto_points.csv")
+
+    source = f"`{_safe_uri(tracking_uri)}`" + (f", experiment `{experiment}`" if experiment else ", all experiments")
+    if where:
+        source += ", runs with " + ", ".join(f"`{k}={v}`" for k, v in where.items())
+    lines = [
+        "# Sweep report", "",
+        f"Source: {source}; generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}.", "",
+        f"{len(runs)} trial runs: {len(complete)} complete and used, {len(excluded)} left out "
+        "([see below](#runs-left-out)). Scores are ×100, mean ± sample std (ddof=1) over seeds; the best "
+        "layer of each model is the one with the highest mean **dev** score, and its test score is reported.", "",
+        "| file | content |", "|---|---|",
+        "| [runs.csv](runs.csv) | one row per trial run: params, final metrics, status |",
+        "| [summary.csv](summary.csv) | one row per (method, task, model, layer): n_seeds, means, stds, best/last layer |",
+        "| [excluded_runs.csv](excluded_runs.csv) | runs left out of the averages, with the reason |",
+        "| [pareto_points.csv](pareto_points.csv) | best and last layer of each model, with `on_front` |", "",
+        "## Runs by sweep", "", _runs_overview(runs, complete),
+    ]
+    mixed = flag_mixed_configs(summary)
+    if not mixed.empty:
+        lines += ["", "**Warning:** these rows average runs with different settings (`varying`); separate them "
+                  "with `--where PARAM=VALUE`:", "",
+                  to_markdown(mixed[["method", "task", "model", "layer", "n_seeds", "configs", "varying"]].astype(str)), ""]
+    if summary.empty:
+        lines += ["", "No complete runs yet: nothing to plot or tabulate.", ""]
+    colors = model_colors(summary["model"].unique()) if not summary.empty else {}
+
+    for task in sorted(summary["task"].unique()) if not summary.empty else []:
+        if summary.loc[summary["task"] == task, "method"].nunique() > 1:
+            t1 = table1(summary, task)
+            stem = tables / f"table1_{slug(task)}"
+            markdown = table1_markdown(t1, summary.loc[summary["task"] == task, "metric"].iloc[0])
+            write_csv(t1, stem.with_suffix(".csv"))
+            stem.with_suffix(".md").write_text(markdown)
+            report.files.append(stem.with_suffix(".md"))
+            lines += ["", f"## {task_name(task)}: methods compared (Table 1 layout)", "",
+                      "Best layer by mean dev per model and method; test maximum per method in bold "
+                      f"([CSV](tables/{stem.name}.csv)).", "", markdown]
+
+    for method, task in _groups(summary):
+        name = slug(method, task)
+        rows = summary[(summary["method"] == method) & (summary["task"] == task)]
+        lines += ["", f"## {method_name(method)} on {task_name(task)}", ""]
+        layer_files = save_figure(plot_layer_curves(summary, method, task, colors=colors), figures, f"layer_curves_{name}")
+        lines += [f"![layer curves](figures/{layer_files[0].name})", "",
+                  f"Layer curves ([SVG](figures/{layer_files[1].name})).", ""]
+        report.files += layer_files
+        group_points = points[(points["method"] == method) & (points["task"] == task)]
+        if group_points["params_m"].notna().any():
+            pareto_files = save_figure(plot_pareto(group_points, colors=colors), figures, f"pareto_{name}")
+            front = display_names(rows["model"].unique())
+            on_front = ", ".join(f"{front[r.model]} (l={r.layer})" for r in group_points[group_points["on_front"]].itertuples())
+            lines += [f"![Pareto front](figures/{pareto_files[0].name})", "",
+                      f"Pareto front ([SVG](figures/{pareto_files[1].name})): {on_front}.", ""]
+            report.files += pareto_files
+        t2 = table2(summary, method, task)
+        markdown = table2_markdown(t2, rows["metric"].iloc[0])
+        stem = tables / f"table2_{name}"
+        write_csv(t2, stem.with_suffix(".csv"))
+        stem.with_suffix(".md").write_text(markdown)
+        report.files.append(stem.with_suffix(".md"))
+        lines += [f"Best layer by mean dev, and the last layer where different (Table 2 layout; "
+                  f"[CSV](tables/{stem.name}.csv)):", "", markdown]
+
+    lines += ["", "## Runs left out", "",
+              "Not finished, failed, missing a selection metric, or an older duplicate of a configuration; "
+              "none of them is in any mean above.", "", _excluded_markdown(excluded)]
+    report.index.write_text("\n".join(lines) + "\n")
+    report.files.append(report.index)
+    return report

@@ -1,0 +1,135 @@
+"""The ELECTRA paper's tables from the summary, as numeric DataFrames (for CSV) and Markdown.
+
+- Table 2 (`table2`): per (method, task), one row per model at its best layer by mean dev score,
+  and a "last layer" row where the last layer differs; columns layer, parameters, dev and test
+  primary/companion metrics (Spearman/Pearson for STS) as mean and sample std over seeds.
+- Table 1 (`table1`): per task, the best-layer row of each model under each method (TMFT,
+  WS+TMFT, DAPT+TMFT, then any other), side by side in Markdown, long format in CSV. In Markdown,
+  the highest mean test score of each method is bold, as in the paper.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from analysis.names import display_names, method_name, method_sort_key, metric_name
+from analysis.summary import COMPANION, selected_layers
+
+def _metric_labels(primary: str) -> dict[str, str]:
+    companion = COMPANION.get(primary, "")
+    return {"dev": f"dev_{primary}", "dev2": f"dev_{companion}", "test": f"test_{primary}",
+            "test2": f"test_{companion}"}
+
+
+def _numeric(rows: pd.DataFrame, primary: str) -> pd.DataFrame:
+    names = display_names(rows["model"].unique())
+    out = pd.DataFrame({
+        "model": rows["model"].to_numpy(), "name": rows["model"].map(names).to_numpy(),
+        "row_kind": rows["row_kind"].to_numpy(), "layer": rows["layer"].to_numpy(),
+        "params_truncated": rows["params_truncated"].to_numpy() if "params_truncated" in rows else pd.NA,
+        "n_seeds": rows["n_seeds"].to_numpy(),
+    })
+    for kind, label in _metric_labels(primary).items():
+        for stat in ("mean", "std"):
+            column = f"{kind}_{stat}"
+            out[f"{label}_{stat}"] = rows[column].to_numpy() if column in rows else float("nan")
+    return out
+
+
+def table2(summary: pd.DataFrame, method: str, task: str) -> pd.DataFrame:
+    """Numeric Table 2 of one (method, task): best-layer rows, then "last" rows, per model."""
+    rows = selected_layers(summary[(summary["method"] == method) & (summary["task"] == task)])
+    if rows.empty:
+        return rows
+    table = _numeric(rows, rows["metric"].iloc[0])
+    order = table.assign(_k=(table["row_kind"] == "last").astype(int)).sort_values(["name", "_k"], kind="stable")
+    return order.drop(columns="_k").reset_index(drop=True)
+
+
+def table1(summary: pd.DataFrame, task: str) -> pd.DataFrame:
+    """Numeric Table 1 of one task in long format: a row per (model, method) at the best layer."""
+    rows = selected_layers(summary[summary["task"] == task])
+    rows = rows[rows["row_kind"] == "best"]
+    if rows.empty:
+        return rows
+    table = _numeric(rows, rows["metric"].iloc[0])
+    table.insert(0, "method", rows["method"].to_numpy())
+    table = table.drop(columns="row_kind")
+    table["_m"] = table["method"].map(method_sort_key)
+    return table.sort_values(["name", "_m"], kind="stable").drop(columns="_m").reset_index(drop=True)
+
+
+def _fmt(mean, std, digits=2) -> str:
+    if mean is None or pd.isna(mean):
+        return "–"
+    if std is None or pd.isna(std):
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _params(value) -> str:
+    return "–" if value is None or pd.isna(value) else f"{float(value) / 1e6:.2f}M"
+
+
+def to_markdown(frame: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table of a DataFrame of strings."""
+    def cell(value) -> str:
+        text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+        return text.replace("|", "\\|")
+
+    header = "| " + " | ".join(cell(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body]) + "\n"
+
+
+def table2_markdown(table: pd.DataFrame, primary: str = "spearman") -> str:
+    labels = _metric_labels(primary)
+    companion = COMPANION.get(primary, "")
+    shown = pd.DataFrame({
+        "Model": [n + (" (last layer)" if k == "last" else "") for n, k in zip(table["name"], table["row_kind"])],
+        "Layer": table["layer"].astype(str), "Params": table["params_truncated"].map(_params),
+        "Seeds": table["n_seeds"].astype(str),
+    })
+    for kind, split, metric in (("dev", "Dev", primary), ("dev2", "Dev", companion),
+                                ("test", "Test", primary), ("test2", "Test", companion)):
+        label = labels[kind]
+        if table[f"{label}_mean"].notna().any():
+            shown[f"{split} {metric_name(metric)}"] = [_fmt(m, s) for m, s in zip(table[f"{label}_mean"], table[f"{label}_std"])]
+    return to_markdown(shown)
+
+
+def _pair(table_row, first: str, second: str, bold_first: bool = False) -> str:
+    a = _fmt(table_row[f"{first}_mean"], table_row[f"{first}_std"])
+    if bold_first and a != "–":
+        a = f"**{a}**"
+    if second + "_mean" not in table_row or pd.isna(table_row[f"{second}_mean"]):
+        return a
+    return f"{a} / {_fmt(table_row[f'{second}_mean'], table_row[f'{second}_std'])}"
+
+
+def table1_markdown(table: pd.DataFrame, primary: str = "spearman") -> str:
+    labels = _metric_labels(primary)
+    methods = sorted(table["method"].unique(), key=method_sort_key)
+    companion = metric_name(COMPANION.get(primary, ""))
+    pair = f"{metric_name(primary)} / {companion}" if companion else metric_name(primary)
+    rows = []
+    for name, group in table.groupby("name", sort=True):
+        row = {"Model": name}
+        for method in methods:
+            hit = group[group["method"] == method]
+            tag = method_name(method)
+            if hit.empty:
+                row.update({f"{tag} layer": "–", f"{tag} params": "–", f"{tag} dev {pair}": "–",
+                            f"{tag} test {pair}": "–"})
+                continue
+            r = hit.iloc[0]
+            best = table.loc[table["method"] == method, f"{labels['test']}_mean"].max()
+            row[f"{tag} layer"] = str(r["layer"])
+            row[f"{tag} params"] = _params(r["params_truncated"])
+            row[f"{tag} dev {pair}"] = _pair(r, labels["dev"], labels["dev2"])
+            row[f"{tag} test {pair}"] = _pair(r, labels["test"], labels["test2"],
+                                              bold_first=r[f"{labels['test']}_mean"] == best)
+        rows.append(row)
+    return to_markdown(pd.DataFrame(rows))
