@@ -48,6 +48,9 @@ class SweepPlan:
     static_params: dict = field(default_factory=dict)
     parent_run_id: str | None = None
     resuming: bool = False
+    # Work to do in the driver once the parent run exists and before trials start (e.g. upstream
+    # stages: sweeps/stages_plan.py); called as prepare(plan), may edit plan.configs.
+    prepare: object = None
 
 
 def git_commit() -> str:
@@ -204,11 +207,13 @@ def _tuner(plan: SweepPlan, trainable):
     from trainables.tracking import MlflowSweepCallback
 
     args = plan.args
-    primary = "dev_spearman"
+    from trainables.tasks import primary_metric
+
+    primary = "dev_" + primary_metric(args.get("task"))
     run_config = tune.RunConfig(
         name=plan.name, storage_path=plan.storage_path, verbose=0,
-        callbacks=[MlflowSweepCallback(plan.mlflow_uri, plan.parent_run_id, plan.static_params),
-                   ProgressLine("best_dev_spearman")],
+        callbacks=[MlflowSweepCallback(plan.mlflow_uri, plan.parent_run_id, plan.static_params, sweep_dir=plan.sweep_dir),
+                   ProgressLine("best_" + primary)],
         failure_config=tune.FailureConfig(max_failures=args["max_failures"]),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1, checkpoint_frequency=1, checkpoint_at_end=True),
     )
@@ -227,8 +232,8 @@ def _tuner(plan: SweepPlan, trainable):
         return tune.Tuner(trainable, param_space=space, tune_config=tune_config, run_config=run_config)
     placeholders = {key: None for config in plan.configs for key in config}
     tune_config = tune.TuneConfig(
-        search_alg=BasicVariantGenerator(points_to_evaluate=plan.configs), num_samples=len(plan.configs),
-        max_concurrent_trials=args["max_concurrent"], reuse_actors=True,
+        search_alg=BasicVariantGenerator(points_to_evaluate=plan.configs, max_concurrent=args["max_concurrent"] or 0),
+        num_samples=len(plan.configs), reuse_actors=True,
     )
     return tune.Tuner(trainable, param_space=placeholders, tune_config=tune_config, run_config=run_config)
 
@@ -302,7 +307,7 @@ def wrapped_trainable(plan: SweepPlan, resources: TrialResources):
     from trainables import tmft  # noqa: F401  (registers the method)
     from trainables.base import get_trainable
 
-    cls = get_trainable(plan.method)
+    cls = get_trainable(plan.method.split(",")[0])  # "ws+tmft,dapt+tmft": one class runs both
     return tune.with_resources(tune.with_parameters(cls, data=plan.data), resources)
 
 
@@ -323,6 +328,8 @@ def run_sweep(plan: SweepPlan):
             "data_checksums": plan.args.get("data_checksums"),
             "args": {k: v for k, v in plan.args.items() if k != "data_checksums"},
         })
+    if plan.prepare is not None:
+        plan.prepare(plan)
     resources = resolve_resources(plan)
     print(resources.describe(plan), flush=True)
     trainable = wrapped_trainable(plan, resources)
@@ -336,33 +343,46 @@ def run_sweep(plan: SweepPlan):
 
 
 def _finish(plan: SweepPlan, results) -> None:
-    from mlflow import MlflowClient
+    from trainables.tracking import finish_parent_run
 
     errors = [r for r in results if r.error]
-    MlflowClient(plan.mlflow_uri).set_terminated(plan.parent_run_id, status="FAILED" if errors else "FINISHED")
-    print(summary_table(results))
+    spooled = finish_parent_run(plan.mlflow_uri, plan.parent_run_id, "FAILED" if errors else "FINISHED", plan.sweep_dir)
+    from trainables.tasks import primary_metric
+
+    print(summary_table(results, primary_metric(plan.args.get("task"))))
     ui_uri = plan.mlflow_uri
     print(f"\nResults: {plan.sweep_dir}")
-    print(f"MLflow:  mlflow ui --backend-store-uri {ui_uri} --host 127.0.0.1 --port 5000   (then open http://127.0.0.1:5000)")
+    if ui_uri.startswith(("http://", "https://")):
+        print(f"MLflow:  open {ui_uri}")
+    else:
+        print(f"MLflow:  mlflow ui --backend-store-uri {ui_uri} --host 127.0.0.1 --port 5000   (then open http://127.0.0.1:5000)")
     print(f"Report:  python -m analysis report --mlflow-uri {ui_uri} --out {storage.join(plan.sweep_dir, 'report')}")
     if errors:
         print(f"{len(errors)} trial(s) failed; rerun them from their checkpoints with: --resume {plan.sweep_dir}")
+    if spooled:
+        print(spooled)
 
 
-def summary_table(results) -> str:
-    """Best layer per model by mean dev Spearman over seeds, with test at that layer."""
+def summary_table(results, primary: str = "spearman") -> str:
+    """Best layer per (method,) model by mean dev score over seeds, with test at that layer."""
     frame = results.get_dataframe()
-    needed = {"config/model", "config/layer", "best_dev_spearman", "test_spearman_at_best_dev"}
+    dev, test = f"best_dev_{primary}", f"test_{primary}_at_best_dev"
+    needed = {"config/model", "config/layer", dev, test}
     if frame.empty or not needed <= set(frame.columns):
         return "No finished trials."
-    grouped = frame.groupby(["config/model", "config/layer"])[["best_dev_spearman", "test_spearman_at_best_dev"]].agg(["mean", "std", "count"])
-    lines = ["", f"{'model':<45} {'layer':>5} {'dev Spearman':>16} {'test Spearman':>16} {'seeds':>5}"]
-    for model, rows in grouped.groupby(level=0):
-        best = rows[("best_dev_spearman", "mean")].idxmax()
+    keys = (["config/method"] if frame.get("config/method") is not None and frame["config/method"].nunique() > 1 else []) + ["config/model"]
+    grouped = frame.groupby(keys + ["config/layer"])[[dev, test]].agg(["mean", "std", "count"])
+    name = {"spearman": "Spearman", "f1": "F1"}.get(primary, primary)
+    lines = ["", f"{'model':<45} {'layer':>5} {'dev ' + name:>16} {'test ' + name:>16} {'seeds':>5}"]
+    for group, rows in grouped.groupby(level=list(range(len(keys)))):
+        group = group if isinstance(group, tuple) else (group,)
+        best = rows[(dev, "mean")].idxmax()
         row = rows.loc[best]
         std = lambda col: row[(col, "std")] if row[(col, "count")] > 1 else 0.0
-        lines.append(f"{str(model)[-45:]:<45} {best[1]:>5} {row[('best_dev_spearman', 'mean')]:>9.2f} ± {std('best_dev_spearman'):>4.2f}"
-                     f" {row[('test_spearman_at_best_dev', 'mean')]:>9.2f} ± {std('test_spearman_at_best_dev'):>4.2f} {int(row[('best_dev_spearman', 'count')]):>5}")
+        prefix = "".join(f"{g} " for g in group[:-1])  # the method, when the sweep runs several
+        label = prefix + str(group[-1])[-(45 - len(prefix)):]
+        lines.append(f"{label:<45} {best[-1]:>5} {row[(dev, 'mean')]:>9.2f} ± {std(dev):>4.2f}"
+                     f" {row[(test, 'mean')]:>9.2f} ± {std(test):>4.2f} {int(row[(dev, 'count')]):>5}")
     return "\n".join(lines)
 
 

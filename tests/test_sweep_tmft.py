@@ -47,9 +47,10 @@ def test_zero_epochs_evaluates_the_pretrained_truncated_encoder(sweep_env, tiny_
     assert child.data.metrics["best_dev_spearman"] == child.data.metrics["dev_spearman"]
 
 
-def test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_duplicate_run(sweep_env, tiny_models, monkeypatch):
-    """The fault fires once in epoch 2; the retry restores epoch 1's checkpoint and finishes.
-    Its metrics equal those of an identical sweep without the fault."""
+@pytest.mark.parametrize("kind", ["raise", "kill"])
+def test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_duplicate_run(sweep_env, tiny_models, monkeypatch, kind):
+    """The fault fires once in epoch 2 (the trial raises, or its worker gets SIGKILL); the retry
+    restores epoch 1's checkpoint and finishes. Its metrics equal those of a sweep without it."""
     import sweeps.runner as runner
 
     marker = sweep_env["tmp"] / "fault-fired"
@@ -58,7 +59,7 @@ def test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_dup
     def with_fault(args, **kwargs):
         plan = original(args, **kwargs)
         if args.name == "faulty":
-            plan.configs[0]["_fault"] = fault_spec(2, "raise", marker)
+            plan.configs[0]["_fault"] = fault_spec(2, kind, marker)
         return plan
 
     monkeypatch.setattr(runner, "plan_sweep", with_fault)

@@ -1,0 +1,77 @@
+"""A sweep whose driver is killed (SIGKILL) mid-sweep is continued with --resume: finished
+trials are not rerun, the others continue from their checkpoints under the concurrency limit,
+the MLflow store ends with exactly one child run per configuration holding every epoch once,
+and the numbers equal those of an uninterrupted sweep."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow import MlflowClient
+
+from mlflow_helpers import metric_steps, runs_by_role
+from sweeps.runner import main
+from trainables.paths import PROJECT_ROOT
+
+
+def _wait_for(predicate, timeout=240, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception:
+            pass
+        time.sleep(1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_models, ray_session):
+    address = ray_session.get_runtime_context().gcs_address
+    sweep = ["--models", tiny_models["bert"], "--layers", "0,2", "--seeds", "0,1", "--epochs", "3", "--max-concurrent", "1",
+             "--max-train-samples", "160", *sweep_env["flags"]]
+    driver = subprocess.Popen([sys.executable, "sweeps/electra_layers.py", *sweep, "--name", "killed", "--address", address],
+                              cwd=PROJECT_ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    uri = sweep_env["uri"]
+
+    def one_finished_and_one_started():
+        _, children = runs_by_role(uri)
+        finished = [c for c in children if c.info.status == "FINISHED"]
+        started = [c for c in children if c.info.status == "RUNNING" and metric_steps(uri, c.info.run_id, "dev_spearman")]
+        return finished and started
+
+    try:
+        _wait_for(one_finished_and_one_started, what="the first trial to finish and the second to log an epoch")
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    killed_at = time.time() * 1000
+    _, before = runs_by_role(uri)
+    finished_before = {c.info.run_id for c in before if c.info.status == "FINISHED"}
+
+    assert main(["--resume", str(sweep_env["storage"] / "killed")]) == 0
+
+    parents, children = runs_by_role(uri)
+    assert len(parents) == 1 and len(children) == 4
+    assert len({c.data.tags["embsweep.config_hash"] for c in children}) == 4
+    client = MlflowClient(uri)
+    for child in children:
+        assert child.info.status == "FINISHED"
+        history = client.get_metric_history(child.info.run_id, "dev_spearman")
+        assert sorted(m.step for m in history) == [1, 2, 3], child.info.run_name
+        if child.info.run_id in finished_before:
+            assert all(m.timestamp < killed_at for m in history), "a finished trial was rerun"
+    # the concurrency limit (1) held after the resume: no two trials' epochs interleave
+    spans = sorted((min(m.timestamp for m in h), max(m.timestamp for m in h)) for h in
+                   (client.get_metric_history(c.info.run_id, "dev_spearman") for c in children))
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+
+    assert main([*sweep, "--name", "clean", "--experiment", "clean"]) == 0
+    _, clean = runs_by_role(uri, "clean")
+    key = lambda run: (run.data.params["layer"], run.data.params["seed"])
+    clean_by_key = {key(c): c for c in clean}
+    for child in children:
+        for metric in ("best_dev_spearman", "test_spearman_at_best_dev", "train_loss"):
+            assert child.data.metrics[metric] == pytest.approx(clean_by_key[key(child)].data.metrics[metric], abs=1e-4), metric
