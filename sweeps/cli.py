@@ -26,7 +26,8 @@ def build_parser(prog: str, description: str, defaults: dict | None = None) -> a
     what.add_argument("--models", default=d["models"], help="comma-separated hub ids or local model directories")
     what.add_argument("--layers", default=d["layers"], help="'all' (0..L of each model) or comma-separated layers, e.g. 0,3,6; 0 = embedding output")
     what.add_argument("--seeds", default=d["seeds"], help="comma-separated seeds, or a range like 0-4")
-    what.add_argument("--task", default=d["task"], choices=["stsb"], help="fine-tuning task")
+    what.add_argument("--task", default=d["task"], choices=["stsb", "mrpc", "sick"],
+                      help="fine-tuning task: stsb (Spearman), mrpc (F1, threshold chosen on dev), sick (entailment, macro-F1)")
     what.add_argument("--random-init", action="store_true", help="start from randomly initialised weights of the same architecture (Appendix E control)")
     train = parser.add_argument_group("training")
     train.add_argument("--epochs", type=int, default=d["epochs"], help="epochs; 0 = evaluate the pretrained truncated encoder (zero-shot baseline)")
@@ -57,6 +58,7 @@ def build_parser(prog: str, description: str, defaults: dict | None = None) -> a
     run.add_argument("--cpus-per-trial", type=float, default=1.0)
     run.add_argument("--max-concurrent", type=int, default=None, help="trials running at once (default: as many as resources allow)")
     run.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial, each from its last checkpoint")
+    run.add_argument("--no-reuse-actors", action="store_true", help="start a fresh worker process for every trial (slower; for debugging)")
     run.add_argument("--local-gpus", type=int, default=None, help="logical GPUs to declare for a local Ray (testing packing without hardware)")
     run.add_argument("--resume", nargs="?", const="latest", default=None, metavar="SWEEP_DIR",
                      help="continue an interrupted sweep (default: the latest under --storage-path); errored trials rerun from their checkpoints")

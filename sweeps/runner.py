@@ -225,7 +225,7 @@ def _tuner(plan: SweepPlan, trainable):
         space = {**plan.configs[0], "lr": tune.loguniform(1e-5, 1e-4), "batch_size": tune.choice([16, 32, 64]),
                  "warmup_ratio": tune.uniform(0.0, 0.2)}
         tune_config = tune.TuneConfig(
-            metric=primary, mode="max", num_samples=args["num_samples"], reuse_actors=True,
+            metric=primary, mode="max", num_samples=args["num_samples"], reuse_actors=not args.get("no_reuse_actors"),
             search_alg=ConcurrencyLimiter(OptunaSearch(seed=plan.configs[0]["seed"]), max_concurrent=args["max_concurrent"] or 2),
             scheduler=ASHAScheduler(max_t=max(1, args["epochs"]), grace_period=1),
         )
@@ -233,7 +233,7 @@ def _tuner(plan: SweepPlan, trainable):
     placeholders = {key: None for config in plan.configs for key in config}
     tune_config = tune.TuneConfig(
         search_alg=BasicVariantGenerator(points_to_evaluate=plan.configs, max_concurrent=args["max_concurrent"] or 0),
-        num_samples=len(plan.configs), reuse_actors=True,
+        num_samples=len(plan.configs), reuse_actors=not args.get("no_reuse_actors"),
     )
     return tune.Tuner(trainable, param_space=placeholders, tune_config=tune_config, run_config=run_config)
 

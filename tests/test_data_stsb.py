@@ -41,3 +41,18 @@ def test_too_few_fields_and_missing_file(tmp_path):
         load_stsb(tmp_path)
     with pytest.raises(DataFormatError, match="file not found"):
         load_stsb(tmp_path / "nowhere")
+
+
+def test_hub_copy_is_rescaled_to_the_release_scale(monkeypatch):
+    """Offline here, so `datasets.load_dataset` is replaced by an in-memory DatasetDict with the
+    hub copy's layout (sentence1, sentence2, score in [0, 1]; train/validation/test)."""
+    import datasets
+
+    rows = {"sentence1": ["a", "b"], "sentence2": ["c", "d"], "score": [0.5, 1.0]}
+    fake = datasets.DatasetDict({s: datasets.Dataset.from_dict(rows) for s in ("train", "validation", "test")})
+    requested = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda name, *a, **k: requested.append(name) or fake)
+    splits = load_stsb("hub")
+    assert requested == ["sentence-transformers/stsb"]
+    assert [e.score for e in splits["dev"]] == [2.5, 5.0]
+    assert set(splits) == {"train", "dev", "test"}

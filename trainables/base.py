@@ -24,13 +24,15 @@ from trainables.faults import maybe_hold
 _TRAINABLES: dict[str, type] = {}
 
 
-def register_trainable(name: str):
-    """Register a method's Trainable under `name` (checked to be an EpochTrainable)."""
+def register_trainable(name: str, *aliases: str):
+    """Register a method's Trainable under `name` (checked to be an EpochTrainable), and under
+    `aliases`: other method names the same class runs (e.g. TMFT after an upstream stage)."""
 
     def decorate(cls):
         if not issubclass(cls, EpochTrainable):
             raise TypeError(f"{cls.__name__} must subclass EpochTrainable to be registered")
-        _TRAINABLES[name] = cls
+        for key in (name, *aliases):
+            _TRAINABLES[key] = cls
         cls.method_name = name
         return cls
 
@@ -54,24 +56,19 @@ def pick_device() -> torch.device:
 
 
 def _assigned_cpus() -> int:
-    try:
-        import ray
+    import ray
 
-        return max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)))
-    except Exception:
+    if not ray.is_initialized():  # run outside Ray (benchmarks): use the whole machine
         return max(1, os.cpu_count() or 1)
+    return max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)))
 
 
 def _runtime_info() -> dict:
-    info = {"node_id": "", "gpu_ids": ""}
-    try:
-        import ray
+    import ray
 
-        info["node_id"] = ray.get_runtime_context().get_node_id()
-        info["gpu_ids"] = ",".join(str(g) for g in ray.get_gpu_ids())
-    except Exception:
-        pass
-    return info
+    if not ray.is_initialized():
+        return {"node_id": "", "gpu_ids": ""}
+    return {"node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids())}
 
 
 class EpochTrainable(tune.Trainable):
@@ -90,7 +87,7 @@ class EpochTrainable(tune.Trainable):
         self.epochs = int(config["epochs"])
         self.epoch = 0
         self.elapsed = 0.0
-        self.tracker = BestTracker(self.primary_metric)
+        self.tracker = BestTracker(self.primary_for(config))
         self.device = pick_device()
         torch.set_num_threads(_assigned_cpus())
         seed_everything(int(config["seed"]))
@@ -147,6 +144,10 @@ class EpochTrainable(tune.Trainable):
         self.load_method_state(state["method"], Path(checkpoint_dir))
 
     # --- what a method provides -------------------------------------------------------------
+    def primary_for(self, config: dict) -> str:
+        """The dev metric that picks the best epoch (default: the class's `primary_metric`)."""
+        return self.primary_metric
+
     def build(self, config: dict, data) -> None:
         raise NotImplementedError
 
