@@ -124,12 +124,6 @@ def plan_sweep(args: Namespace, method: str = "tmft", prog: str = "sweep") -> Sw
     from trainables.encoders import load_config, model_depth, resolve_model
     from trainables.tokenized import load_task, subset, tokenize_task
 
-    examples, checksums = load_task(args.task, args.data_dir)  # raises DataFormatError
-    if saved and saved.get("data_checksums") not in (None, checksums):
-        raise SweepInputError(f"--resume: the data in {args.data_dir} changed since the sweep started (checksums differ); resume with the original data.")
-    if args.max_eval_samples:
-        examples = {s: (rows if s == "train" else subset(rows, args.max_eval_samples)) for s, rows in examples.items()}
-
     model_ids = [m.strip() for m in args.models.split(",") if m.strip()]
     if args.smoke_test and args.models == build_parser("x", "").get_default("models"):
         model_ids = [_smoke_models(args, storage_path)]
@@ -142,6 +136,12 @@ def plan_sweep(args: Namespace, method: str = "tmft", prog: str = "sweep") -> Sw
         for layer in layers or []:
             if layer > depths[model]:
                 raise SweepInputError(f"--layers: layer {layer} is beyond {model}'s depth ({depths[model]} layers; valid 0..{depths[model]})")
+
+    examples, checksums = load_task(args.task, args.data_dir)  # raises DataFormatError
+    if saved and saved.get("data_checksums") not in (None, checksums):
+        raise SweepInputError(f"--resume: the data in {args.data_dir} changed since the sweep started (checksums differ); resume with the original data.")
+    if args.max_eval_samples:
+        examples = {s: (rows if s == "train" else subset(rows, args.max_eval_samples)) for s, rows in examples.items()}
 
     base = {
         "method": method, "task": args.task, "epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size,
