@@ -3,23 +3,95 @@ configuration, written by a Ray Tune callback (trials themselves never talk to M
 workers need no access to the store and a SQLite file has a single writer).
 
 A child run is found by (parent run, `embsweep.config_hash`) before one is created, so a
-retried, restored or resumed trial continues its own run; an epoch already logged is never
-logged twice (each run's logged steps are read back once). Schema: trainables/schema.py.
+retried, restored or resumed trial continues its own run; a metric is never logged twice at the
+same step (a run's logged steps are read back once). Schema: trainables/schema.py.
+
+Outages: every write goes through `MlflowWriter.submit` as one JSON-able operation that names
+its run by key (parent run id + config hash), never by run id. If the store is unreachable
+(connection refused, timeout, 5xx, a locked database), the operation and every later one are
+appended to a local spool (`<sweep dir>/mlflow-spool.jsonl`), one warning is printed, and
+training goes on; on later events the spool is replayed in order as soon as the store answers.
+Whatever is still spooled when the sweep ends stays on disk, and
+`python -m sweeps.mlflow_sync <spool>` uploads it later. Replaying is idempotent (runs are found
+or created by key, steps already logged are skipped), so a spool can be replayed any number of
+times, also after a partial replay.
 """
 from __future__ import annotations
 
+import json
 import math
+import os
+import sys
 import time
+from pathlib import Path
 
 from ray import tune
 
 from trainables import schema
+
+SPOOL_FILE = "mlflow-spool.jsonl"
+SYNC_COMMAND = "python -m sweeps.mlflow_sync"
+# MLflow's HTTP client retries a refused connection 7 times with exponential backoff (minutes)
+# and waits 120 s for an answer; the sweep driver must not stall that long, it spools instead.
+HTTP_ENV_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",  # no "View run" lines (and no extra request) per finished trial
+}
+_TRANSIENT_CODES = {"INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED", "DEADLINE_EXCEEDED"}
 
 
 def _client(tracking_uri: str):
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=tracking_uri)
+
+
+def is_http(tracking_uri: str) -> bool:
+    return str(tracking_uri).startswith(("http://", "https://"))
+
+
+def configure_http(tracking_uri: str) -> None:
+    """Short HTTP retries/timeouts for this process (values the user set are kept)."""
+    if is_http(tracking_uri):
+        for key, value in HTTP_ENV_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+
+
+def is_transient(error: BaseException) -> bool:
+    """True for failures that may go away by themselves: the store is down or overloaded."""
+    import requests
+
+    if isinstance(error, (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError, TimeoutError)):
+        return True
+    try:
+        from sqlalchemy.exc import OperationalError
+
+        if isinstance(error, OperationalError):  # e.g. "database is locked"
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(error, MlflowException):
+        text = str(error)
+        if "API request to" in text and "failed with" in text:  # refused, timed out, retries exhausted
+            return True
+        if "database is locked" in text or "unable to open database" in text:
+            return True
+        return getattr(error, "error_code", None) in _TRANSIENT_CODES
+    return False
+
+
+def _short(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    for needle, reason in (("Connection refused", "connection refused"), ("timed out", "timed out"),
+                           ("Connection aborted", "connection dropped"), ("RemoteDisconnected", "connection dropped"),
+                           ("Name or service not known", "unknown host"), ("database is locked", "database is locked")):
+        if needle in text:
+            return reason
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def ensure_experiment(tracking_uri: str, name: str) -> str:
@@ -29,14 +101,25 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
 
 
 def start_parent_run(tracking_uri: str, experiment: str, sweep_name: str, params: dict) -> str:
-    client = _client(tracking_uri)
-    experiment_id = ensure_experiment(tracking_uri, experiment)
-    run = client.create_run(
-        experiment_id, run_name=sweep_name,
-        tags={schema.TAG_ROLE: "sweep", schema.TAG_SWEEP: sweep_name},
-    )
-    for key, value in params.items():
-        client.log_param(run.info.run_id, key, _param_value(value))
+    """Create the sweep's parent run. An unreachable store stops the sweep before it starts."""
+    configure_http(tracking_uri)
+    try:
+        client = _client(tracking_uri)
+        experiment_id = ensure_experiment(tracking_uri, experiment)
+        run = client.create_run(
+            experiment_id, run_name=sweep_name,
+            tags={schema.TAG_ROLE: "sweep", schema.TAG_SWEEP: sweep_name},
+        )
+        from mlflow.entities import Param
+
+        client.log_batch(run.info.run_id, params=[Param(k, _param_value(v)) for k, v in params.items()])
+    except Exception as error:
+        if not is_transient(error):
+            raise
+        from trainables.errors import SweepInputError
+
+        hint = " (start one with: python -m sweeps.mlflow_server)" if is_http(tracking_uri) else ""
+        raise SweepInputError(f"--mlflow-uri {tracking_uri}: the MLflow store is unreachable, so the sweep did not start{hint}: {_short(error)}") from error
     return run.info.run_id
 
 
@@ -53,16 +136,39 @@ def trial_params(config: dict, static: dict) -> dict:
     return params
 
 
-class MlflowSweepCallback(tune.Callback):
-    """Logs every trial of a sweep as a child run of `parent_run_id`."""
+def spool_path(sweep_dir: str | None, parent_run_id: str) -> Path:
+    """`<sweep dir>/mlflow-spool.jsonl`; a sweep kept at a URI spools on this machine instead."""
+    if sweep_dir and "://" not in str(sweep_dir):
+        return Path(sweep_dir) / SPOOL_FILE
+    return Path.home() / ".cache" / "embsweep" / "mlflow-spool" / f"{parent_run_id}.jsonl"
 
-    def __init__(self, tracking_uri: str, parent_run_id: str, static_params: dict | None = None):
+
+# --- the one way to write -------------------------------------------------------------------
+class MlflowWriter:
+    """Applies write operations to MLflow, or spools them while the store is unreachable.
+
+    Operations (dicts, one JSON line each in the spool; `uri` is added by `submit`):
+      {"op": "run", "parent": P, "key": K, "name": N, "params": {...}}    find or create the child run
+      {"op": "log", "parent": P, "key": K, "metrics": [[key, value, timestamp_ms, step], ...],
+       "params": {...}, "tags": {...}}                                     steps already logged are skipped
+      {"op": "status", "parent": P, "key": K, "status": "RUNNING"|"FINISHED"|"FAILED", "time": ms}
+      {"op": "parent_status", "parent": P, "status": "FINISHED"|"FAILED", "time": ms}
+    """
+
+    def __init__(self, tracking_uri: str, spool: str | Path | None, retry_interval: float | None = None, stream=None):
         self.tracking_uri = tracking_uri
-        self.parent_run_id = parent_run_id
-        self.static_params = dict(static_params or {})
-        self._runs: dict[str, str] = {}
-        self._logged_steps: dict[str, set] = {}
+        self.spool = Path(spool) if spool else None
+        self.retry_interval = float(os.environ.get("EMBSWEEP_MLFLOW_RETRY_S", 10.0) if retry_interval is None else retry_interval)
+        self.stream = stream
         self._client = None
+        self._runs: dict[tuple[str, str], str] = {}
+        self._experiments: dict[str, str] = {}
+        self._steps: dict[tuple[str, str], set] = {}
+        self._fresh: set[str] = set()
+        self._last_attempt = 0.0
+        self._warned = False
+        self.refused: str | None = None
+        configure_http(tracking_uri)
 
     @property
     def client(self):
@@ -70,74 +176,302 @@ class MlflowSweepCallback(tune.Callback):
             self._client = _client(self.tracking_uri)
         return self._client
 
-    def __getstate__(self):  # Tune pickles callbacks into its experiment state
-        state = dict(self.__dict__)
-        state.update(_client=None, _runs={}, _logged_steps={})
-        return state
+    def _say(self, text: str) -> None:
+        print(text, file=self.stream or sys.stderr, flush=True)
 
-    # --- run lookup -----------------------------------------------------------------------
-    def run_for(self, config: dict) -> str:
-        key = schema.config_hash(config)
-        if key in self._runs:
-            return self._runs[key]
-        parent = self.client.get_run(self.parent_run_id)
+    # --- submitting ----------------------------------------------------------------------
+    def submit(self, op: dict) -> None:
+        """Apply `op` now, or spool it (in order, behind anything already spooled)."""
+        op = {"uri": self.tracking_uri, **op}
+        if self.spooling():
+            self._append(op)
+            self.maybe_drain()
+            return
+        try:
+            self.apply(op)
+        except Exception as error:
+            if self.spool is None:
+                raise
+            self._append(op)  # whatever went wrong, the write is kept and training goes on
+            self._failed(error)
+
+    def spooling(self) -> bool:
+        """Writes are waiting in the spool (so new ones queue behind them)."""
+        try:
+            return self.spool is not None and self.spool.stat().st_size > 0
+        except FileNotFoundError:
+            return False
+
+    def pending(self) -> int:
+        if self.spool is None or not self.spool.is_file():
+            return 0
+        with self.spool.open() as handle:
+            return sum(1 for line in handle if line.strip())
+
+    def _append(self, op: dict) -> None:
+        self.spool.parent.mkdir(parents=True, exist_ok=True)
+        with self.spool.open("a") as handle:
+            handle.write(json.dumps(op, sort_keys=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _failed(self, error: BaseException) -> None:
+        if is_transient(error):
+            self._outage(error)
+            return
+        # The store answered but refused the write: replaying it now would fail the same way, so
+        # stop sending for this process; the spool keeps it and all later writes for mlflow_sync.
+        self._forget()
+        if self.refused is None:
+            self.refused = _short(error)
+            self._say(
+                f"WARNING: MLflow at {self.tracking_uri} refused a write ({self.refused}). Training goes on; "
+                f"this and all later MLflow writes are kept in {self.spool}. Once the cause is fixed, "
+                f"upload them with: {SYNC_COMMAND} {self.spool}")
+
+    def _outage(self, error: BaseException) -> None:
+        self._last_attempt = time.monotonic()
+        self._forget()
+        if not self._warned:
+            self._warned = True
+            self._say(
+                f"WARNING: MLflow at {self.tracking_uri} is unreachable ({_short(error)}). Training goes on; "
+                f"MLflow writes are kept in {self.spool} and sent when the store answers again "
+                f"(tried every {self.retry_interval:g} s). To upload them later: {SYNC_COMMAND} {self.spool}")
+
+    def _forget(self) -> None:
+        """After a failure a write may have half-happened: read logged steps back before the next one."""
+        self._steps.clear()
+        self._fresh.clear()
+
+    # --- replaying -----------------------------------------------------------------------
+    def reachable(self, timeout: float = 2.0) -> bool:
+        """A cheap probe before replaying (a tracking server's /health; other stores: just try)."""
+        if not is_http(self.tracking_uri):
+            return True
+        import requests
+
+        try:
+            return requests.get(self.tracking_uri.rstrip("/") + "/health", timeout=timeout).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def maybe_drain(self, force: bool = False) -> bool:
+        """Replay the spool if the retry interval has passed (or `force`); True when it is empty."""
+        if not self.spooling():
+            return True
+        if self.refused is not None:
+            return False
+        if not force and time.monotonic() - self._last_attempt < self.retry_interval:
+            return False
+        self._last_attempt = time.monotonic()
+        if not self.reachable():
+            return False
+        return self.drain()
+
+    def drain(self) -> bool:
+        """Apply the spooled operations in order. Stops at the first failure and keeps the rest
+        (`refused` says why when the store answered with an error); True when everything was
+        sent (the spool file is then removed)."""
+        ops = read_spool(self.spool)
+        done = 0
+        try:
+            for op in ops:
+                self.apply(op)
+                done += 1
+        except Exception as error:
+            _write_spool(self.spool, ops[done:])
+            self._failed(error)
+            return False
+        self.spool.unlink(missing_ok=True)
+        if self._warned:
+            self._say(f"MLflow at {self.tracking_uri} answers again: {done} spooled write(s) logged.")
+            self._warned = False
+        return True
+
+    # --- applying one operation (idempotent) ---------------------------------------------
+    def apply(self, op: dict) -> None:
+        kind = op["op"]
+        if kind == "parent_status":
+            self.client.set_terminated(op["parent"], status=op["status"], end_time=op.get("time"))
+            return
+        run_id = self.resolve(op)
+        if kind == "run":
+            return
+        if kind == "status":
+            if op["status"] == "RUNNING":
+                self.client.update_run(run_id, status="RUNNING")
+            else:
+                self.client.set_terminated(run_id, status=op["status"], end_time=op.get("time"))
+            return
+        if kind != "log":
+            raise ValueError(f"unknown MLflow spool operation {kind!r}")
+        from mlflow.entities import Metric, Param, RunTag
+
+        metrics = [m for m in op.get("metrics", []) if int(m[3]) not in self._logged_steps(run_id, m[0])]
+        if not (metrics or op.get("params") or op.get("tags")):
+            return
+        self.client.log_batch(
+            run_id,
+            metrics=[Metric(k, float(v), int(ts), int(step)) for k, v, ts, step in metrics],
+            params=[Param(k, _param_value(v)) for k, v in op.get("params", {}).items()],
+            tags=[RunTag(k, str(v)) for k, v in op.get("tags", {}).items()],
+        )
+        for key, _, _, step in metrics:
+            self._steps[(run_id, key)].add(int(step))
+
+    def _logged_steps(self, run_id: str, key: str) -> set:
+        if (run_id, key) not in self._steps:
+            fresh = run_id in self._fresh
+            self._steps[(run_id, key)] = set() if fresh else {m.step for m in self.client.get_metric_history(run_id, key)}
+        return self._steps[(run_id, key)]
+
+    def resolve(self, op: dict) -> str:
+        """The child run of (parent, key): found by its tags, or created (with its params)."""
+        parent, key = op["parent"], op["key"]
+        if (parent, key) in self._runs:
+            return self._runs[(parent, key)]
+        if parent not in self._experiments:
+            self._experiments[parent] = self.client.get_run(parent).info.experiment_id
         found = self.client.search_runs(
-            [parent.info.experiment_id],
-            filter_string=f"tags.`{schema.TAG_PARENT}` = '{self.parent_run_id}' and tags.`{schema.TAG_CONFIG_HASH}` = '{key}'",
+            [self._experiments[parent]],
+            filter_string=f"tags.`{schema.TAG_PARENT}` = '{parent}' and tags.`{schema.TAG_CONFIG_HASH}` = '{key}'",
             max_results=2,
         )
+        params = {k: _param_value(v) for k, v in op.get("params", {}).items()} if op["op"] == "run" else {}
         if found:
             run_id = found[0].info.run_id
-            history = self.client.get_metric_history(run_id, "dev_" + _primary(config))
-            self._logged_steps[run_id] = {m.step for m in history}
+            params = {k: v for k, v in params.items() if k not in found[0].data.params}
         else:
-            name = "-".join(str(config.get(k)) for k in ("model", "layer", "seed") if k in config)
             run = self.client.create_run(
-                parent.info.experiment_id, run_name=f"{config.get('method', 'trial')}:{name}",
-                tags={schema.TAG_PARENT: self.parent_run_id, schema.TAG_ROLE: "trial", schema.TAG_CONFIG_HASH: key},
+                self._experiments[parent], run_name=op.get("name"),
+                tags={schema.TAG_PARENT: parent, schema.TAG_ROLE: "trial", schema.TAG_CONFIG_HASH: key},
             )
             run_id = run.info.run_id
-            self._logged_steps[run_id] = set()
+            self._fresh.add(run_id)
+        if params:
             from mlflow.entities import Param
 
-            params = trial_params(config, self.static_params)
-            self.client.log_batch(run_id, params=[Param(k, _param_value(v)) for k, v in params.items()])
-        self._runs[key] = run_id
+            self.client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
+        self._runs[(parent, key)] = run_id  # only once its params are in
         return run_id
+
+
+def read_spool(path: str | Path) -> list[dict]:
+    """The spooled operations; a torn last line (the driver died mid-write) is ignored."""
+    ops = []
+    lines = Path(path).read_text().splitlines() if Path(path).is_file() else []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            ops.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number != len(lines):
+                raise ValueError(f"{path}, line {number}: not a spooled MLflow operation") from None
+    return ops
+
+
+def _write_spool(path: Path, ops: list[dict]) -> None:
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_text("".join(json.dumps(op, sort_keys=True) + "\n" for op in ops))
+    os.replace(tmp, path)
+
+
+def finish_parent_run(tracking_uri: str, parent_run_id: str, status: str, sweep_dir: str | None) -> str | None:
+    """Mark the sweep's parent run finished (through the spool if need be) after one last try to
+    send whatever is spooled. Returns a warning to print when writes are still spooled."""
+    writer = MlflowWriter(tracking_uri, spool_path(sweep_dir, parent_run_id))
+    writer._warned = writer.pending() > 0
+    writer.maybe_drain(force=True)
+    writer.submit({"op": "parent_status", "parent": parent_run_id, "status": status, "time": int(time.time() * 1000)})
+    left = writer.pending()
+    if not left:
+        return None
+    why = f"the store refused one: {writer.refused}" if writer.refused else "the store is unreachable"
+    return (f"WARNING: {left} MLflow write(s) could not be sent to {tracking_uri} ({why}); they are kept in {writer.spool}.\n"
+            f"Upload them when the store is reachable (safe to run more than once): {SYNC_COMMAND} {writer.spool}")
+
+
+# --- the Tune callback ----------------------------------------------------------------------
+def run_name(config: dict) -> str:
+    """A child run's display name, e.g. `tmft electra-base-discriminator L6 s2` (params hold the full model id)."""
+    model = str(config.get("model", "")).rstrip("/").split("/")[-1]
+    return f"{config.get('method', 'trial')} {model} L{config.get('layer')} s{config.get('seed')}"
+
+
+class MlflowSweepCallback(tune.Callback):
+    """Logs every trial of a sweep as a child run of `parent_run_id` (spooling in `sweep_dir`
+    while the store is unreachable)."""
+
+    def __init__(self, tracking_uri: str, parent_run_id: str, static_params: dict | None = None,
+                 sweep_dir: str | None = None):
+        self.tracking_uri = tracking_uri
+        self.parent_run_id = parent_run_id
+        self.static_params = dict(static_params or {})
+        self.sweep_dir = sweep_dir
+        self._writer = None
+        self._seen: dict[str, set] = {}
+
+    @property
+    def writer(self) -> MlflowWriter:
+        if self._writer is None:
+            self._writer = MlflowWriter(self.tracking_uri, spool_path(self.sweep_dir, self.parent_run_id))
+        return self._writer
+
+    def __getstate__(self):  # Tune pickles callbacks into its experiment state
+        state = dict(self.__dict__)
+        state.update(_writer=None, _seen={})
+        return state
+
+    def __setstate__(self, state):
+        state.update(_writer=None, _seen={})
+        state.setdefault("sweep_dir", None)
+        self.__dict__.update(state)
+
+    def _op(self, kind: str, config: dict, **fields) -> dict:
+        return {"op": kind, "parent": self.parent_run_id, "key": schema.config_hash(config), **fields}
+
+    def run_for(self, config: dict) -> None:
+        """Make sure the trial's child run exists (or is spooled to be created)."""
+        key = schema.config_hash(config)
+        if key in self._seen:
+            return
+        params = {k: _param_value(v) for k, v in trial_params(config, self.static_params).items()}
+        self.writer.submit(self._op("run", config, name=run_name(config), params=params))
+        self._seen[key] = set()
 
     # --- Tune hooks -----------------------------------------------------------------------
     def on_trial_start(self, iteration, trials, trial, **info):
-        run_id = self.run_for(trial.config)
-        self.client.update_run(run_id, status="RUNNING")
+        self.run_for(trial.config)
+        self.writer.submit(self._op("status", trial.config, status="RUNNING"))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        from mlflow.entities import Metric, Param
-
-        run_id = self.run_for(trial.config)
+        self.run_for(trial.config)
+        seen = self._seen[schema.config_hash(trial.config)]
         step = int(result["epoch"])
-        if step in self._logged_steps[run_id]:
+        if step in seen:
             return
         now = int(time.time() * 1000)
-        metrics = [
-            Metric(k, float(v), now, step) for k, v in result.items()
-            if _is_metric(k, v)
-        ]
-        params, tags = [], []
-        if not self._logged_steps[run_id]:
-            from mlflow.entities import RunTag
-
-            params = [Param("params_truncated", str(result["params_truncated"]))] if "params_truncated" in result else []
-            tags = [RunTag("trial_id", trial.trial_id)] + [
-                RunTag(k, str(result[k])) for k in ("node_id", "device", "gpu_ids") if k in result
-            ]
-        self.client.log_batch(run_id, metrics=metrics, params=params, tags=tags)
-        self._logged_steps[run_id].add(step)
+        metrics = [[k, float(v), now, step] for k, v in result.items() if _is_metric(k, v)]
+        params, tags = {}, {}
+        if not seen:
+            params = {"params_truncated": str(result["params_truncated"])} if "params_truncated" in result else {}
+            tags = {"trial_id": trial.trial_id, **{k: str(result[k]) for k in ("node_id", "device", "gpu_ids") if k in result}}
+        self.writer.submit(self._op("log", trial.config, metrics=metrics, params=params, tags=tags))
+        seen.add(step)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self.client.set_terminated(self.run_for(trial.config), status="FINISHED")
+        self.run_for(trial.config)
+        self.writer.submit(self._op("status", trial.config, status="FINISHED", time=int(time.time() * 1000)))
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self.client.set_terminated(self.run_for(trial.config), status="FAILED")
+        self.run_for(trial.config)
+        self.writer.submit(self._op("status", trial.config, status="FAILED", time=int(time.time() * 1000)))
+
+    def on_step_end(self, iteration, trials, **info):
+        if self._writer is not None and self._writer.spooling():  # send spooled writes once the store is back
+            self._writer.maybe_drain()
 
 
 _EPOCH_KEYS = set(schema.EPOCH_METRICS) | set(schema.FINAL_METRICS)
@@ -152,4 +486,6 @@ def _is_metric(key: str, value) -> bool:
 
 
 def _primary(config: dict) -> str:
-    return {"mrpc": "f1", "sick": "f1"}.get(config.get("task", "stsb"), "spearman")
+    from trainables.tasks import primary_metric
+
+    return primary_metric(config.get("task", "stsb"), config)
