@@ -8,6 +8,11 @@ the trial is retried or resumed.
 Per-epoch metrics are logged with `step = epoch` (1-based; step 0 is the untrained encoder when
 `epochs = 0`). Classification tasks (MRPC, SICK) replace the `spearman`/`pearson` metrics with
 `f1`/`accuracy` (e.g. `dev_f1`, `test_f1_at_best_dev`).
+
+Chained methods (`ws+tmft`, `dapt+tmft`; sweeps/stages_plan.py): each upstream stage is a run with
+tag `embsweep.role` = "stage" (method `ws` or `dapt`, param and tag `stage_key`), a child of the
+sweep that computed it; every trial that starts from it has params `upstream_method`,
+`upstream_run_id` (that run) and `stage_key`.
 """
 from __future__ import annotations
 

@@ -62,7 +62,9 @@ def build_tiny_model(kind: str, directory, layers: int = 4, hidden: int = 32, se
     directory.mkdir(parents=True, exist_ok=True)
     vocab = _vocabulary(sentences)
     (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(directory / "vocab.txt"), do_lower_case=True, model_max_length=128)
+    # transformers 5 takes the vocabulary as `vocab` (a `vocab_file` argument is silently ignored).
+    # 126 tokens: MPNet/RoBERTa-style positions start at pad id + 1 = 1 (max_position_embeddings 128).
+    tokenizer = BertTokenizerFast(vocab=str(directory / "vocab.txt"), do_lower_case=True, model_max_length=126)
     tokenizer.save_pretrained(str(directory))
     torch.manual_seed(seed)
     model = AutoModel.from_config(_config(kind, len(vocab), layers, hidden))

@@ -2,7 +2,8 @@
 through Ray's object store (`tune.with_parameters`): a trial only pads and batches.
 
 A `TokenizedTask` holds, for each split, the token ids of both sentences of every pair (no
-padding) and the labels, plus the tokenizer's pad id and the data files' checksums.
+padding) and the labels (the task's `label`: a score, a 0/1 label or a class index; see
+trainables/tasks.py), plus the tokenizer's pad id and the data files' checksums.
 """
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainables.data.stsb import load_stsb, stsb_checksums
+from trainables.tasks import get_task, task_names
 
-TASKS = ("stsb",)
+TASKS = tuple(task_names())
 
 
 @dataclass
@@ -38,10 +39,8 @@ class TokenizedTask:
 
 
 def load_task(task: str, data_dir):
-    """Raw examples {split: [PairExample]} and data checksums for a task name."""
-    if task == "stsb":
-        return load_stsb(data_dir), stsb_checksums(data_dir)
-    raise ValueError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
+    """Raw examples {split: [pair example]} and data checksums for a task name (trainables/tasks.py)."""
+    return get_task(task).load(data_dir)
 
 
 def subset(examples: list, max_samples: int | None) -> list:
@@ -56,6 +55,7 @@ def tokenize_task(task: str, model_path, examples: dict, checksums: dict, max_tr
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    label = get_task(task).label
     splits = {}
     for split, rows in examples.items():
         if split == "train":
@@ -64,7 +64,7 @@ def tokenize_task(task: str, model_path, examples: dict, checksums: dict, max_tr
         splits[split] = TokenizedPairs(
             s1=encode([r.sentence1 for r in rows]),
             s2=encode([r.sentence2 for r in rows]),
-            labels=[float(r.score) for r in rows],
+            labels=[label(r) for r in rows],
         )
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return TokenizedTask(task, str(model_path), int(pad_id), splits, dict(checksums))

@@ -1,0 +1,115 @@
+"""WS+TMFT and DAPT+TMFT as chained stages (sweeps/improvements.py) on a real local Ray and MLflow store.
+
+One DAPT stage per model and one WS stage per (model, layer) are computed, whatever the number of
+seeds, and a second sweep with the same storage path computes nothing. Executions are counted in
+the stage store's log (`<storage>/stages/executions.jsonl`), written by the computing process."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from mlflow_helpers import runs_by_role
+from sweeps.improvements import main
+from sweeps.stages_plan import ROLE_STAGE, TAG_STAGE_KEY
+from trainables import schema
+from trainables.upstream import read_executions
+
+STAGE_FLAGS = ["--ws-epochs", "1", "--ws-max-train-samples", "64", "--dapt-epochs", "1", "--dapt-max-sentences", "48",
+               "--dapt-batch-size", "16", "--dapt-accumulation", "2"]
+
+
+def _stage_runs(uri: str, experiment: str = "test") -> list:
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    return client.search_runs([found.experiment_id], filter_string=f"tags.`{schema.TAG_ROLE}` = '{ROLE_STAGE}'", max_results=1000)
+
+
+def test_stages_are_computed_once_and_shared_across_seeds_layers_and_sweeps(sweep_env, tiny_models):
+    models = [tiny_models["bert"], tiny_models["electra-generator"]]
+    flags = ["--models", ",".join(models), "--layers", "0,1,2", "--seeds", "0,1", "--epochs", "1", "--improvement", "both",
+             *STAGE_FLAGS, *sweep_env["flags"]]
+    assert main([*flags, "--name", "first"]) == 0
+    stages = Path(sweep_env["storage"]) / "stages"
+    executions = read_executions(stages)
+    kinds = Counter((e["kind"], e["model"]) for e in executions)
+    assert {m: kinds[("dapt", m)] for m in models} == {m: 1 for m in models}, "DAPT must run exactly once per model"
+    ws_layers = Counter((e["model"], e["layer"]) for e in executions if e["kind"] == "ws")
+    assert ws_layers == Counter({(m, layer): 1 for m in models for layer in (0, 1, 2)}), "one WS stage per model and layer"
+    assert len(executions) == 2 + 6
+
+    parents, trials = runs_by_role(sweep_env["uri"])
+    stage_runs = {r.info.run_id: r for r in _stage_runs(sweep_env["uri"])}
+    assert len(trials) == 2 * 3 * 2 * 2 and len(stage_runs) == 8
+    assert Counter(t.data.params["method"] for t in trials) == {"ws+tmft": 12, "dapt+tmft": 12}
+    for stage in stage_runs.values():
+        assert stage.info.status == "FINISHED" and stage.data.params["method"] in ("ws", "dapt")
+        assert stage.data.tags[schema.TAG_PARENT] == parents[0].info.run_id
+        assert stage.data.tags[TAG_STAGE_KEY] == stage.data.params["stage_key"]
+        assert (stages / stage.data.params["stage_key"] / "stage.json").is_file()
+    for trial in trials:
+        params = trial.data.params
+        upstream = stage_runs[params["upstream_run_id"]]  # an existing run of this store
+        assert upstream.data.params["method"] == params["upstream_method"] == params["method"].split("+")[0]
+        assert upstream.data.params["stage_key"] == params["stage_key"]
+        assert upstream.data.params["model"] == params["model"]
+        assert trial.info.status == "FINISHED" and "best_dev_spearman" in trial.data.metrics
+        if params["method"] == "ws+tmft":
+            assert upstream.data.params["layer"] == params["layer"] and params["ws_selection"] == "cosine"
+            assert upstream.data.params["seed"] == "0"  # one WS stage for all seeds, as the paper
+        else:
+            assert params["dapt_corpus"] == "sick+stsb-train+wiki" and params["dapt_head"] == "auto"
+            assert upstream.data.params["head_source"] == "new"
+    # WS stages: one per (model, layer), shared by both seeds; DAPT: one per model, shared by all.
+    shared = Counter((t.data.params["method"], t.data.params["upstream_run_id"]) for t in trials)
+    assert sorted(n for (m, _), n in shared.items() if m == "ws+tmft") == [2] * 6
+    assert sorted(n for (m, _), n in shared.items() if m == "dapt+tmft") == [6, 6]
+
+    # The WS trial starts from the stage's weights, not the pretrained ones.
+    ws_trial = next(t for t in trials if t.data.params["method"] == "ws+tmft" and t.data.params["layer"] == "2")
+    manifest = json.loads((stages / ws_trial.data.params["stage_key"] / "stage.json").read_text())
+    assert manifest["metadata"]["config"]["layer"] == 2 and manifest["result"]["mlflow_run_id"] == ws_trial.data.params["upstream_run_id"]
+
+    # A second sweep with the same storage path reuses every stage: no new execution, same runs.
+    assert main(["--models", ",".join(models), "--layers", "2", "--seeds", "0", "--epochs", "0", "--improvement", "both",
+                 *STAGE_FLAGS, *sweep_env["flags"], "--name", "second"]) == 0
+    assert len(read_executions(stages)) == len(executions)
+    parents, trials = runs_by_role(sweep_env["uri"])
+    assert len(parents) == 2 and len(_stage_runs(sweep_env["uri"])) == 8
+    second = [t for t in trials if t.data.params["sweep"] == "second"]
+    assert len(second) == 4
+    first = {(t.data.params["method"], t.data.params["model"]): t.data.params["upstream_run_id"]
+             for t in trials if t.data.params["sweep"] == "first" and t.data.params["layer"] == "2"}
+    assert {(t.data.params["method"], t.data.params["model"]): t.data.params["upstream_run_id"] for t in second} == first
+
+
+def test_bad_stage_flags_stop_before_anything_runs(sweep_env, tiny_models, capsys):
+    from sweeps.stages_plan import stage_root
+    from trainables.errors import SweepInputError
+
+    flags = ["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", *sweep_env["flags"]]
+    assert main([*flags, "--ws-batch-size", "0"]) == 2
+    assert "--ws-batch-size must be a positive integer" in capsys.readouterr().err
+    assert main([*flags, "--dapt-corpus", "sick,nope"]) == 2
+    assert "unknown DAPT corpus source(s) 'nope'" in capsys.readouterr().err
+    assert not (Path(sweep_env["storage"]) / "stages").exists()
+    with pytest.raises(SweepInputError, match="--stage-dir"):
+        stage_root({"stage_dir": None}, "s3://bucket/runs")
+    assert stage_root({"stage_dir": "/mnt/nfs/stages"}, "s3://bucket/runs") == Path("/mnt/nfs/stages")
+
+
+def test_ws_selection_is_recorded_and_keys_the_stage(sweep_env, tiny_models):
+    from sweeps.improvements import parser
+    from sweeps.stages_plan import plan_improvements
+
+    args = parser().parse_args(["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0,1", "--improvement", "ws",
+                                "--ws-selection", "max4", *STAGE_FLAGS, *sweep_env["flags"]])
+    plan = plan_improvements(args)
+    assert {c["ws_selection"] for c in plan.configs} == {"max4"}
+    assert len({c["stage_key"] for c in plan.configs}) == 1  # both seeds share the layer's stage
+    args = parser().parse_args(["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", "--improvement", "ws",
+                                *STAGE_FLAGS, *sweep_env["flags"]])
+    assert plan_improvements(args).configs[0]["stage_key"] != plan.configs[0]["stage_key"]  # the rule is in the key

@@ -1,0 +1,166 @@
+"""The DAPT stage of DAPT+TMFT: masked-language-model pre-training of the full model
+(ELECTRA paper; METHODS.md M3).
+
+Inputs: a model and a sentence corpus (trainables/data/sentences.py; the paper's SNLI+MultiNLI
+`AllNLI` sentences where available, here by default SICK + STS-B train + the Wikipedia sample;
+the sources go into the stage config and the run's params as `corpus`).
+Masking: transformers' `DataCollatorForLanguageModeling`, 15% of tokens, 80/10/10
+(mask / random / keep), special and pad tokens never masked, seeded.
+Model and head: `AutoModelForMaskedLM`. With `head = "auto"` (default) the checkpoint's MLM head is
+used when it has one; a checkpoint without one (an encoder saved as `AutoModel`, e.g. the
+sentence-transformers models, or an ELECTRA discriminator) gets a newly initialised head whose
+decoder is tied to the input embeddings, and every head parameter is trained. `head = "authors"`
+does what the authors' code does for every model: a new head, decoder tied to the input
+embeddings, and the head's other parameters (transform, bias) left out of the optimiser.
+Loss: cross-entropy on the masked positions of the last layer. AdamW lr 2e-5, weight decay 0.01
+(not on LayerNorm/bias), batch 32 x gradient accumulation 8 (256 effective), 10 epochs, seed 0,
+warm-up over 10% of the optimiser steps then linear decay (the authors' scheduler counted batches,
+not optimiser steps, so their warm-up ran for 80% of training: METHODS.md ambiguity 8).
+
+Output (in the stage directory): `encoder/`, the encoder part of the MLM model after the last
+epoch (a model folder with the tokenizer; the TMFT trial truncates it to layer l), and the
+per-epoch history (`train_loss`, `masked_accuracy`) returned to the stage store's manifest.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from trainables.errors import SweepInputError
+
+STAGE_DEFAULTS = {
+    "epochs": 10, "batch_size": 32, "accumulation": 8, "lr": 2e-5, "weight_decay": 0.01, "warmup_ratio": 0.1,
+    "mlm_probability": 0.15, "mask_replace_prob": 0.8, "random_replace_prob": 0.1, "seed": 0, "head": "auto",
+    "max_length": None,
+}
+HEADS = ("auto", "authors")
+
+
+def stage_config(*, corpus: str, epochs: int, batch_size: int, accumulation: int, lr: float, head: str,
+                 random_init: bool, max_sentences: int | None, max_length: int | None = None) -> dict:
+    """The stage config that, with the model and the corpus checksum, keys a DAPT stage."""
+    if head not in HEADS:
+        raise SweepInputError(f"unknown --dapt-head {head!r}; valid: {', '.join(HEADS)}")
+    return {
+        **STAGE_DEFAULTS, "stage": "dapt", "corpus": corpus, "epochs": int(epochs), "batch_size": int(batch_size),
+        "accumulation": int(accumulation), "lr": float(lr), "head": head, "random_init": bool(random_init),
+        "max_sentences": max_sentences, "max_length": max_length,
+    }
+
+
+def check_model(model_path) -> None:
+    """Fail early when the architecture has no masked-LM class in transformers."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
+
+    config = AutoConfig.from_pretrained(str(model_path))
+    if type(config) not in MODEL_FOR_MASKED_LM_MAPPING:
+        raise SweepInputError(f"DAPT: transformers has no masked-LM model for {config.model_type!r} ({model_path}); "
+                              "run --improvement ws for it instead.")
+
+
+def _head_parameter_names(model) -> list[str]:
+    prefix = model.base_model_prefix + "."
+    return [name for name, _ in model.named_parameters() if not name.startswith(prefix)]
+
+
+def mlm_model(model_path, head: str = "auto", random_weights: bool = False, seed: int = 0):
+    """(AutoModelForMaskedLM, "pretrained" | "new"): the model with its MLM head, see the module doc."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    torch.manual_seed(seed)
+    if random_weights:
+        model = AutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(str(model_path)))
+        source = "new"
+    else:
+        model, info = AutoModelForMaskedLM.from_pretrained(str(model_path), output_loading_info=True)
+        prefix = model.base_model_prefix + "."
+        missing = set(info.get("missing_keys", ()))
+        missing_base = sorted(k for k in missing if k.startswith(prefix))
+        if missing_base:
+            raise SweepInputError(f"DAPT: {model_path} lacks encoder weights {missing_base[:3]}; is it the right folder?")
+        source = "new" if missing else "pretrained"
+        if head == "authors" and source == "pretrained":
+            fresh = AutoModelForMaskedLM.from_config(model.config)
+            fresh.base_model.load_state_dict(model.base_model.state_dict())
+            model, source = fresh, "new"
+    model.tie_weights()
+    if model.get_output_embeddings().weight is not model.get_input_embeddings().weight:
+        raise SweepInputError(f"DAPT: the MLM decoder of {model_path} could not be tied to its input embeddings")
+    if head == "authors":
+        for name, parameter in model.named_parameters():  # a tied decoder is listed once, as the embeddings
+            if not name.startswith(model.base_model_prefix + "."):
+                parameter.requires_grad_(False)
+    return model, source
+
+
+def compute(spec: dict, out_dir: Path) -> dict:
+    """Run the DAPT stage of `spec` (model_path, data_dir, config) and write `out_dir/encoder/`."""
+    from transformers import AutoTokenizer, DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
+
+    from trainables.base import pick_device, seed_everything
+    from trainables.data.sentences import dapt_corpus
+    from trainables.tmft import adamw_param_groups
+    from trainables.tokenized import subset
+
+    started = time.perf_counter()
+    config = spec["config"]
+    seed = int(config["seed"])
+    seed_everything(seed)
+    sentences, sources = dapt_corpus(spec["data_dir"], config["corpus"])
+    sentences = subset(sentences, config.get("max_sentences"))
+    tokenizer = AutoTokenizer.from_pretrained(str(spec["model_path"]))
+    limit = config.get("max_length")
+    ids = tokenizer(sentences, truncation=True, max_length=limit)["input_ids"] if limit else \
+        tokenizer(sentences, truncation=True)["input_ids"]
+    device = pick_device()
+    model, head_source = mlm_model(spec["model_path"], config["head"], bool(config.get("random_init")), seed)
+    model.to(device)
+    collator = DataCollatorForLanguageModeling(
+        tokenizer, mlm=True, mlm_probability=float(config["mlm_probability"]),
+        mask_replace_prob=float(config["mask_replace_prob"]), random_replace_prob=float(config["random_replace_prob"]),
+        seed=seed,
+    )
+    batch_size, accumulation, epochs = int(config["batch_size"]), int(config["accumulation"]), int(config["epochs"])
+    batches_per_epoch = math.ceil(len(ids) / batch_size)
+    steps = max(1, epochs * math.ceil(batches_per_epoch / accumulation))
+    optimizer = torch.optim.AdamW(adamw_param_groups(model, float(config["weight_decay"])), lr=float(config["lr"]))
+    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(float(config["warmup_ratio"]) * steps), steps)
+    history = []
+    for epoch in range(1, epochs + 1):
+        model.train()
+        order = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).tolist()
+        total_loss, total_masked, correct = 0.0, 0, 0
+        optimizer.zero_grad(set_to_none=True)
+        for index in range(batches_per_epoch):
+            batch = collator([{"input_ids": ids[i]} for i in order[index * batch_size:(index + 1) * batch_size]])
+            batch = {k: v.to(device) for k, v in batch.items()}
+            masked = batch["labels"] != -100
+            count = int(masked.sum())
+            output = model(**batch)
+            if count:  # a batch of very short sentences may have no masked token (its loss is NaN)
+                (output.loss / accumulation).backward()
+            if (index + 1) % accumulation == 0 or index + 1 == batches_per_epoch:
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+            if not count:
+                continue
+            total_loss += float(output.loss.detach()) * count
+            total_masked += count
+            correct += int((output.logits.detach().argmax(-1)[masked] == batch["labels"][masked]).sum())
+        history.append({"epoch": epoch, "train_loss": total_loss / max(1, total_masked),
+                        "masked_accuracy": 100.0 * correct / max(1, total_masked)})
+    encoder_dir = Path(out_dir) / "encoder"
+    model.base_model.save_pretrained(str(encoder_dir))
+    tokenizer.save_pretrained(str(encoder_dir))
+    return {
+        "history": history,
+        "final": {"wall_time_s": time.perf_counter() - started,
+                  **({"final_train_loss": history[-1]["train_loss"]} if history else {})},
+        "sentences": len(sentences), "corpus": sources, "head_source": head_source,
+        "optimizer_steps": steps if epochs else 0, "device": str(device),
+    }

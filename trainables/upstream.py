@@ -1,0 +1,129 @@
+"""Upstream stages (the first half of WS+TMFT and DAPT+TMFT), executed in the stage store.
+
+A stage is described by a plain-JSON `spec`:
+
+    {"kind": "ws" | "dapt", "key": <stage key>, "root": <stage store dir>, "model": <model id>,
+     "model_path": <local folder>, "data_dir": ..., "data_checksum": ..., "config": {...}}
+
+`key = stage_key(model id + weights fingerprint, config, data checksum)` (trainables/stages.py), so
+every trial and every later sweep with the same storage path that needs the same stage finds the
+same directory `<root>/<key>/`. `execute(spec, run_id, mlflow_uri)` returns the stage's manifest:
+it computes the stage under the store's lock unless it is already there (one process computes,
+concurrent callers wait and reuse). Each computation appends one line to
+`<root>/executions.jsonl` (key, kind, model, layer, seconds, host, pid): the record of how often
+stages really ran, which the tests and `benchmarks/stage_reuse.py` read.
+
+The MLflow run of a stage is created by the sweep driver (sweeps/stages_plan.py), which passes its
+id in; the manifest's `result` keeps it (`mlflow_run_id`, `mlflow_uri`) with the per-epoch history.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import socket
+import time
+from pathlib import Path
+
+EXECUTION_LOG = "executions.jsonl"
+KINDS = {"ws": "trainables.word_similarity", "dapt": "trainables.dapt"}
+METHODS = {"ws": "ws+tmft", "dapt": "dapt+tmft"}  # the downstream method of each stage kind
+TASKS = {"ws": "wordsim", "dapt": "mlm"}
+
+
+def model_fingerprint(model_path) -> str:
+    """A cheap identity of a local model folder: config.json and the weight files' names and sizes."""
+    path = Path(model_path)
+    digest = hashlib.sha256()
+    config = path / "config.json"
+    if config.is_file():
+        digest.update(config.read_bytes())
+    for weights in sorted(list(path.glob("*.safetensors")) + list(path.glob("*.bin"))):
+        digest.update(f"{weights.name}:{weights.stat().st_size}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def make_spec(kind: str, model: str, model_path, root, data_dir, data_checksum: str, config: dict) -> dict:
+    from trainables.stages import stage_key
+
+    if kind not in KINDS:
+        raise ValueError(f"unknown stage kind {kind!r}; known: {', '.join(KINDS)}")
+    identity = f"{model}@{model_fingerprint(model_path)}"
+    return {
+        "kind": kind, "key": stage_key(identity, config, data_checksum), "root": str(root), "model": model,
+        "model_identity": identity, "model_path": str(model_path), "data_dir": str(data_dir),
+        "data_checksum": data_checksum, "config": config,
+    }
+
+
+def _finite(value):
+    """JSON-safe: NaN and infinities become None (the manifest is strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def append_execution(root, record: dict) -> None:
+    line = json.dumps(record, sort_keys=True) + "\n"
+    fd = os.open(Path(root) / EXECUTION_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def read_executions(root) -> list[dict]:
+    path = Path(root) / EXECUTION_LOG
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _set_threads() -> None:
+    import torch
+
+    cpus = os.cpu_count() or 1
+    try:
+        import ray
+
+        if ray.is_initialized():  # in a Ray task: the CPUs it was given
+            cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", cpus)
+    except Exception:
+        pass
+    torch.set_num_threads(max(1, int(cpus)))
+
+
+def execute(spec: dict, run_id: str | None = None, mlflow_uri: str | None = None) -> dict:
+    """The stage's manifest, computing the stage first unless the store already holds it."""
+    import importlib
+
+    from trainables.stages import StageStore
+
+    store = StageStore(spec["root"])
+    module = importlib.import_module(KINDS[spec["kind"]])
+    if store.lookup(spec["key"]) is None:  # imports outside the timed compute (a fresh worker pays them once)
+        import transformers  # noqa: F401
+
+        import trainables.tmft  # noqa: F401
+
+    def compute(out_dir: Path) -> dict:
+        _set_threads()
+        started = time.time()
+        result = module.compute(spec, out_dir)
+        seconds = time.time() - started
+        append_execution(spec["root"], {
+            "key": spec["key"], "kind": spec["kind"], "model": spec["model"], "layer": spec["config"].get("layer"),
+            "seconds": seconds, "host": socket.gethostname(), "pid": os.getpid(), "finished": time.time(),
+            "mlflow_run_id": run_id,
+        })
+        (Path(out_dir) / "spec.json").write_text(json.dumps(spec, indent=2, sort_keys=True))
+        return _finite({**result, "mlflow_run_id": run_id, "mlflow_uri": mlflow_uri, "seconds": seconds})
+
+    metadata = {k: spec[k] for k in ("kind", "model", "model_identity", "data_checksum", "config")}
+    store.get_or_compute(spec["key"], compute, metadata)
+    return store.read_manifest(spec["key"])
