@@ -61,7 +61,7 @@ def main(argv=None):
     work = Path(tempfile.mkdtemp(prefix="orchestration-"))
     sentences = [e.sentence1 for e in load_stsb(default_data_dir(), splits=("train",))["train"][:2000]]
     model = build_tiny_model("bert", work / "tiny-bert", layers=4, hidden=64, sentences=sentences)
-    ray.init(num_cpus=args.concurrency, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=args.concurrency, include_dashboard=False, log_to_driver=False)
     common = ["--models", str(model), "--layers", args.layers, "--seeds", args.seeds, "--epochs", str(args.epochs),
               "--max-train-samples", str(args.train_samples), "--max-eval-samples", "300", "--batch-size", "16",
               "--cpus-per-trial", "1", "--gpus-per-trial", "0", "--storage-path", str(work / "runs"),

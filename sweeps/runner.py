@@ -186,7 +186,7 @@ def _init_ray(plan: SweepPlan) -> None:
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
     else:
-        ray.init(num_gpus=plan.args.get("local_gpus"), include_dashboard=False, runtime_env=runtime_env, log_to_driver=False)
+        ray.init(address="local", num_gpus=plan.args.get("local_gpus"), include_dashboard=False, runtime_env=runtime_env, log_to_driver=False)
 
 
 def _check_resources(plan: SweepPlan) -> None:

@@ -45,7 +45,7 @@ def ray_session():
     from sweeps.runner import QUIET_ENV
 
     os.environ.update(QUIET_ENV)
-    ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 

@@ -6,7 +6,9 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +57,10 @@ def two_nodes(tmp_path):
                 node.wait(timeout=30)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 os.killpg(node.pid, signal.SIGKILL)
+        # `ray start --head` records its address for later `ray.init()` calls; it is gone now
+        current = Path(tempfile.gettempdir(), "ray", "ray_current_cluster")
+        if current.is_file() and current.read_text().strip().endswith(f":{port}"):
+            current.unlink()
 
 
 def _status(address, env) -> str:
