@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.names import RANDOM_INIT_SUFFIX
 from trainables.errors import SweepInputError
 from trainables.schema import PARAMS, TAG_CONFIG_HASH, TAG_PARENT, TAG_ROLE, TAG_SWEEP
 
@@ -137,6 +138,15 @@ def _fill_from_history(client, frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _mark_random_init(frame: pd.DataFrame) -> pd.DataFrame:
+    """Randomly initialised runs (`--random-init`, the paper's Appendix E control) are a model of
+    their own in every summary, curve and table: "<model> (random init)"."""
+    if "random_init" in frame and "model" in frame:
+        random = frame["random_init"].astype(str).str.lower() == "true"
+        frame.loc[random, "model"] = frame.loc[random, "model"].astype(str) + RANDOM_INIT_SUFFIX
+    return frame
+
+
 def _order_and_type(frame: pd.DataFrame) -> pd.DataFrame:
     for name in INT_PARAMS:
         if name in frame:
@@ -180,6 +190,6 @@ def load_runs(tracking_uri: str, experiment: str | None = None, *, fill_from_his
             f"No trial runs (tag {TAG_ROLE} = '{ROLE_TRIAL}') in {where} at {tracking_uri}; run a sweep first, "
             "or pass the --experiment the sweep logged to."
         )
-    frame = _order_and_type(frame)
+    frame = _order_and_type(_mark_random_init(frame))
     frame.attrs["param_columns"] = [c for c in frame.columns if c in param_names]
     return frame

@@ -40,8 +40,14 @@ def _family(text: str) -> str:
     return _FAMILIES.get(text.lower(), text)
 
 
+RANDOM_INIT_SUFFIX = " (random init)"
+
+
 def short_name(model: str) -> str:
-    """The paper-style name of a model id or directory (see the module docstring)."""
+    """The paper-style name of a model id or directory (see the module docstring); a model the
+    loader marked as randomly initialised keeps its " (random init)" suffix."""
+    if str(model).endswith(RANDOM_INIT_SUFFIX):
+        return short_name(str(model)[: -len(RANDOM_INIT_SUFFIX)]) + RANDOM_INIT_SUFFIX
     last = PurePosixPath(str(model).rstrip("/")).name or str(model)
     for pattern, render in _PATTERNS:
         match = pattern.match(last)

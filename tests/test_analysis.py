@@ -300,3 +300,36 @@ def test_report_where_keeps_matching_runs_and_mixed_settings_are_flagged(store, 
     mixed.loc[mixed["seed"] == 0, "lr"] = 1e-4
     summary = summarize(mixed)
     assert (summary["configs"] == 2).all() and (summary["varying"] == "lr").all()
+
+
+def test_random_init_runs_are_a_model_of_their_own(tmp_path):
+    """Runs with random_init=True are never averaged with the pretrained runs of the same model."""
+    from mlflow import MlflowClient
+
+    from analysis.loader import load_runs
+    from analysis.names import short_name
+    from analysis.summary import summarize
+    from trainables import schema
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("ri")
+    parent = client.create_run(experiment, tags={schema.TAG_ROLE: "sweep", schema.TAG_SWEEP: "ri"}).info.run_id
+    for random_init, score in (("False", 80.0), ("True", 20.0)):
+        for seed in (0, 1):
+            run = client.create_run(experiment, tags={schema.TAG_ROLE: "trial", schema.TAG_PARENT: parent,
+                                                      schema.TAG_CONFIG_HASH: f"{random_init}{seed}"}).info.run_id
+            for key, value in dict(method="tmft", task="stsb", model="google/electra-base-discriminator", layer=3,
+                                   seed=seed, epochs=1, lr=2e-5, batch_size=32, params_truncated=10,
+                                   random_init=random_init).items():
+                client.log_param(run, key, value)
+            for key in ("best_dev_spearman", "test_spearman_at_best_dev"):
+                client.log_metric(run, key, score + seed)
+            client.set_terminated(run, "FINISHED")
+    runs = load_runs(uri)
+    summary = summarize(runs)
+    assert len(summary) == 2
+    by_model = dict(zip(summary["model"], summary["test_mean"]))
+    assert by_model["google/electra-base-discriminator"] == 80.5
+    assert by_model["google/electra-base-discriminator (random init)"] == 20.5
+    assert short_name("google/electra-base-discriminator (random init)").endswith("(random init)")
