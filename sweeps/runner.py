@@ -14,7 +14,6 @@ import time
 from argparse import Namespace
 from dataclasses import dataclass, field
 
-from trainables import schema
 from trainables.errors import SweepInputError
 from trainables.paths import PROJECT_ROOT
 from sweeps import storage

@@ -3,7 +3,6 @@ import json
 from pathlib import Path
 
 import pytest
-from mlflow import MlflowClient
 
 from sweeps.runner import main
 from mlflow_helpers import metric_steps, runs_by_role

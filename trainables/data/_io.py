@@ -5,6 +5,8 @@ and a missing file reported as a `DataFormatError` that says how to point the pr
 from __future__ import annotations
 
 import gzip
+import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -62,3 +64,36 @@ def header_index(path: Path, header: list[str], wanted: dict[str, tuple[str, ...
                 path, f"header has no column {' or '.join(repr(n) for n in names)} (found {stripped})", 1
             )
     return positions
+
+
+def file_checksum(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ReleaseSplits:
+    """A data set released as one file per split in a folder of the data root (`files`: split ->
+    file name), with a copy on the hub (`hub_id`); `data_dir` may be the root, the folder, or "hub"."""
+
+    folder: str
+    files: dict
+    hub_id: str
+    hint: str = ""
+
+    def paths(self, data_dir) -> dict[str, Path]:
+        base = Path(data_dir)
+        if (base / self.folder).is_dir():
+            base = base / self.folder
+        return {split: base / name for split, name in self.files.items()}
+
+    def load(self, data_dir, splits, read_file, load_hub) -> dict:
+        """{split: read_file(path)} for the release, or the hub copy's splits via `load_hub()`."""
+        if str(data_dir) == "hub":
+            return {s: v for s, v in load_hub().items() if s in splits}
+        paths = self.paths(data_dir)
+        return {split: read_file(paths[split]) for split in splits}
+
+    def checksums(self, data_dir) -> dict[str, str]:
+        if str(data_dir) == "hub":
+            return {"hub": self.hub_id}
+        return {split: file_checksum(require_file(path, self.hint)) for split, path in self.paths(data_dir).items()}

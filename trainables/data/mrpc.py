@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainables.data._io import iter_lines, require_file
-from trainables.data.stsb import PairExample, file_checksum
+from trainables.data._io import ReleaseSplits, iter_lines
+from trainables.data.stsb import PairExample
 from trainables.errors import DataFormatError
 
 SPLIT_FILES = {"train": "msr-para-train.tsv", "dev": "msr-para-val.tsv", "test": "msr-para-test.tsv"}
@@ -62,22 +62,13 @@ def _load_hub() -> dict[str, list[PairExample]]:
     }
 
 
-def mrpc_files(data_dir: Path) -> dict[str, Path]:
-    base = Path(data_dir)
-    if (base / "mrpc").is_dir():
-        base = base / "mrpc"
-    return {split: base / name for split, name in SPLIT_FILES.items()}
+RELEASE = ReleaseSplits("mrpc", SPLIT_FILES, HUB_ID, _HINT)
 
 
 def load_mrpc(data_dir, splits=("train", "dev", "test")) -> dict[str, list[PairExample]]:
     """Return {split: [PairExample(s1, s2, 0.0|1.0)]}; `data_dir` is the data root, its `mrpc/`, or "hub"."""
-    if str(data_dir) == "hub":
-        return {s: v for s, v in _load_hub().items() if s in splits}
-    files = mrpc_files(Path(data_dir))
-    return {split: _read_release_file(files[split]) for split in splits}
+    return RELEASE.load(data_dir, splits, _read_release_file, _load_hub)
 
 
 def mrpc_checksums(data_dir) -> dict[str, str]:
-    if str(data_dir) == "hub":
-        return {"mrpc": HUB_ID}
-    return {split: file_checksum(require_file(path, _HINT)) for split, path in mrpc_files(Path(data_dir)).items()}
+    return RELEASE.checksums(data_dir)

@@ -23,8 +23,8 @@ import json
 from pathlib import Path
 
 from trainables.data._io import header_index, iter_lines, require_file
-from trainables.data.sick import load_sick, sick_files
-from trainables.data.stsb import file_checksum, load_stsb, stsb_files
+from trainables.data.sick import RELEASE as SICK_RELEASE, load_sick
+from trainables.data.stsb import RELEASE as STSB_RELEASE, file_checksum, load_stsb
 from trainables.errors import DataFormatError, SweepInputError
 
 DAPT_SOURCES = ("sick", "stsb-train", "wiki", "allnli", "snli", "multinli")
@@ -111,9 +111,9 @@ def source_files(data_dir, source: str) -> list[Path]:
     """The files a source reads (for checksums)."""
     data_dir = Path(data_dir)
     if source == "sick":
-        return list(sick_files(data_dir).values())
+        return list(SICK_RELEASE.paths(data_dir).values())
     if source == "stsb-train":
-        return [stsb_files(data_dir)["train"]]
+        return [STSB_RELEASE.paths(data_dir)["train"]]
     if source == "wiki":
         return [data_dir / WIKI_FILE]
     if source == "allnli":

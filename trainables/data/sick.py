@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainables.data._io import header_index, iter_lines, parse_float, require_file
-from trainables.data.stsb import file_checksum
+from trainables.data._io import ReleaseSplits, header_index, iter_lines, parse_float
 from trainables.errors import DataFormatError
 
 SPLIT_FILES = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
@@ -98,22 +97,13 @@ def _load_hub() -> dict[str, list[LabelledPair]]:
     }
 
 
-def sick_files(data_dir: Path) -> dict[str, Path]:
-    base = Path(data_dir)
-    if (base / "sick").is_dir():
-        base = base / "sick"
-    return {split: base / name for split, name in SPLIT_FILES.items()}
+RELEASE = ReleaseSplits("sick", SPLIT_FILES, HUB_ID, _HINT)
 
 
 def load_sick(data_dir, splits=("train", "dev", "test")) -> dict[str, list[LabelledPair]]:
     """Return {split: [LabelledPair]}; `data_dir` is the data root, its `sick/`, or "hub"."""
-    if str(data_dir) == "hub":
-        return {s: v for s, v in _load_hub().items() if s in splits}
-    files = sick_files(Path(data_dir))
-    return {split: _read_release_file(files[split]) for split in splits}
+    return RELEASE.load(data_dir, splits, _read_release_file, _load_hub)
 
 
 def sick_checksums(data_dir) -> dict[str, str]:
-    if str(data_dir) == "hub":
-        return {"sick": HUB_ID}
-    return {split: file_checksum(require_file(path, _HINT)) for split, path in sick_files(Path(data_dir)).items()}
+    return RELEASE.checksums(data_dir)

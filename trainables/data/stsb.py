@@ -7,10 +7,10 @@ unescaped double quotes), or, when `data_dir == "hub"`, the hub copy `sentence-t
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainables.data._io import ReleaseSplits, file_checksum  # noqa: F401  (file_checksum: re-exported)
 from trainables.errors import DataFormatError
 
 SPLIT_FILES = {"train": "sts-train.csv", "dev": "sts-dev.csv", "test": "sts-test.csv"}
@@ -22,10 +22,6 @@ class PairExample:
     sentence1: str
     sentence2: str
     score: float  # the dataset's native scale; STS-B: 0-5
-
-
-def file_checksum(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
 def _read_release_file(path: Path) -> list[PairExample]:
@@ -63,22 +59,13 @@ def _load_hub() -> dict[str, list[PairExample]]:
     }
 
 
-def stsb_files(data_dir: Path) -> dict[str, Path]:
-    base = Path(data_dir)
-    if (base / "stsbenchmark").is_dir():
-        base = base / "stsbenchmark"
-    return {split: base / name for split, name in SPLIT_FILES.items()}
+RELEASE = ReleaseSplits("stsbenchmark", SPLIT_FILES, HUB_ID, "pass --data-dir pointing at the folder that holds stsbenchmark/")
 
 
 def load_stsb(data_dir, splits=("train", "dev", "test")) -> dict[str, list[PairExample]]:
     """Return {split: [PairExample]}; `data_dir` is the data root, its `stsbenchmark/`, or "hub"."""
-    if str(data_dir) == "hub":
-        return {s: v for s, v in _load_hub().items() if s in splits}
-    files = stsb_files(Path(data_dir))
-    return {split: _read_release_file(files[split]) for split in splits}
+    return RELEASE.load(data_dir, splits, _read_release_file, _load_hub)
 
 
 def stsb_checksums(data_dir) -> dict[str, str]:
-    if str(data_dir) == "hub":
-        return {"stsb": HUB_ID}
-    return {split: file_checksum(path) for split, path in stsb_files(Path(data_dir)).items()}
+    return RELEASE.checksums(data_dir)
