@@ -61,3 +61,22 @@ def sweep_env(tmp_path, ray_session, data_dir):
         "--gpus-per-trial", "0",
     ]
     return {"storage": storage, "uri": uri, "flags": flags, "tmp": tmp_path}
+
+
+@pytest.fixture
+def edit_trials(monkeypatch):
+    """`edit_trials(fn)`: the next sweeps call `fn(plan)` on their plan before they start (to
+    inject faults, or hold trials so that they overlap)."""
+    import sweeps.runner as runner
+
+    original = runner.plan_sweep
+
+    def install(edit):
+        def planned(args, **kwargs):
+            plan = original(args, **kwargs)
+            edit(plan)
+            return plan
+
+        monkeypatch.setattr(runner, "plan_sweep", planned)
+
+    return install

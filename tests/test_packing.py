@@ -2,6 +2,7 @@
 import pytest
 from transformers import BertConfig
 
+from sweep_helpers import hold_all
 from mlflow_helpers import runs_by_role
 from sweeps import packing
 from sweeps.runner import main
@@ -32,20 +33,10 @@ def test_memory_rule_matches_the_documented_formula():
     assert packing.trials_per_gpu(shape, gpu_memory_gb=1) == 1
 
 
-def test_auto_packing_on_logical_gpus(sweep_env, tiny_models, monkeypatch, capsys):
+def test_auto_packing_on_logical_gpus(sweep_env, tiny_models, edit_trials, capsys):
     """Tiny models pack to the cap: with --max-trials-per-gpu 2, four overlapping trials on the
     session's four logical GPUs use two of them, two trials each."""
-    import sweeps.runner as runner
-
-    original = runner.plan_sweep
-
-    def held(args, **kwargs):
-        plan = original(args, **kwargs)
-        for config in plan.configs:
-            config["_hold"] = 8
-        return plan
-
-    monkeypatch.setattr(runner, "plan_sweep", held)
+    edit_trials(hold_all(8))
     flags = list(sweep_env["flags"])
     flags[flags.index("--gpus-per-trial") + 1] = "auto"
     flags[flags.index("--cpus-per-trial") + 1] = "0.25"

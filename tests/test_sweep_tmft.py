@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from sweeps.runner import main
+from sweep_helpers import hold_all
 from mlflow_helpers import metric_steps, runs_by_role
 from trainables import schema
 from trainables.faults import fault_spec
@@ -47,21 +48,16 @@ def test_zero_epochs_evaluates_the_pretrained_truncated_encoder(sweep_env, tiny_
 
 
 @pytest.mark.parametrize("kind", ["raise", "kill"])
-def test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_duplicate_run(sweep_env, tiny_models, monkeypatch, kind):
+def test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_duplicate_run(sweep_env, tiny_models, edit_trials, kind):
     """The fault fires once in epoch 2 (the trial raises, or its worker gets SIGKILL); the retry
     restores epoch 1's checkpoint and finishes. Its metrics equal those of a sweep without it."""
-    import sweeps.runner as runner
-
     marker = sweep_env["tmp"] / "fault-fired"
-    original = runner.plan_sweep
 
-    def with_fault(args, **kwargs):
-        plan = original(args, **kwargs)
-        if args.name == "faulty":
+    def with_fault(plan):
+        if plan.name == "faulty":
             plan.configs[0]["_fault"] = fault_spec(2, kind, marker)
-        return plan
 
-    monkeypatch.setattr(runner, "plan_sweep", with_fault)
+    edit_trials(with_fault)
     common = ["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", "--epochs", "3", *sweep_env["flags"]]
     assert main([*common, "--name", "faulty"]) == 0
     assert marker.exists(), "the fault never fired"
@@ -75,19 +71,14 @@ def test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_dup
         assert faulty[0].data.metrics[key] == pytest.approx(clean[0].data.metrics[key], abs=1e-4), key
 
 
-def test_resume_reruns_errored_trials_under_the_same_parent(sweep_env, tiny_models, monkeypatch):
-    import sweeps.runner as runner
-
+def test_resume_reruns_errored_trials_under_the_same_parent(sweep_env, tiny_models, edit_trials):
     marker = sweep_env["tmp"] / "fault-fired"
-    original = runner.plan_sweep
 
-    def with_fault(args, **kwargs):
-        plan = original(args, **kwargs)
+    def with_fault(plan):
         if not plan.resuming:
             plan.configs[1]["_fault"] = fault_spec(2, "raise", marker)
-        return plan
 
-    monkeypatch.setattr(runner, "plan_sweep", with_fault)
+    edit_trials(with_fault)
     flags = ["--models", tiny_models["bert"], "--layers", "0,1", "--seeds", "0", "--epochs", "2", "--name", "res",
              "--max-failures", "0", *sweep_env["flags"]]
     assert main(flags) == 1, "one trial must have errored"
@@ -105,21 +96,11 @@ def test_resume_reruns_errored_trials_under_the_same_parent(sweep_env, tiny_mode
     assert all(c.data.tags[schema.TAG_PARENT] == saved["parent_run_id"] for c in children)
 
 
-def test_four_half_gpu_trials_share_two_logical_gpus(sweep_env, tiny_models, monkeypatch):
+def test_four_half_gpu_trials_share_two_logical_gpus(sweep_env, tiny_models, edit_trials):
     """Trials are held for a few seconds so that all four overlap (otherwise one reused actor
     may run them one after another)."""
-    import sweeps.runner as runner
-
-    original = runner.plan_sweep
-
-    def held(args, **kwargs):
-        plan = original(args, **kwargs)
-        for config in plan.configs:
-            config["_hold"] = 8
-        return plan
-
-    monkeypatch.setattr(runner, "plan_sweep", held)
-    flags = [f for f in sweep_env["flags"]]
+    edit_trials(hold_all(8))
+    flags = list(sweep_env["flags"])
     flags[flags.index("--gpus-per-trial") + 1] = "0.5"
     flags[flags.index("--cpus-per-trial") + 1] = "0.25"
     code = main(["--models", tiny_models["bert"], "--layers", "0,1", "--seeds", "0,1", "--epochs", "1",

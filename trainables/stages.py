@@ -71,7 +71,8 @@ def stage_key(model: str, stage_config: dict, data_checksum: str) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync(path: Path) -> None:
+    """Flush a file or a directory entry to disk, if the file system allows it."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -87,17 +88,8 @@ def _fsync_dir(path: Path) -> None:
 def _fsync_tree(path: Path) -> None:
     for dirpath, _, filenames in os.walk(path):
         for name in filenames:
-            try:
-                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                os.fsync(fd)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(dirpath))
+            _fsync(Path(dirpath, name))
+        _fsync(Path(dirpath))
 
 
 class StageStore:
@@ -226,7 +218,7 @@ class StageStore:
                     # Another host finished first (only possible where flock does not exclude).
                     shutil.rmtree(tmp, ignore_errors=True)
                     return final
-                _fsync_dir(self.root)
+                _fsync(self.root)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
