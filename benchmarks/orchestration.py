@@ -2,6 +2,11 @@
 
 overhead = sweep wall time / (sum of the trials' own times / trials at once) - 1
 
+and where it goes: the workers' start-up (a one-time cost per worker), the gaps between a
+worker's consecutive trials (Tune's per-trial handling, the part that grows with the number of
+trials) as a share of the time spent in trials, and what is left: the tail, when fewer trials
+than workers remain.
+
 A trial's own time is its `wall_time_s` (model build + training + evaluation, as the trial
 measures it); the sweep wall time is the whole Tune run (trial scheduling, worker start-up,
 checkpoints, MLflow logging), with Ray already started. Two variants run in the same process:
@@ -31,14 +36,34 @@ def run_variant(label: str, flags: list[str], concurrency: int) -> tuple[float, 
     from sweeps.runner import plan_sweep, run_sweep
 
     plan = plan_sweep(build_parser("orchestration", "").parse_args(flags), prog="orchestration")
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     with redirect_stdout(io.StringIO()):
         results = run_sweep(plan)
     wall = time.perf_counter() - started
     own = sum(r.metrics["wall_time_s"] for r in results if r.metrics)
     ideal = own / concurrency
-    print(f"{label:<28} {len(results):>6} {wall:>10.1f} {own:>14.1f} {ideal:>10.1f} {100 * (wall / ideal - 1):>9.1f}%")
+    split = decompose(results, started_at, started_at + wall)
+    line = f"{label:<28} {len(results):>6} {wall:>10.1f} {own:>14.1f} {ideal:>10.1f} {100 * (wall / ideal - 1):>9.1f}%"
+    if split["workers"] < len(results):  # with one worker per trial there is nothing between trials to measure
+        line += f" {split['startup']:>9.1f} {split['gaps']:>9.1f} {100 * split['gaps'] / split['busy']:>11.1f}%"
+    print(line)
     return wall, ideal, len(results)
+
+
+def decompose(results, fit_start: float, fit_end: float) -> dict:
+    """Where the lost time goes, from the trials' own result timestamps: `startup` = mean time
+    from the start of the sweep to each worker's first trial (worker start, imports); `gaps` =
+    the time workers sat between two of their trials (Tune's per-trial handling: result and
+    checkpoint processing, actor reset, scheduling); `busy` = time inside trials."""
+    by_worker = {}
+    for result in results:
+        frame = result.metrics_dataframe
+        begin = float(frame["timestamp"].iloc[0] - frame["time_this_iter_s"].iloc[0])
+        by_worker.setdefault(int(frame["pid"].iloc[0]), []).append((begin, float(frame["timestamp"].iloc[-1])))
+    startup = sum(min(b for b, _ in spans) - fit_start for spans in by_worker.values()) / len(by_worker)
+    busy = sum(end - begin for spans in by_worker.values() for begin, end in spans)
+    gaps = sum(max(e for _, e in spans) - min(b for b, _ in spans) for spans in by_worker.values()) - busy
+    return {"startup": startup, "gaps": gaps, "busy": busy, "workers": len(by_worker)}
 
 
 def main(argv=None):
@@ -66,7 +91,8 @@ def main(argv=None):
               "--max-train-samples", str(args.train_samples), "--max-eval-samples", "300", "--batch-size", "16",
               "--cpus-per-trial", "1", "--gpus-per-trial", "0", "--storage-path", str(work / "runs"),
               "--mlflow-uri", f"sqlite:///{work / 'mlflow.db'}", "--experiment", "orchestration"]
-    print(f"{'variant':<28} {'trials':>6} {'wall (s)':>10} {'sum trial (s)':>14} {'ideal (s)':>10} {'overhead':>10}")
+    print(f"{'variant':<28} {'trials':>6} {'wall (s)':>10} {'sum trial (s)':>14} {'ideal (s)':>10} {'overhead':>10}"
+          f" {'startup':>9} {'gaps (s)':>9} {'gaps/busy':>12}")
     reuse = run_variant("reused actors (default)", [*common, "--name", "reuse"], args.concurrency)
     fresh = run_variant("fresh worker per trial", [*common, "--name", "fresh", "--no-reuse-actors"], args.concurrency)
     per_trial = lambda v: (v[0] - v[1]) * args.concurrency / v[2]
