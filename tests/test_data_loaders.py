@@ -286,3 +286,23 @@ def test_dapt_sources_validation(tmp_path):
     assert parse_sources("sick, wiki,sick") == ("sick", "wiki")
     with pytest.raises(DataFormatError, match="wiki1m-prefix.txt"):
         dapt_corpus(tmp_path, "wiki")
+
+
+@pytest.mark.parametrize("loader, hub_id, rows, expected", [
+    (load_mrpc, "SetFit/mrpc", {"text1": ["a"], "text2": ["b"], "label": [1]}, ("a", "b", 1.0)),
+    (load_sick, "RobZamp/sick", {"sentence_A": ["a"], "sentence_B": ["b"], "relatedness_score": [4.5],
+                                 "entailment_AB": ["A_contradicts_B"]}, ("a", "b", 4.5, 2)),
+])
+def test_hub_copies_map_to_the_release_records(monkeypatch, loader, hub_id, rows, expected):
+    """Offline here: `datasets.load_dataset` is replaced by an in-memory DatasetDict with the
+    hub copy's columns and splits (train / validation / test)."""
+    import dataclasses
+
+    import datasets
+
+    fake = datasets.DatasetDict({s: datasets.Dataset.from_dict(rows) for s in ("train", "validation", "test")})
+    requested = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda name, *a, **k: requested.append(name) or fake)
+    splits = loader("hub")
+    assert requested == [hub_id] and set(splits) == {"train", "dev", "test"}
+    assert dataclasses.astuple(splits["dev"][0]) == expected

@@ -70,6 +70,9 @@ def file_checksum(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
+HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+
+
 @dataclass(frozen=True)
 class ReleaseSplits:
     """A data set released as one file per split in a folder of the data root (`files`: split ->
@@ -86,10 +89,14 @@ class ReleaseSplits:
             base = base / self.folder
         return {split: base / name for split, name in self.files.items()}
 
-    def load(self, data_dir, splits, read_file, load_hub) -> dict:
-        """{split: read_file(path)} for the release, or the hub copy's splits via `load_hub()`."""
+    def load(self, data_dir, splits, read_file, hub_row) -> dict:
+        """{split: read_file(path)} for the release, or {split: [hub_row(row)]} for the hub copy
+        (its splits train / validation / test)."""
         if str(data_dir) == "hub":
-            return {s: v for s, v in load_hub().items() if s in splits}
+            from datasets import load_dataset
+
+            dataset = load_dataset(self.hub_id)
+            return {split: [hub_row(row) for row in dataset[HUB_SPLITS[split]]] for split in splits}
         paths = self.paths(data_dir)
         return {split: read_file(paths[split]) for split in splits}
 

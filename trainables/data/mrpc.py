@@ -51,15 +51,8 @@ def _read_release_file(path: Path) -> list[PairExample]:
     return examples
 
 
-def _load_hub() -> dict[str, list[PairExample]]:
-    from datasets import load_dataset
-
-    dataset = load_dataset(HUB_ID)
-    names = {"train": "train", "dev": "validation", "test": "test"}
-    return {
-        split: [PairExample(r["text1"], r["text2"], float(r["label"])) for r in dataset[hub_split]]
-        for split, hub_split in names.items()
-    }
+def _hub_row(row) -> PairExample:
+    return PairExample(row["text1"], row["text2"], float(row["label"]))
 
 
 RELEASE = ReleaseSplits("mrpc", SPLIT_FILES, HUB_ID, _HINT)
@@ -67,7 +60,7 @@ RELEASE = ReleaseSplits("mrpc", SPLIT_FILES, HUB_ID, _HINT)
 
 def load_mrpc(data_dir, splits=("train", "dev", "test")) -> dict[str, list[PairExample]]:
     """Return {split: [PairExample(s1, s2, 0.0|1.0)]}; `data_dir` is the data root, its `mrpc/`, or "hub"."""
-    return RELEASE.load(data_dir, splits, _read_release_file, _load_hub)
+    return RELEASE.load(data_dir, splits, _read_release_file, _hub_row)
 
 
 def mrpc_checksums(data_dir) -> dict[str, str]:

@@ -83,18 +83,8 @@ def _hub_label(value) -> int:
     raise DataFormatError(HUB_ID, f"unknown entailment_AB value {value!r}")
 
 
-def _load_hub() -> dict[str, list[LabelledPair]]:
-    from datasets import load_dataset
-
-    dataset = load_dataset(HUB_ID)
-    names = {"train": "train", "dev": "validation", "test": "test"}
-    return {
-        split: [
-            LabelledPair(r["sentence_A"], r["sentence_B"], float(r["relatedness_score"]), _hub_label(r["entailment_AB"]))
-            for r in dataset[hub_split]
-        ]
-        for split, hub_split in names.items()
-    }
+def _hub_row(row) -> LabelledPair:
+    return LabelledPair(row["sentence_A"], row["sentence_B"], float(row["relatedness_score"]), _hub_label(row["entailment_AB"]))
 
 
 RELEASE = ReleaseSplits("sick", SPLIT_FILES, HUB_ID, _HINT)
@@ -102,7 +92,7 @@ RELEASE = ReleaseSplits("sick", SPLIT_FILES, HUB_ID, _HINT)
 
 def load_sick(data_dir, splits=("train", "dev", "test")) -> dict[str, list[LabelledPair]]:
     """Return {split: [LabelledPair]}; `data_dir` is the data root, its `sick/`, or "hub"."""
-    return RELEASE.load(data_dir, splits, _read_release_file, _load_hub)
+    return RELEASE.load(data_dir, splits, _read_release_file, _hub_row)
 
 
 def sick_checksums(data_dir) -> dict[str, str]:

@@ -48,15 +48,8 @@ def _read_release_file(path: Path) -> list[PairExample]:
     return examples
 
 
-def _load_hub() -> dict[str, list[PairExample]]:
-    from datasets import load_dataset
-
-    dataset = load_dataset(HUB_ID)
-    names = {"train": "train", "dev": "validation", "test": "test"}
-    return {
-        split: [PairExample(r["sentence1"], r["sentence2"], float(r["score"]) * 5.0) for r in dataset[hub_split]]
-        for split, hub_split in names.items()
-    }
+def _hub_row(row) -> PairExample:
+    return PairExample(row["sentence1"], row["sentence2"], float(row["score"]) * 5.0)
 
 
 RELEASE = ReleaseSplits("stsbenchmark", SPLIT_FILES, HUB_ID, "pass --data-dir pointing at the folder that holds stsbenchmark/")
@@ -64,7 +57,7 @@ RELEASE = ReleaseSplits("stsbenchmark", SPLIT_FILES, HUB_ID, "pass --data-dir po
 
 def load_stsb(data_dir, splits=("train", "dev", "test")) -> dict[str, list[PairExample]]:
     """Return {split: [PairExample]}; `data_dir` is the data root, its `stsbenchmark/`, or "hub"."""
-    return RELEASE.load(data_dir, splits, _read_release_file, _load_hub)
+    return RELEASE.load(data_dir, splits, _read_release_file, _hub_row)
 
 
 def stsb_checksums(data_dir) -> dict[str, str]:
