@@ -72,7 +72,10 @@ def _smoke_models(args, storage_path: str) -> str:
     from trainables.data.stsb import load_stsb
     from trainables.tiny import build_tiny_model
 
-    target = os.path.join(storage_path if not storage.is_uri(storage_path) else "/tmp", "_smoke_models", "tiny-bert")
+    import tempfile
+
+    local = storage_path if not storage.is_uri(storage_path) else tempfile.gettempdir()
+    target = os.path.join(local, "_smoke_models", "tiny-bert")
     if not os.path.isfile(os.path.join(target, "config.json")):
         sentences = [e.sentence1 for e in load_stsb(args.data_dir)["train"][:2000]]
         build_tiny_model("bert", target, layers=4, hidden=32, sentences=sentences)
