@@ -14,10 +14,8 @@ _BERT_MINIATURES = {
     (2, 128): "tiny", (4, 256): "mini", (4, 512): "small", (8, 512): "medium", (12, 768): "base",
 }
 _PATTERNS = [
-    (re.compile(r"^(?P<family>\w*electra|electricidad)-(?P<size>small|base|large)(?:-v\d+)?-discriminator$", re.I),
-     lambda m: f"{_family(m['family'])}-D {m['size'].lower()}"),
-    (re.compile(r"^(?P<family>\w*electra|electricidad)-(?P<size>small|base|large)(?:-v\d+)?-generator$", re.I),
-     lambda m: f"{_family(m['family'])}-G {m['size'].lower()}"),
+    (re.compile(r"^(?P<family>\w*electra|electricidad)-(?P<size>small|base|large)(?:-v\d+)?-(?P<kind>discriminator|generator)$", re.I),
+     lambda m: f"{_family(m['family'])}-{m['kind'][0].upper()} {m['size'].lower()}"),
     (re.compile(r"^(?P<family>gelectra)-(?P<size>small|base|large)$", re.I),
      lambda m: f"{_family(m['family'])}-D {m['size'].lower()}"),
     (re.compile(r"^bert-(?P<size>tiny|mini|small|medium|base|large)(?:-cased|-uncased)?$", re.I),
