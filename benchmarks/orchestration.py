@@ -32,10 +32,9 @@ def run_variant(label: str, flags: list[str], concurrency: int) -> tuple[float, 
     import io
     from contextlib import redirect_stdout
 
-    from sweeps.cli import build_parser
-    from sweeps.runner import plan_sweep, run_sweep
+    from sweeps.engine.runner import parser_for, plan_sweep, run_sweep
 
-    plan = plan_sweep(build_parser("orchestration", "").parse_args(flags), prog="orchestration")
+    plan = plan_sweep(parser_for(prog="orchestration").parse_args(flags), prog="orchestration")
     started, started_at = time.perf_counter(), time.time()
     with redirect_stdout(io.StringIO()):
         results = run_sweep(plan)
@@ -77,7 +76,7 @@ def main(argv=None):
 
     import ray
 
-    from sweeps.runner import QUIET_ENV
+    from sweeps.engine.runner import QUIET_ENV
     from trainables.data.stsb import load_stsb
     from trainables.paths import default_data_dir
     from trainables.tiny import build_tiny_model

@@ -1,2 +1,3 @@
-"""Sweep scripts (one per experiment family) and the machinery they share: the command line
-(`sweeps.cli`) and running, resuming and reporting a sweep on Ray Tune (`sweeps.runner`)."""
+"""Sweep scripts, one per experiment family (a search space and a call to the engine), the
+driver machinery they share (`sweeps.engine`), and the user commands around sweeps
+(`mlflow_server`, `mlflow_sync`, `cluster_config`)."""

@@ -5,11 +5,15 @@
     python sweeps/electra_layers.py --models sentence-transformers/all-MiniLM-L6-v2 --seeds 0
 
 Defaults are the paper's: ELECTRA-base discriminator and generator and BERT-base-cased, every
-layer, seeds 0-4, 10 epochs, batch 32, lr 2e-5 (METHODS.md M1). `--help` lists every flag.
+layer, seeds 0-4, 10 epochs, batch 32, lr 2e-5 (METHODS.md M1; trainables/tmft.py). `--help`
+lists every flag.
 """
+import functools
 import sys
 
-from sweeps.runner import main
+from sweeps.engine import runner
+
+main = functools.partial(runner.main, prog="electra_layers", description=__doc__.split("\n\n")[0], method="tmft")
 
 if __name__ == "__main__":
-    sys.exit(main(prog="electra_layers", description=__doc__.split("\n\n")[0]))
+    sys.exit(main())

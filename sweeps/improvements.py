@@ -7,42 +7,15 @@
 The same models x layers x seeds and flags as electra_layers.py, plus `--improvement ws|dapt|both`
 and the stage settings (`--ws-*`, `--dapt-*`; defaults from METHODS.md M2 and M3). Each stage (WS:
 one per model and layer, seed 0; DAPT: one per model) is computed once into the stage store
-`<storage-path>/stages/` and reused by every trial and every later sweep that needs it; see
-sweeps/stages_plan.py. `--help` lists every flag.
+`<storage-path>/stages/` and reused by every trial and every later sweep that needs it
+(trainables/improvements.py). `--help` lists every flag.
 """
-from __future__ import annotations
-
+import functools
 import sys
 
-from sweeps.cli import build_parser
-from trainables.errors import SweepInputError
+from sweeps.engine import runner
 
-
-def parser(prog: str = "improvements", description: str = ""):
-    from sweeps.stages_plan import add_stage_arguments
-
-    built = build_parser(prog, description or __doc__.split("\n\n")[0])
-    add_stage_arguments(built)
-    return built
-
-
-def main(argv=None, prog: str = "improvements") -> int:
-    from sweeps.runner import run_sweep
-    from sweeps.stages_plan import StageError, plan_improvements
-
-    args = parser(prog).parse_args(argv)
-    try:
-        plan = plan_improvements(args, prog=prog)
-        results = run_sweep(plan)
-    except SweepInputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except StageError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    failed = any(r.error for r in results) or bool(getattr(plan, "failed_stages", None))
-    return 1 if failed else 0
-
+main = functools.partial(runner.main, prog="improvements", description=__doc__.split("\n\n")[0], method="improvements")
 
 if __name__ == "__main__":
     sys.exit(main())

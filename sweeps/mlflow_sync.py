@@ -16,7 +16,7 @@ import io
 import sys
 from pathlib import Path
 
-from trainables.tracking import SPOOL_FILE, MlflowWriter, read_spool
+from sweeps.engine.tracking import SPOOL_FILE, MlflowWriter, read_spool
 
 
 class RefusedWrite(RuntimeError):

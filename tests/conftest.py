@@ -42,7 +42,7 @@ def tiny_models(tmp_path_factory, stsb_sentences):
 def ray_session():
     import ray
 
-    from sweeps.runner import QUIET_ENV
+    from sweeps.engine.runner import QUIET_ENV
 
     os.environ.update(QUIET_ENV)
     ray.init(address="local", num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
@@ -67,7 +67,7 @@ def sweep_env(tmp_path, ray_session, data_dir):
 def edit_trials(monkeypatch):
     """`edit_trials(fn)`: the next sweeps call `fn(plan)` on their plan before they start (to
     inject faults, or hold trials so that they overlap)."""
-    import sweeps.runner as runner
+    import sweeps.engine.runner as runner
 
     original = runner.plan_sweep
 

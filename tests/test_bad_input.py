@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.runner import main
+from sweeps.engine.runner import main
 
 
 @pytest.fixture
@@ -96,10 +96,9 @@ def test_existing_sweep_name_is_not_overwritten(run, tiny_models, tmp_path):
 def test_gpus_requested_on_a_machine_without_gpus(tmp_path, data_dir, tiny_models, capsys):
     """A local Ray without GPUs cannot run GPU trials: refused before the sweep starts.
     Uses the planning step only (the session's Ray has logical GPUs)."""
-    import sweeps.runner as runner
-    from sweeps.cli import build_parser
+    import sweeps.engine.runner as runner
 
-    args = build_parser("t", "").parse_args(["--models", tiny_models["bert"], "--gpus-per-trial", "0.5", "--storage-path", str(tmp_path),
+    args = runner.parser_for().parse_args(["--models", tiny_models["bert"], "--gpus-per-trial", "0.5", "--storage-path", str(tmp_path),
                                              "--data-dir", str(data_dir), "--seeds", "0", "--layers", "0"])
     plan = runner.plan_sweep(args)
     from unittest import mock

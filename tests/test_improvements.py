@@ -5,16 +5,19 @@ seeds, and a second sweep with the same storage path computes nothing. Execution
 the stage store's log (`<storage>/stages/executions.jsonl`), written by the computing process."""
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from pathlib import Path
+
 
 import pytest
 from mlflow import MlflowClient
 
 from mlflow_helpers import runs_by_role
 from sweeps.improvements import main
-from sweeps.stages_plan import ROLE_STAGE, TAG_STAGE_KEY
+from sweeps.engine.stages_plan import ROLE_STAGE, TAG_STAGE_KEY
+from trainables.stages import stage_root
 from trainables import schema
 from trainables.upstream import read_executions
 
@@ -87,7 +90,6 @@ def test_stages_are_computed_once_and_shared_across_seeds_layers_and_sweeps(swee
 
 
 def test_bad_stage_flags_stop_before_anything_runs(sweep_env, tiny_models, capsys):
-    from sweeps.stages_plan import stage_root
     from trainables.errors import SweepInputError
 
     flags = ["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", *sweep_env["flags"]]
@@ -97,13 +99,15 @@ def test_bad_stage_flags_stop_before_anything_runs(sweep_env, tiny_models, capsy
     assert "unknown DAPT corpus source(s) 'nope'" in capsys.readouterr().err
     assert not (Path(sweep_env["storage"]) / "stages").exists()
     with pytest.raises(SweepInputError, match="--stage-dir"):
-        stage_root({"stage_dir": None}, "s3://bucket/runs")
-    assert stage_root({"stage_dir": "/mnt/nfs/stages"}, "s3://bucket/runs") == Path("/mnt/nfs/stages")
+        stage_root(None, "s3://bucket/runs")
+    assert stage_root("/mnt/nfs/stages", "s3://bucket/runs") == Path("/mnt/nfs/stages")
 
 
 def test_ws_selection_is_recorded_and_keys_the_stage(sweep_env, tiny_models):
-    from sweeps.improvements import parser
-    from sweeps.stages_plan import plan_improvements
+    from sweeps.engine.runner import parser_for, plan_sweep
+
+    parser = functools.partial(parser_for, "improvements")
+    plan_improvements = functools.partial(plan_sweep, method="improvements")
 
     args = parser().parse_args(["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0,1", "--improvement", "ws",
                                 "--ws-selection", "max4", *STAGE_FLAGS, *sweep_env["flags"]])

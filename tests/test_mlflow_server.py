@@ -11,7 +11,7 @@ import pytest
 
 from server_helpers import MlflowServer, free_port, metrics, params, tags
 from sweeps import mlflow_server, mlflow_sync
-from sweeps.runner import main
+from sweeps.engine.runner import main
 from trainables import schema, tracking
 
 ALL_METRICS = set(schema.EPOCH_METRICS) | set(schema.FINAL_METRICS)

@@ -4,33 +4,34 @@ from transformers import BertConfig
 
 from sweep_helpers import hold_all
 from mlflow_helpers import runs_by_role
-from sweeps import packing
-from sweeps.runner import main
+from sweeps.engine import packing
+from trainables import encoder_cost as cost
+from sweeps.engine.runner import main
 
 BERT_BASE = BertConfig()  # 12 layers, hidden 768, 12 heads, vocabulary 30522: built locally, nothing fetched
 
 
 def test_shallow_layers_and_small_batches_pack_more_trials_per_gpu():
-    per_layer = [packing.trials_per_gpu(packing.shape_from_config(BERT_BASE, layer, 32, 128)) for layer in range(13)]
+    per_layer = [packing.trials_per_gpu(cost.trial_memory_bytes(cost.shape_from_config(BERT_BASE, layer, 32, 128))) for layer in range(13)]
     assert per_layer == sorted(per_layer, reverse=True), per_layer
     assert per_layer[0] == 4 and per_layer[12] < per_layer[0]
-    big_batch = packing.trials_per_gpu(packing.shape_from_config(BERT_BASE, 12, 256, 128))
+    big_batch = packing.trials_per_gpu(cost.trial_memory_bytes(cost.shape_from_config(BERT_BASE, 12, 256, 128)))
     assert big_batch <= per_layer[12] and big_batch >= 1
 
 
 def test_memory_rule_matches_the_documented_formula():
-    shape = packing.shape_from_config(BERT_BASE, 12, 32, 128)
+    shape = cost.shape_from_config(BERT_BASE, 12, 32, 128)
     from transformers import BertModel
 
     from trainables.encoders import count_parameters
 
     assert shape.params == count_parameters(BertModel(BERT_BASE, add_pooling_layer=False))
     activations = 64 * 128 * 12 * (34 * 768 + 5 * 12 * 128) * 2
-    expected = 16 * shape.params + activations + 64 * 128 * 768 * 16 + packing.GIB
-    assert packing.trial_memory_bytes(shape) == expected
-    assert packing.trials_per_gpu(shape, gpu_memory_gb=24) == int(0.9 * 24 * packing.GIB // expected)
-    assert packing.trials_per_gpu(shape, gpu_memory_gb=80, cap=3) == 3
-    assert packing.trials_per_gpu(shape, gpu_memory_gb=1) == 1
+    expected = 16 * shape.params + activations + 64 * 128 * 768 * 16 + cost.GIB
+    assert cost.trial_memory_bytes(shape) == expected
+    assert packing.trials_per_gpu(expected, gpu_memory_gb=24) == int(0.9 * 24 * cost.GIB // expected)
+    assert packing.trials_per_gpu(expected, gpu_memory_gb=80, cap=3) == 3
+    assert packing.trials_per_gpu(expected, gpu_memory_gb=1) == 1
 
 
 def test_auto_packing_on_logical_gpus(sweep_env, tiny_models, edit_trials, capsys):
@@ -52,7 +53,7 @@ def test_auto_packing_on_logical_gpus(sweep_env, tiny_models, edit_trials, capsy
 
 @pytest.mark.parametrize("value", ["lots", "-1", "1.5"])
 def test_bad_gpu_values_are_refused(value):
-    from sweeps.cli import parse_gpus
+    from sweeps.engine.cli import parse_gpus
     from trainables.errors import SweepInputError
 
     with pytest.raises(SweepInputError, match="--gpus-per-trial"):

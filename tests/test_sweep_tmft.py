@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.runner import main
+from sweeps.engine.runner import main
 from sweep_helpers import hold_all
 from mlflow_helpers import metric_steps, runs_by_role
 from trainables import schema
@@ -115,17 +115,16 @@ def test_four_half_gpu_trials_share_two_logical_gpus(sweep_env, tiny_models, edi
 
 def test_tokenisation_happens_once_per_model(sweep_env, tiny_models, monkeypatch):
     import trainables.tokenized as tokenized
-    from sweeps.cli import build_parser
-    from sweeps.runner import plan_sweep
+    from sweeps.engine.runner import parser_for, plan_sweep
 
     calls = []
     original = tokenized.tokenize_task
     monkeypatch.setattr(tokenized, "tokenize_task", lambda task, path, *a, **k: calls.append(path) or original(task, path, *a, **k))
-    args = build_parser("t", "").parse_args(["--models", f"{tiny_models['bert']},{tiny_models['mpnet']}", "--layers", "0,1,2",
+    args = parser_for().parse_args(["--models", f"{tiny_models['bert']},{tiny_models['mpnet']}", "--layers", "0,1,2",
                                              "--seeds", "0,1", *sweep_env["flags"]])
     plan = plan_sweep(args)
     assert len(plan.configs) == 12 and len(calls) == 2
-    assert set(plan.data) == {tiny_models["bert"], tiny_models["mpnet"]}
+    assert set(plan.data.tasks) == {tiny_models["bert"], tiny_models["mpnet"]}
 
 
 def test_optuna_search_tunes_lr_batch_and_warmup(sweep_env, tiny_models):

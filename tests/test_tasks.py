@@ -98,7 +98,7 @@ def test_word_similarity_scores_and_selection_rule():
 
 
 def test_primary_metric_per_task_and_the_mlflow_callback_agrees():
-    from trainables.tracking import _primary
+    from sweeps.engine.tracking import _primary
 
     assert primary_metric("stsb") == "spearman" and primary_metric("mrpc") == "f1" and primary_metric("sick") == "f1"
     assert _primary({"task": "mrpc"}) == "f1" and _primary({}) == "spearman"

@@ -1,10 +1,14 @@
 """What every trial does the same way: seeding, device choice, epoch bookkeeping, the result
 dict, and checkpoints that let a retried or resumed trial continue from its last epoch.
 
-A method subclasses `EpochTrainable` and implements `build(config, data)`, `train_epoch(epoch)`
-(returns a dict with `train_loss`), `evaluate()` (returns dev_*/test_* metrics) and the two
-state hooks. Checkpoints hold `state.pt` (optimiser, best-dev bookkeeping, RNG
-states, elapsed time) and `trial.json` (the whole config), so every epoch is safe to repeat.
+A method's Trainable subclasses `EpochTrainable` and implements `build(config, data)`,
+`train_epoch(epoch)` (returns a dict with `train_loss`), `evaluate()` (returns dev_*/test_*
+metrics), `parameter_count()` and the state hooks. Checkpoints hold `state.pt` (optimiser,
+best-dev bookkeeping, RNG states, elapsed time), `trial.json` (the whole config) and `best/`: the
+weights of the best-dev epoch as a loadable model folder (what evaluation, CKA and distillation
+teachers read), beside the latest state that resume needs. Every epoch is safe to repeat.
+When the last epoch is done, `final_metrics()` may add scores of the best-dev weights (e.g. the
+evaluation suite, `--eval-sets`) to the trial's last result.
 """
 from __future__ import annotations
 
@@ -21,29 +25,7 @@ from ray import tune
 from trainables.evaluation import BestTracker
 from trainables.faults import maybe_hold
 
-_TRAINABLES: dict[str, type] = {}
-
-
-def register_trainable(name: str, *aliases: str):
-    """Register a method's Trainable under `name` (checked to be an EpochTrainable), and under
-    `aliases`: other method names the same class runs (e.g. TMFT after an upstream stage)."""
-
-    def decorate(cls):
-        if not issubclass(cls, EpochTrainable):
-            raise TypeError(f"{cls.__name__} must subclass EpochTrainable to be registered")
-        for key in (name, *aliases):
-            _TRAINABLES[key] = cls
-        cls.method_name = name
-        return cls
-
-    return decorate
-
-
-def get_trainable(name: str) -> type:
-    if name not in _TRAINABLES:
-        raise KeyError(f"unknown method {name!r}; registered: {', '.join(sorted(_TRAINABLES))}")
-    return _TRAINABLES[name]
-
+BEST_DIR = "best"  # the best-dev model folder inside every checkpoint
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
@@ -74,7 +56,6 @@ def _runtime_info() -> dict:
 class EpochTrainable(tune.Trainable):
     """One `step()` = one epoch of training then dev/test evaluation (epoch 0 = no training)."""
 
-    method_name = "base"
     primary_metric = "spearman"
 
     def setup(self, config: dict, data=None):
@@ -108,7 +89,11 @@ class EpochTrainable(tune.Trainable):
             self.epoch += 1
             metrics = self.train_epoch(self.epoch)
         metrics.update(self.evaluate())
-        self.tracker.update(self.epoch, metrics)
+        if self.tracker.update(self.epoch, metrics):
+            self.remember_best()
+        done = self.epoch >= self.epochs
+        if done:
+            metrics.update(self.final_metrics())
         self.elapsed += time.perf_counter() - started
         return {
             **metrics,
@@ -118,7 +103,8 @@ class EpochTrainable(tune.Trainable):
             "wall_time_s": self.elapsed,
             "device": str(self.device),
             **_runtime_info(),
-            "done": self.epoch >= self.epochs,
+            "progress": self.epoch / self.epochs if self.epochs else 1.0,
+            "done": done,
         }
 
     def save_checkpoint(self, checkpoint_dir: str):
@@ -131,6 +117,7 @@ class EpochTrainable(tune.Trainable):
             "method": self.method_state(Path(checkpoint_dir)),
         }
         torch.save(state, Path(checkpoint_dir) / "state.pt")
+        self.save_best(Path(checkpoint_dir) / BEST_DIR)
         (Path(checkpoint_dir) / "trial.json").write_text(json.dumps(self.trial_config, indent=2, default=str))
         return None
 
@@ -142,6 +129,8 @@ class EpochTrainable(tune.Trainable):
         if state["cuda_rng"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         self.load_method_state(state["method"], Path(checkpoint_dir))
+        if (Path(checkpoint_dir) / BEST_DIR).is_dir():
+            self.load_best(Path(checkpoint_dir) / BEST_DIR)
 
     # --- what a method provides -------------------------------------------------------------
     def primary_for(self, config: dict) -> str:
@@ -166,3 +155,16 @@ class EpochTrainable(tune.Trainable):
 
     def load_method_state(self, state: dict, checkpoint_dir: Path) -> None:
         raise NotImplementedError
+
+    def remember_best(self) -> None:
+        """Called when the epoch just evaluated is the best so far: keep its weights."""
+
+    def save_best(self, target: Path) -> None:
+        """Write the best-dev weights as a loadable model folder into `target` (default: none)."""
+
+    def load_best(self, source: Path) -> None:
+        """Read back what `save_best` wrote (a resumed trial)."""
+
+    def final_metrics(self) -> dict:
+        """Metrics of the best-dev weights added to the last result (default: none)."""
+        return {}

@@ -36,8 +36,16 @@ def _missing_model_message(name: str, reason: str) -> str:
     return "\n".join(lines)
 
 
-def resolve_model(name: str) -> Path:
-    """Map a hub id or a directory to a local directory holding the model (downloading if online)."""
+def resolve_model(name: str, mlflow_uri: str | None = None) -> Path:
+    """Map a hub id, a directory or `runs:/<run id>` (a trial's best-dev checkpoint in the MLflow
+    store `mlflow_uri`; trainables/run_refs.py) to a local directory holding the model
+    (downloading a hub id if online)."""
+    from trainables.run_refs import is_run_reference, resolve_run
+
+    if is_run_reference(name):
+        if mlflow_uri is None:
+            raise SweepInputError(f"{name}: a run reference needs the MLflow store that holds the run (--mlflow-uri)")
+        return resolve_run(name, mlflow_uri)
     path = Path(name).expanduser()
     if path.exists() or name.startswith((".", "/", "~")):
         if not path.is_dir():

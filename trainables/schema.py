@@ -9,10 +9,16 @@ Per-epoch metrics are logged with `step = epoch` (1-based; step 0 is the untrain
 `epochs = 0`). Classification tasks (MRPC, SICK) replace the `spearman`/`pearson` metrics with
 `f1`/`accuracy` (e.g. `dev_f1`, `test_f1_at_best_dev`).
 
-Chained methods (`ws+tmft`, `dapt+tmft`; sweeps/stages_plan.py): each upstream stage is a run with
+Chained methods (`ws+tmft`, `dapt+tmft`; sweeps/engine/stages_plan.py): each upstream stage is a run with
 tag `embsweep.role` = "stage" (method `ws` or `dapt`, param and tag `stage_key`), a child of the
 sweep that computed it; every trial that starts from it has params `upstream_method`,
 `upstream_run_id` (that run) and `stage_key`.
+
+Every run also records the method's metric contract (trainables/method.py `MetricContract.params`:
+`metric_primary`, `metric_report`, `metric_companion`, `metric_mode`, `sweep_axes`,
+`select_axis`, `seed_axis`), which the analysis groups and selects by, and each trial run carries
+tag `embsweep.checkpoint`: its latest checkpoint, whose `best/` folder holds the best-dev weights
+as a sentence-transformers model (what `runs:/<run id>` model references load).
 """
 from __future__ import annotations
 
@@ -26,10 +32,20 @@ PARAMS = (
 EPOCH_METRICS = ("dev_spearman", "dev_pearson", "test_spearman", "test_pearson", "train_loss")
 FINAL_METRICS = ("best_dev_spearman", "test_spearman_at_best_dev", "test_pearson_at_best_dev", "wall_time_s")
 
+# Result keys logged once as params of the trial's run, not as metrics.
+RESULT_PARAMS = ("params_truncated",)
+# Result keys that are bookkeeping (Tune's own, the trial's placement, its progress), never metrics.
+NOT_METRICS = frozenset({
+    "done", "progress", "training_iteration", "iterations_since_restore", "time_this_iter_s", "time_total_s",
+    "time_since_restore", "timestamp", "pid", "timesteps_total", "episodes_total", "timesteps_since_restore",
+    "node_ip", "hostname", "date", "trial_id", "experiment_id", "experiment_tag", "should_checkpoint",
+})
+
 TAG_ROLE = "embsweep.role"
 TAG_SWEEP = "embsweep.sweep"
 TAG_CONFIG_HASH = "embsweep.config_hash"
 TAG_PARENT = "mlflow.parentRunId"
+TAG_CHECKPOINT = "embsweep.checkpoint"  # the trial's latest checkpoint; its best-dev model is <checkpoint>/best
 
 
 def config_hash(config: dict) -> str:

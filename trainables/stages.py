@@ -228,3 +228,13 @@ class StageStore:
                 fcntl.flock(lock_fd, fcntl.LOCK_UN)
             finally:
                 os.close(lock_fd)
+
+
+def stage_root(stage_dir: str | None, storage_path: str) -> Path:
+    """The stage store: `--stage-dir`, else `<storage-path>/stages` (a URI storage path needs
+    `--stage-dir`: the store locks files)."""
+    if stage_dir:
+        return Path(stage_dir).expanduser().resolve()
+    if "://" in str(storage_path):
+        raise SweepInputError("--storage-path is a URI, but the stage store needs a file system with locks: pass --stage-dir (e.g. an NFS mount)")
+    return Path(storage_path) / "stages"

@@ -27,31 +27,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainables.errors import SweepInputError
 from trainables.evaluation import correlations
+from trainables.registry import Registry
 
-_TASKS: dict[str, "Task"] = {}
-
-
-def register_task(task: "Task") -> "Task":
-    _TASKS[task.name] = task
-    return task
+# A primary metric -> the companion reported beside it (Table 2: Spearman / Pearson).
+COMPANIONS = {"spearman": "pearson", "f1": "accuracy"}
 
 
 def get_task(name: str) -> "Task":
-    if name not in _TASKS:
-        raise SweepInputError(f"unknown task {name!r}; known: {', '.join(sorted(_TASKS))}")
-    return _TASKS[name]
+    """The task registered under `name` (SweepInputError naming the known ones otherwise)."""
+    return TASKS.get(name)()
 
 
 def task_names(sweepable_only: bool = True) -> list[str]:
-    return [name for name, task in _TASKS.items() if task.sweepable or not sweepable_only]
+    return TASKS.names(where=lambda cls: cls.sweepable or not sweepable_only)
 
 
 def primary_metric(task: str | None, config: dict | None = None) -> str:
     """The metric a task selects its best epoch by ('spearman', 'f1', ...); unknown tasks: spearman."""
-    found = _TASKS.get(task or "stsb")
-    return found.primary_for(config or {}) if found else "spearman"
+    return get_task(task or "stsb").primary_for(config or {}) if (task or "stsb") in TASKS else "spearman"
 
 
 # --- metrics (numpy only; sklearn is not a dependency) ---------------------------------------
@@ -143,6 +137,9 @@ class Task:
         raise NotImplementedError
 
 
+TASKS = Registry("task", Task)
+
+
 class CosineRegression(Task):
     """ŷ = cos(u, v), L = MSE(ŷ, gold / scale); Spearman and Pearson x100."""
 
@@ -159,6 +156,7 @@ class CosineRegression(Task):
         return out
 
 
+@TASKS.register("stsb")
 class STSB(CosineRegression):
     name, scale = "stsb", 5.0
     description = "STS Benchmark, MSE of the cosine against gold / 5"
@@ -169,6 +167,7 @@ class STSB(CosineRegression):
         return load_stsb(data_dir), stsb_checksums(data_dir)
 
 
+@TASKS.register("wordsim")
 class WordSimilarity(CosineRegression):
     """Word pairs (M2): outputs (cos, -euclidean, -manhattan, dot) so the authors' max rule can be scored."""
 
@@ -204,6 +203,7 @@ class WordSimilarity(CosineRegression):
         return out
 
 
+@TASKS.register("mrpc")
 class MRPC(Task):
     name, primary, companion = "mrpc", "f1", "accuracy"
     description = "MRPC paraphrase, BCE-with-logits on the raw cosine, threshold chosen on dev"
@@ -227,6 +227,7 @@ class MRPC(Task):
         return out
 
 
+@TASKS.register("sick")
 class SICK(Task):
     name, primary, companion = "sick", "f1", "accuracy"
     n_classes = 3
@@ -257,7 +258,3 @@ class SICK(Task):
             out[f"{split}_f1"] = 100.0 * macro_f1(gold, predicted)
             out[f"{split}_accuracy"] = 100.0 * accuracy(gold, predicted)
         return out
-
-
-for _task in (STSB(), MRPC(), SICK(), WordSimilarity()):
-    register_task(_task)

@@ -9,32 +9,41 @@ AdamW (lr 2e-5, weight decay 0.01 except LayerNorm and bias), linear warm-up ove
 then linear decay to 0, gradient clipping 1.0, batch 32, 10 epochs; after every epoch the task's
 dev and test metrics (x100).
 
-Upstream stages (WS+TMFT, DAPT+TMFT; trainables/stages_compute.py): a config with
+Upstream stages (WS+TMFT, DAPT+TMFT; trainables/improvements.py): a config with
 `upstream_method` = "ws" or "dapt" and `_upstream_path` (the stage's directory in the stage store)
 starts from that stage's weights: WS weights are loaded into the layer-l encoder with
 `strict=False` (as the authors), DAPT's encoder folder replaces the pretrained model before
 truncation to layer l.
 
+The best-dev epoch's weights are kept as a sentence-transformers model folder (`best/` in every
+checkpoint, mean pooling); with `--eval-sets` the trial scores them on the evaluation suite
+(trainables/eval_sets.py) at its end, into its own run (`<set>_spearman`, ...).
+
 Config keys: model, layer, seed, epochs, lr, batch_size, weight_decay, warmup_ratio,
-eval_batch_size, length_grouped, random_init, task (+ upstream_method, _upstream_path). The
-tokenised data arrives per model id via `tune.with_parameters(..., data={model id: TokenizedTask})`.
+eval_batch_size, length_grouped, random_init, task (+ eval_sets; upstream_method, _upstream_path).
+The driver (`TMFT.plan`) tokenises each model's data once; it reaches trials as `TMFTData`.
 """
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import sys
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from trainables.base import EpochTrainable, register_trainable
+from trainables.base import EpochTrainable
 from trainables.batches import eval_batches, pad, train_batches
 from trainables.encoders import count_parameters, encode, load_pretrained, random_init, truncate
+from trainables.errors import SweepInputError
 from trainables.faults import maybe_inject_fault
-from trainables.tasks import get_task
+from trainables.method import (Method, MethodPlan, MetricContract, TrialCost, model_list, parse_int_list,
+                               parse_layers, parse_names, register_method)
+from trainables.tasks import COMPANIONS, get_task, task_names
 
 # Full pretrained models kept in this worker between trials (actors are reused): loading is
 # done once per model per worker, each trial copies only the layers it needs.
@@ -164,27 +173,87 @@ class PairFineTuning:
         labels = {split: np.asarray(self.task.splits[split].labels) for split in ("dev", "test")}
         return self.task_def.metrics(outputs, labels)
 
-    def save_encoder(self, target: Path) -> None:
+    def save_encoder(self, target: Path, state_dict: dict | None = None) -> None:
         """A loadable model folder (AutoModel) with the model's tokenizer files."""
-        self.model.save_pretrained(str(target))
-        for tokenizer_file in Path(self.task.model_path).glob("*"):
-            if tokenizer_file.name.startswith(("tokenizer", "vocab", "special_tokens", "spm", "merges")) and tokenizer_file.is_file():
-                shutil.copy(tokenizer_file, Path(target) / tokenizer_file.name)
+        self.model.save_pretrained(str(target), state_dict=state_dict)
+        copy_tokenizer_files(self.task.model_path, target)
 
 
-@register_trainable("tmft", "ws+tmft", "dapt+tmft")
+def copy_tokenizer_files(source, target) -> None:
+    for tokenizer_file in Path(source).glob("*"):
+        if tokenizer_file.name.startswith(("tokenizer", "vocab", "special_tokens", "spm", "merges")) and tokenizer_file.is_file():
+            shutil.copy(tokenizer_file, Path(target) / tokenizer_file.name)
+
+
+@dataclass
+class TMFTData:
+    """What the driver prepares once and every TMFT trial reads: each model's tokenised task, and
+    the evaluation suite of `--eval-sets` (None without it)."""
+
+    tasks: dict
+    suite: object = None
+
+
 class TMFTTrainable(PairFineTuning, EpochTrainable):
     primary_metric = "spearman"
+    pooling = "mean"
 
     def primary_for(self, config: dict) -> str:
         return get_task(config.get("task", "stsb")).primary_for(config)
 
-    def build(self, config: dict, data) -> None:
-        task = data[config["model"]]
+    def build(self, config: dict, data: TMFTData) -> None:
+        task = data.tasks[config["model"]]
+        self.suite = data.suite if config.get("eval_sets") else None
+        self.best_weights, self.best_weights_epoch, self.saved_epoch = None, None, None
         encoder = build_encoder(task.model_path, int(config["layer"]), int(config["seed"]),
                                 bool(config.get("random_init", False)),
                                 config.get("upstream_method"), config.get("_upstream_path"))
         self.init_fine_tuning(encoder, task, config, self.device, self.epochs)
+
+    # --- the best-dev weights -----------------------------------------------------------------
+    def remember_best(self) -> None:
+        self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        self.best_weights_epoch = self.epoch
+
+    def save_best(self, target: Path) -> None:
+        """`best/`: a sentence-transformers folder of the best-dev weights (hard links to `encoder/`
+        when the best epoch is the one just saved)."""
+        from trainables.st_folder import write_sentence_transformer
+        from trainables.zero_shot import default_max_length
+
+        if self.best_weights is None:
+            return
+        encoder_dir = target.parent / "encoder"
+        if self.best_weights_epoch == self.saved_epoch and encoder_dir.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            for file in encoder_dir.iterdir():
+                os.link(file, target / file.name)
+        else:
+            self.save_encoder(target, state_dict=self.best_weights)
+        write_sentence_transformer(target, self.pooling, default_max_length(self.task.model_path))
+
+    def load_best(self, source: Path) -> None:
+        from safetensors.torch import load_file
+
+        self.best_weights = load_file(str(source / "model.safetensors"))
+        self.best_weights_epoch = self.tracker.best_epoch
+
+    def final_metrics(self) -> dict:
+        """The evaluation suite's scores of the best-dev weights (`--eval-sets`)."""
+        if self.suite is None:
+            return {}
+        from transformers import AutoTokenizer
+
+        from trainables.zero_shot import default_max_length, encode_sentences
+
+        latest = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(self.best_weights)
+        tokenizer = AutoTokenizer.from_pretrained(self.task.model_path)
+        embeddings = encode_sentences(self.model, tokenizer, self.suite.sentences, self.pooling,
+                                      batch_size=self.eval_batch_size, max_length=default_max_length(self.task.model_path),
+                                      device=self.device)
+        self.model.load_state_dict(latest)
+        return self.suite.score(embeddings)
 
     def on_train_step(self, step: int, epoch: int) -> None:
         if step == 2:
@@ -196,7 +265,8 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
     def method_state(self, checkpoint_dir: Path) -> dict:
         """Weights go to `encoder/` (a model folder with its tokenizer, loadable with AutoModel,
         e.g. for CKA); the task head, optimiser and scheduler into state.pt."""
-        self._save_encoder(checkpoint_dir / "encoder")
+        self.save_encoder(checkpoint_dir / "encoder")
+        self.saved_epoch = self.epoch
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "head": self.head.state_dict() if self.head is not None else None}
 
@@ -209,5 +279,167 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
-    def _save_encoder(self, target: Path) -> None:
-        self.save_encoder(target)
+
+PAPER_MODELS = "google/electra-base-discriminator,google/electra-base-generator,bert-base-cased"
+LABELS = {"spearman": "Spearman", "f1": "F1"}
+
+
+def add_seeds_argument(group, default: str = "0,1,2,3,4") -> None:
+    group.add_argument("--seeds", default=default, help="comma-separated seeds, or a range like 0-4")
+
+
+def add_eval_sets_argument(group, default: str) -> None:
+    from trainables.eval_sets import eval_set_names
+
+    group.add_argument("--eval-sets", default=default,
+                       help=f"evaluation sets scored with the best-dev weights at the end of each trial, or 'none'; "
+                            f"known: {', '.join(eval_set_names())}")
+
+
+def parse_eval_sets(text: str) -> list[str]:
+    from trainables.eval_sets import eval_set_names
+
+    return [] if str(text).strip().lower() in ("", "none") else parse_names(text, "--eval-sets", eval_set_names())
+
+
+@register_method("tmft")
+class TMFT(Method):
+    """Truncated model fine-tuning: models x layers x seeds on a pair task (METHODS.md M1)."""
+
+    trainable = TMFTTrainable
+    description = "TMFT: models x layers x seeds of truncated-model fine-tuning on a pair task"
+    smoke = {"layers": "0,2", "seeds": "0,1", "epochs": 1, "max_train_samples": 64, "max_eval_samples": 200, "batch_size": 16}
+    cost_axes = ("model", "layer")
+
+    @classmethod
+    def add_arguments(cls, parser, defaults: dict) -> None:
+        d = {"models": PAPER_MODELS, "layers": "all", "seeds": "0,1,2,3,4", "epochs": 10, "batch_size": 32,
+             "lr": 2e-5, "task": "stsb", "eval_sets": "none", **defaults}
+        what = parser.add_argument_group("what to sweep")
+        what.add_argument("--models", default=d["models"], help="comma-separated hub ids or local model directories")
+        what.add_argument("--layers", default=d["layers"], help="'all' (0..L of each model) or comma-separated layers, e.g. 0,3,6; 0 = embedding output")
+        add_seeds_argument(what, d["seeds"])
+        what.add_argument("--task", default=d["task"], choices=task_names(),
+                          help="fine-tuning task: " + "; ".join(f"{n} ({get_task(n).description})" for n in task_names()))
+        what.add_argument("--random-init", action="store_true", help="start from randomly initialised weights of the same architecture (Appendix E control)")
+        train = parser.add_argument_group("training")
+        train.add_argument("--epochs", type=int, default=d["epochs"], help="epochs; 0 = evaluate the pretrained truncated encoder (zero-shot baseline)")
+        train.add_argument("--batch-size", type=int, default=d["batch_size"])
+        train.add_argument("--lr", type=float, default=d["lr"], help="peak learning rate (AdamW)")
+        train.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on LayerNorm/bias)")
+        train.add_argument("--warmup-ratio", type=float, default=0.1, help="linear warm-up share of all steps, then linear decay")
+        train.add_argument("--eval-batch-size", type=int, default=64)
+        train.add_argument("--length-grouped", action="store_true", help="group training pairs of similar length into batches (faster; departs from the paper's random batches)")
+        train.add_argument("--max-train-samples", type=int, default=None, help="train on a deterministic subset of this many pairs")
+        train.add_argument("--max-eval-samples", type=int, default=None, help="evaluate on a deterministic subset of dev and test (quick runs only)")
+        add_eval_sets_argument(train, d["eval_sets"])
+
+    @classmethod
+    def check(cls, args) -> None:
+        if not args.lr > 0:
+            raise SweepInputError(f"--lr must be positive, got {args.lr}")
+        for flag in ("batch_size", "eval_batch_size"):
+            if getattr(args, flag) <= 0:
+                raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {getattr(args, flag)}")
+        if args.epochs < 0:
+            raise SweepInputError(f"--epochs must be 0 or more, got {args.epochs}")
+        if args.weight_decay < 0 or not 0 <= args.warmup_ratio < 1:
+            raise SweepInputError("--weight-decay must be >= 0 and --warmup-ratio in [0, 1)")
+        for flag in ("max_train_samples", "max_eval_samples"):
+            value = getattr(args, flag)
+            if value is not None and value <= 0:
+                raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {value}")
+        layers = parse_layers(args.layers)
+        parse_int_list(args.seeds, "--seeds")
+        parse_eval_sets(args.eval_sets)
+        if args.search == "optuna" and (layers is None or len(layers) != 1 or "," in args.models):
+            raise SweepInputError("--search optuna tunes one model at one layer: pass a single --models entry and a single --layers value")
+
+    @classmethod
+    def metrics(cls, args) -> MetricContract:
+        primary = get_task(args.task).primary_for(vars(args))
+        companion = COMPANIONS.get(primary, "")
+        sets = parse_eval_sets(getattr(args, "eval_sets", "none"))
+        return MetricContract(
+            primary=f"best_dev_{primary}", report=f"test_{primary}_at_best_dev",
+            companion=f"test_{companion}_at_best_dev" if companion else "", epoch=f"dev_{primary}",
+            axes=("model", "layer", "seed"), select="layer", seed="seed", label=LABELS.get(primary, primary),
+            columns=tuple(f"{name}_spearman" for name in sets), short={"layer": "L", "seed": "s"},
+        )
+
+    @classmethod
+    def base_config(cls, args) -> dict:
+        config = {
+            "method": cls.name, "task": args.task, "epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size,
+            "weight_decay": args.weight_decay, "warmup_ratio": args.warmup_ratio, "eval_batch_size": args.eval_batch_size,
+            "length_grouped": bool(args.length_grouped), "random_init": bool(args.random_init),
+            "max_train_samples": args.max_train_samples, "max_eval_samples": args.max_eval_samples,
+        }
+        sets = parse_eval_sets(args.eval_sets)
+        if sets:  # only when asked, so configs (and their hashes) of plain sweeps stay as they were
+            config["eval_sets"] = ",".join(sets)
+        return config
+
+    @classmethod
+    def plan(cls, args, context) -> MethodPlan:
+        from trainables.encoders import load_config, model_depth, resolve_model
+        from trainables.tokenized import load_task, subset, tokenize_task
+
+        seeds = parse_int_list(args.seeds, "--seeds")
+        layers = parse_layers(args.layers)
+        model_ids = model_list(args, context)
+        paths, depths = {}, {}
+        for model in model_ids:
+            paths[model] = resolve_model(model, context.mlflow_uri)
+            depths[model] = model_depth(load_config(paths[model]))
+            for layer in layers or []:
+                if layer > depths[model]:
+                    raise SweepInputError(f"--layers: layer {layer} is beyond {model}'s depth ({depths[model]} layers; valid 0..{depths[model]})")
+        examples, checksums = load_task(args.task, args.data_dir)  # raises DataFormatError
+        if args.max_eval_samples:
+            examples = {s: (rows if s == "train" else subset(rows, args.max_eval_samples)) for s, rows in examples.items()}
+        suite = None
+        sets = parse_eval_sets(args.eval_sets)
+        if sets:
+            from trainables.eval_sets import load_suite
+
+            suite = load_suite(sets, args.data_dir)
+            checksums.update({f"eval_{name}": value for name, value in suite.checksums.items()})
+        base = cls.base_config(args)
+        configs = [
+            {**base, "model": model, "layer": layer, "seed": seed}
+            for model in model_ids
+            for layer in (layers if layers is not None else range(depths[model] + 1))
+            for seed in seeds
+        ]
+        tasks = {model: tokenize_task(args.task, paths[model], examples, checksums, args.max_train_samples) for model in model_ids}
+        static = {f"model_path_{i}": str(paths[m]) for i, m in enumerate(model_ids) if str(paths[m]) != m and m.startswith("runs:/")}
+        return MethodPlan(configs=configs, data=TMFTData(tasks, suite), costs=cls.costs(tasks, args), checksums=checksums,
+                          static_params=static)
+
+    @classmethod
+    def costs(cls, tasks: dict, args) -> dict:
+        """(model, layer) -> TrialCost from the encoder cost model (trainables/encoder_cost.py)."""
+        from trainables import encoder_cost
+        from trainables.encoders import load_config
+
+        costs = {}
+        for model, task in tasks.items():
+            config = load_config(task.model_path)
+            train = task.splits["train"]
+            seq_len = max(max(map(len, train.s1)), max(map(len, train.s2)))
+            train_tokens = sum(map(len, train.s1)) + sum(map(len, train.s2))
+            eval_tokens = sum(sum(map(len, task.splits[s].s1)) + sum(map(len, task.splits[s].s2)) for s in ("dev", "test"))
+            for layer in range(int(config.num_hidden_layers) + 1):
+                shape = encoder_cost.shape_from_config(config, layer, int(args.batch_size), seq_len)
+                costs[(model, layer)] = TrialCost(
+                    encoder_cost.trial_memory_bytes(shape),
+                    encoder_cost.trial_seconds(shape, train_tokens, eval_tokens, int(args.epochs), args.gpu_tflops))
+        return costs
+
+    @classmethod
+    def search_space(cls, args, base: dict) -> dict:
+        from ray import tune
+
+        return {**base, "lr": tune.loguniform(1e-5, 1e-4), "batch_size": tune.choice([16, 32, 64]),
+                "warmup_ratio": tune.uniform(0.0, 0.2)}

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainables.tasks import get_task, task_names
+from trainables.tasks import get_task
 
-TASKS = tuple(task_names())
 
 
 @dataclass

@@ -13,7 +13,7 @@ concurrent callers wait and reuse). Each computation appends one line to
 `<root>/executions.jsonl` (key, kind, model, layer, seconds, host, pid): the record of how often
 stages really ran, which the tests and `benchmarks/stage_reuse.py` read.
 
-The MLflow run of a stage is created by the sweep driver (sweeps/stages_plan.py), which passes its
+The MLflow run of a stage is created by the sweep driver (sweeps/engine/stages_plan.py), which passes its
 id in; the manifest's `result` keeps it (`mlflow_run_id`, `mlflow_uri`) with the per-epoch history.
 """
 from __future__ import annotations
@@ -26,10 +26,55 @@ import socket
 import time
 from pathlib import Path
 
+from trainables.registry import Registry
+
 EXECUTION_LOG = "executions.jsonl"
-KINDS = {"ws": "trainables.word_similarity", "dapt": "trainables.dapt"}
-METHODS = {"ws": "ws+tmft", "dapt": "dapt+tmft"}  # the downstream method of each stage kind
-TASKS = {"ws": "wordsim", "dapt": "mlm"}
+
+
+class StageKind:
+    """A kind of upstream stage: the module whose `compute(spec, out_dir) -> result` builds it,
+    the method of the trials that start from it, the task its MLflow run records, and the params
+    of that run beyond the stage config (`stage_<key>`) and the common ones."""
+
+    name = ""
+    module = ""
+    downstream = ""
+    task = ""
+
+    @staticmethod
+    def params(config: dict) -> dict:
+        return {}
+
+
+STAGES = Registry("stage", StageKind)
+
+
+@STAGES.register("ws")
+class WordSimilarityStage(StageKind):
+    module, downstream, task = "trainables.word_similarity", "ws+tmft", "wordsim"
+
+    @staticmethod
+    def params(config: dict) -> dict:
+        return {"layer": config["layer"], "ws_selection": config["selection"]}
+
+
+@STAGES.register("dapt")
+class DaptStage(StageKind):
+    module, downstream, task = "trainables.dapt", "dapt+tmft", "mlm"
+
+    @staticmethod
+    def params(config: dict) -> dict:
+        return {"dapt_corpus": config["corpus"], "dapt_head": config["head"]}
+
+
+@STAGES.register("embeddings")
+class EmbeddingsStage(StageKind):
+    module, downstream, task = "trainables.evaluate", "evaluate", "zero-shot"
+
+    @staticmethod
+    def params(config: dict) -> dict:
+        return {"layers": ",".join(map(str, config["layers"])), "pooling": ",".join(config["poolings"]), "sets": ",".join(config["sets"])}
+
 
 
 def model_fingerprint(model_path) -> str:
@@ -47,8 +92,7 @@ def model_fingerprint(model_path) -> str:
 def make_spec(kind: str, model: str, model_path, root, data_dir, data_checksum: str, config: dict) -> dict:
     from trainables.stages import stage_key
 
-    if kind not in KINDS:
-        raise ValueError(f"unknown stage kind {kind!r}; known: {', '.join(KINDS)}")
+    STAGES.get(kind)  # an unknown kind names the known ones
     identity = f"{model}@{model_fingerprint(model_path)}"
     return {
         "kind": kind, "key": stage_key(identity, config, data_checksum), "root": str(root), "model": model,
@@ -105,7 +149,7 @@ def execute(spec: dict, run_id: str | None = None, mlflow_uri: str | None = None
     from trainables.stages import StageStore
 
     store = StageStore(spec["root"])
-    module = importlib.import_module(KINDS[spec["kind"]])
+    module = importlib.import_module(STAGES.get(spec["kind"]).module)
     if store.lookup(spec["key"]) is None:  # imports outside the timed compute (a fresh worker pays them once)
         import transformers  # noqa: F401
 

@@ -394,22 +394,34 @@ def finish_parent_run(tracking_uri: str, parent_run_id: str, status: str, sweep_
 
 
 # --- the Tune callback ----------------------------------------------------------------------
-def run_name(config: dict) -> str:
-    """A child run's display name, e.g. `tmft electra-base-discriminator L6 s2` (params hold the full model id)."""
-    model = str(config.get("model", "")).rstrip("/").split("/")[-1]
-    return f"{config.get('method', 'trial')} {model} L{config.get('layer')} s{config.get('seed')}"
+def run_name(config: dict, contract=None) -> str:
+    """A child run's display name, e.g. `tmft electra-base-discriminator L6 s2` (params hold the full ids)."""
+    method = config.get("method", "trial")
+    if contract is None:
+        return str(method)
+    label = contract.label_of(config)
+    return label if "method" in contract.axes else f"{method} {label}"
+
+
+def checkpoint_location(checkpoint) -> str:
+    """Where a Tune checkpoint lives: a local path, or `<scheme>://path` on a remote filesystem."""
+    filesystem = getattr(checkpoint, "filesystem", None)
+    scheme = getattr(filesystem, "type_name", "local") if filesystem is not None else "local"
+    return str(checkpoint.path) if scheme == "local" else f"{scheme}://{checkpoint.path}"
 
 
 class MlflowSweepCallback(tune.Callback):
     """Logs every trial of a sweep as a child run of `parent_run_id` (spooling in `sweep_dir`
-    while the store is unreachable)."""
+    while the store is unreachable): params, per-step metrics, status, and the latest checkpoint
+    (tag `embsweep.checkpoint`, which `runs:/<run id>` model references resolve through)."""
 
     def __init__(self, tracking_uri: str, parent_run_id: str, static_params: dict | None = None,
-                 sweep_dir: str | None = None):
+                 sweep_dir: str | None = None, contract=None):
         self.tracking_uri = tracking_uri
         self.parent_run_id = parent_run_id
         self.static_params = dict(static_params or {})
         self.sweep_dir = sweep_dir
+        self.contract = contract
         self._writer = None
         self._seen: dict[str, set] = {}
 
@@ -427,6 +439,7 @@ class MlflowSweepCallback(tune.Callback):
     def __setstate__(self, state):
         state.update(_writer=None, _seen={})
         state.setdefault("sweep_dir", None)
+        state.setdefault("contract", None)
         self.__dict__.update(state)
 
     def _op(self, kind: str, config: dict, **fields) -> dict:
@@ -438,7 +451,7 @@ class MlflowSweepCallback(tune.Callback):
         if key in self._seen:
             return
         params = {k: _param_value(v) for k, v in trial_params(config, self.static_params).items()}
-        self.writer.submit(self._op("run", config, name=run_name(config), params=params))
+        self.writer.submit(self._op("run", config, name=run_name(config, self.contract), params=params))
         self._seen[key] = set()
 
     # --- Tune hooks -----------------------------------------------------------------------
@@ -456,10 +469,14 @@ class MlflowSweepCallback(tune.Callback):
         metrics = [[k, float(v), now, step] for k, v in result.items() if _is_metric(k, v)]
         params, tags = {}, {}
         if not seen:
-            params = {"params_truncated": str(result["params_truncated"])} if "params_truncated" in result else {}
+            params = {k: str(result[k]) for k in schema.RESULT_PARAMS if k in result}
             tags = {"trial_id": trial.trial_id, **{k: str(result[k]) for k in ("node_id", "device", "gpu_ids") if k in result}}
         self.writer.submit(self._op("log", trial.config, metrics=metrics, params=params, tags=tags))
         seen.add(step)
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        self.run_for(trial.config)
+        self.writer.submit(self._op("log", trial.config, tags={schema.TAG_CHECKPOINT: checkpoint_location(checkpoint)}))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.run_for(trial.config)
@@ -474,18 +491,10 @@ class MlflowSweepCallback(tune.Callback):
             self._writer.maybe_drain()
 
 
-_EPOCH_KEYS = set(schema.EPOCH_METRICS) | set(schema.FINAL_METRICS)
-
-
 def _is_metric(key: str, value) -> bool:
+    """Every number a trial reports, but Tune's own bookkeeping and what is logged as a param."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return False
     if isinstance(value, float) and math.isnan(value):
         return False
-    return key in _EPOCH_KEYS or key.startswith(("dev_", "test_", "best_")) or key in ("best_epoch", "epoch")
-
-
-def _primary(config: dict) -> str:
-    from trainables.tasks import primary_metric
-
-    return primary_metric(config.get("task", "stsb"), config)
+    return key not in schema.NOT_METRICS and key not in schema.RESULT_PARAMS

@@ -1,27 +1,22 @@
-"""How many trials share a GPU (`--gpus-per-trial auto`), and what a sweep will cost.
+"""The cost model of a trial that trains (or runs) a truncated transformer encoder: its GPU memory
+and its time, from the model's config, the layer, the batch and the tokenised data. Methods turn
+it into their `TrialCost` (trainables/method.py); the engine packs trials by the memory
+(sweeps/engine/packing.py) and plans GPU-hours and the start order by the time.
 
-The rule, per trial (model, layer, batch):
+Memory, per trial (model, layer, batch):
 
     memory = 16 B x params            fp32 weights + gradients + AdamW's two moments
            + activations              2 x batch sentences x S tokens x l layers x (34 H + 5 A S) x 2 B
                                       (the per-layer activation count of Korthikanti et al. 2022,
                                       stored in fp32), S = the longest training pair in tokens
            + 1 GiB                    CUDA context and allocator slack
-    trials per GPU = min(--max-trials-per-gpu (4), floor(0.9 x GPU memory / memory)), at least 1
-    gpus per trial = 1 / trials per GPU
 
-so embedding-only and shallow trials of small models pack up to 4 per GPU and deep large ones
-get a GPU each. GPU memory is not isolated between fractional trials: the 0.9 margin and the
-cap are what keep them apart.
-
-The cost estimate counts FLOPs from the tokenised data (6 x non-embedding params x training
-tokens per epoch + 2 x params x evaluation tokens per epoch) at `--gpu-tflops` effective
-throughput (default 25, an A10G-class GPU in fp32 with TF32 matmuls), and charges each trial
-its GPU fraction for its estimated duration. It is a planning figure, not a measurement.
+Time: FLOPs from the tokenised data (6 x non-embedding params x training tokens per epoch +
+2 x params x evaluation tokens per epoch) at `gpu_tflops` effective throughput (default 25, an
+A10G-class GPU in fp32 with TF32 matmuls). It is a planning figure, not a measurement.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 GIB = 1024 ** 3
@@ -55,13 +50,10 @@ def trial_memory_bytes(shape: TrialShape) -> float:
     return 16 * shape.params + activations + embeddings_out + GIB
 
 
-def trials_per_gpu(shape: TrialShape, gpu_memory_gb: float = 24.0, cap: int = 4) -> int:
-    fits = math.floor(0.9 * gpu_memory_gb * GIB / trial_memory_bytes(shape))
-    return max(1, min(cap, fits))
-
-
-def gpus_per_trial(shape: TrialShape, gpu_memory_gb: float = 24.0, cap: int = 4) -> float:
-    return 1.0 / trials_per_gpu(shape, gpu_memory_gb, cap)
+def inference_memory_bytes(shape: TrialShape) -> float:
+    """Forward only (no gradients, no optimiser state, activations of one layer at a time)."""
+    activations = shape.batch_size * shape.seq_len * (34 * shape.hidden + 5 * shape.heads * shape.seq_len) * 2
+    return 4 * shape.params + activations + GIB
 
 
 def trial_seconds(shape: TrialShape, train_tokens: int, eval_tokens: int, epochs: int, gpu_tflops: float = 25.0) -> float:

@@ -1,18 +1,12 @@
-"""Chained sweeps: upstream stages (WS, DAPT) computed once in the sweep driver, then TMFT trials.
+"""Upstream stages in the sweep driver: computed once before the trials, recorded in MLflow.
 
-`plan_improvements(args, prog)` extends the TMFT sweep plan (sweeps/runner.py `plan_sweep`): for
-every (model, layer, seed) and every improvement it adds a trial with method `ws+tmft` or
-`dapt+tmft`, the key of the stage it starts from (`stage_key`), the stage settings as params
-(`ws_*`, `dapt_*`) and the stage's directory (`_upstream_path`). One WS stage per (model, layer)
-(seed 0 only, as the paper; shared by every seed), one DAPT stage per model (shared by every layer
-and seed). Stages live in the content-addressed store `<storage-path>/stages/` (or `--stage-dir`),
-shared by every sweep that uses the same storage path.
-
-`prepare_stages(plan)` runs in the driver after the sweep's MLflow parent run exists and before
-any trial starts (`SweepPlan.prepare`):
+A method's plan may carry stage specs (`MethodPlan.stages`, keyed by stage key; see
+trainables/upstream.py for a spec and trainables/improvements.py for the method that uses them)
+and trials that name their stage by `stage_key`. `prepare_stages(plan, specs)` runs in the driver
+after the sweep's MLflow parent run exists and before any trial starts:
 - a stage already in the store is reused (its MLflow run is found, or recorded again in a store
   that does not have it);
-- every missing stage gets an MLflow run (method `ws` / `dapt`, tag `embsweep.role` = "stage",
+- every missing stage gets an MLflow run (method = the stage kind, tag `embsweep.role` = "stage",
   child of the sweep's parent run, param and tag `stage_key`) and is computed as a Ray task with
   the trial's CPUs and a whole GPU when the trials use GPUs (`--stage-cpus`, `--stage-gpus`), all
   missing stages at once as resources allow, each under the store's lock (a second sweep asking
@@ -23,152 +17,25 @@ any trial starts (`SweepPlan.prepare`):
 Why in the driver rather than inside trials: a trial that waited for a stage would hold its CPU
 or GPU share idle for the whole stage (hours for DAPT), and with every slot held by waiters the
 stage itself could never be scheduled; stage runs are created by the driver like every other
-MLflow write (trainables/tracking.py), so workers never talk to the store; and the trials'
+MLflow write (sweeps/engine/tracking.py), so workers never talk to the store; and the trials'
 `upstream_run_id` is known before they start, so it is part of their config and params.
-The cost is a barrier: TMFT trials start when all stages are done.
+The cost is a barrier: trials start when all stages are done.
 """
 from __future__ import annotations
 
-import functools
 import sys
 import time
 from pathlib import Path
 
 from trainables import schema
-from trainables.errors import SweepInputError
-from trainables.upstream import METHODS, TASKS
 
 TAG_STAGE_KEY = "embsweep.stage_key"
 TAG_STAGE_COPY_OF = "embsweep.stage_copy_of"
 ROLE_STAGE = "stage"
-IMPROVEMENTS = {"ws": ("ws",), "dapt": ("dapt",), "both": ("ws", "dapt")}
-# --smoke-test also shrinks the stages.
-STAGE_SMOKE = {"ws_epochs": 2, "ws_max_train_samples": 256, "dapt_epochs": 1, "dapt_max_sentences": 384,
-               "dapt_batch_size": 16, "dapt_accumulation": 2}
 
 
 class StageError(RuntimeError):
     """Every trial of the sweep lost its upstream stage."""
-
-
-def add_stage_arguments(parser) -> None:
-    """`--improvement` and the stage settings (defaults: METHODS.md M2, M3)."""
-    from trainables import dapt, word_similarity
-
-    group = parser.add_argument_group("improvements (upstream stages)")
-    group.add_argument("--improvement", choices=sorted(IMPROVEMENTS), default="both",
-                       help="ws: word-similarity TMFT at layer l, then STS TMFT; dapt: MLM pre-training, then TMFT; both")
-    ws = word_similarity.STAGE_DEFAULTS
-    group.add_argument("--ws-epochs", type=int, default=ws["epochs"], help="word-similarity stage epochs (best dev epoch kept)")
-    group.add_argument("--ws-batch-size", type=int, default=ws["batch_size"])
-    group.add_argument("--ws-lr", type=float, default=ws["lr"])
-    group.add_argument("--ws-selection", choices=word_similarity.SELECTIONS, default=ws["selection"],
-                       help="best-epoch rule: dev Spearman of the cosine (the paper), or the authors' max over cosine, Euclidean, Manhattan and dot")
-    group.add_argument("--ws-max-train-samples", type=int, default=None, help="train the WS stage on a deterministic subset of word pairs")
-    dp = dapt.STAGE_DEFAULTS
-    group.add_argument("--dapt-epochs", type=int, default=dp["epochs"])
-    group.add_argument("--dapt-batch-size", type=int, default=dp["batch_size"])
-    group.add_argument("--dapt-accumulation", type=int, default=dp["accumulation"], help="gradient accumulation steps (effective batch = batch x this)")
-    group.add_argument("--dapt-lr", type=float, default=dp["lr"])
-    group.add_argument("--dapt-corpus", default="sick,stsb-train,wiki",
-                       help="comma-separated sentence sources: sick, stsb-train, wiki, allnli (the paper's SNLI+MultiNLI), snli, multinli")
-    group.add_argument("--dapt-max-sentences", type=int, default=None, help="a deterministic subset of the corpus (quick runs)")
-    group.add_argument("--dapt-head", choices=dapt.HEADS, default=dp["head"],
-                       help="auto: the checkpoint's MLM head, or a new tied one if it has none; authors: always a new head, only its tied decoder trained")
-    group.add_argument("--stage-dir", default=None, help="the stage store (default: <storage-path>/stages; must be a local or shared file system)")
-    group.add_argument("--stage-cpus", type=float, default=None, help="CPUs per stage task (default: --cpus-per-trial)")
-    group.add_argument("--stage-gpus", type=float, default=None, help="GPUs per stage task (default: 1 when trials use GPUs, else 0)")
-
-
-def _check_stage_numbers(a: dict) -> None:
-    for flag in ("ws_batch_size", "dapt_batch_size", "dapt_accumulation"):
-        if a[flag] <= 0:
-            raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {a[flag]}")
-    for flag in ("ws_epochs", "dapt_epochs"):
-        if a[flag] < 0:
-            raise SweepInputError(f"--{flag.replace('_', '-')} must be 0 or more, got {a[flag]}")
-    for flag in ("ws_lr", "dapt_lr"):
-        if not a[flag] > 0:
-            raise SweepInputError(f"--{flag.replace('_', '-')} must be positive, got {a[flag]}")
-    for flag in ("ws_max_train_samples", "dapt_max_sentences"):
-        if a[flag] is not None and a[flag] <= 0:
-            raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {a[flag]}")
-
-
-def stage_root(a: dict, storage_path: str) -> Path:
-    from sweeps import storage
-
-    if a.get("stage_dir"):
-        return Path(a["stage_dir"]).expanduser().resolve()
-    if storage.is_uri(storage_path):
-        raise SweepInputError("--storage-path is a URI, but the stage store needs a file system with locks: pass --stage-dir (e.g. an NFS mount)")
-    return Path(storage_path) / "stages"
-
-
-def _downstream_params(kind: str, a: dict) -> dict:
-    """Stage settings recorded in every downstream trial's params."""
-    if kind == "ws":
-        return {"ws_selection": a["ws_selection"], "ws_epochs": a["ws_epochs"], "ws_batch_size": a["ws_batch_size"],
-                "ws_lr": a["ws_lr"], "ws_max_train_samples": a["ws_max_train_samples"]}
-    from trainables.data.sentences import parse_sources
-
-    return {"dapt_corpus": "+".join(parse_sources(a["dapt_corpus"])), "dapt_epochs": a["dapt_epochs"],
-            "dapt_batch_size": a["dapt_batch_size"], "dapt_accumulation": a["dapt_accumulation"], "dapt_lr": a["dapt_lr"],
-            "dapt_max_sentences": a["dapt_max_sentences"], "dapt_head": a["dapt_head"]}
-
-
-def plan_improvements(args, prog: str = "improvements"):
-    """The sweep plan of WS+TMFT and/or DAPT+TMFT trials, with a `prepare` that computes stages."""
-    from sweeps.runner import plan_sweep
-    from trainables import dapt, word_similarity
-    from trainables.data.sentences import dapt_corpus_checksum, parse_sources
-    from trainables.data.word_similarity import ws_checksum
-    from trainables.upstream import make_spec
-
-    plan = plan_sweep(args, method="tmft", prog=prog)
-    a = plan.args  # on --resume: the saved flags
-    if a.get("smoke_test"):
-        a.update(STAGE_SMOKE)
-    _check_stage_numbers(a)
-    if a["search"] == "optuna" and a["improvement"] == "both":
-        raise SweepInputError("--search optuna tunes one method: pass --improvement ws or --improvement dapt")
-    kinds = IMPROVEMENTS[a["improvement"]]
-    root = stage_root(a, plan.storage_path)
-    paths = {model: task.model_path for model, task in plan.data.items()}
-    data_dir = a["data_dir"]
-    checksums = {}
-    if "ws" in kinds:
-        checksums["ws"] = ws_checksum(data_dir)  # raises DataFormatError naming a missing file
-    if "dapt" in kinds:
-        sources = parse_sources(a["dapt_corpus"])
-        checksums["dapt"] = dapt_corpus_checksum(data_dir, sources)
-        for path in set(paths.values()):
-            dapt.check_model(path)
-    specs, configs = {}, []
-    for base in plan.configs:
-        for kind in kinds:
-            if kind == "ws":
-                config = word_similarity.stage_config(
-                    base["layer"], epochs=a["ws_epochs"], batch_size=a["ws_batch_size"], lr=a["ws_lr"],
-                    selection=a["ws_selection"], random_init=a["random_init"],
-                    max_train_samples=a["ws_max_train_samples"], max_eval_samples=a["max_eval_samples"])
-            else:
-                config = dapt.stage_config(
-                    corpus="+".join(sources), epochs=a["dapt_epochs"], batch_size=a["dapt_batch_size"],
-                    accumulation=a["dapt_accumulation"], lr=a["dapt_lr"], head=a["dapt_head"],
-                    random_init=a["random_init"], max_sentences=a["dapt_max_sentences"])
-            spec = make_spec(kind, base["model"], paths[base["model"]], root, data_dir, checksums[kind], config)
-            specs.setdefault(spec["key"], spec)
-            configs.append({
-                **base, "method": METHODS[kind], "upstream_method": kind, "stage_key": spec["key"],
-                "upstream_run_id": None, **_downstream_params(kind, a), "_upstream_path": str(root / spec["key"]),
-            })
-    plan.configs = configs
-    plan.method = ",".join(METHODS[k] for k in kinds)
-    plan.static_params["stage_dir"] = str(root)
-    plan.prepare = functools.partial(prepare_stages, specs=specs)
-    plan.failed_stages = {}
-    return plan
 
 
 # --- MLflow runs of stages (written by the driver) -------------------------------------------
@@ -179,29 +46,27 @@ def _client(uri: str):
 
 
 def stage_params(spec: dict, static: dict) -> dict:
-    config = spec["config"]
+    """Params of a stage's run: the sweep-wide facts, the stage config (`stage_<key>`), what
+    every stage records, and what its kind adds (trainables/upstream.py `StageKind.params`)."""
+    from trainables.upstream import STAGES
+
+    kind, config = STAGES.get(spec["kind"]), spec["config"]
     params = {k: v for k, v in static.items() if not k.startswith("data_sha_")}
     params.update({f"stage_{k}": v for k, v in config.items()})
     params.update({
-        "method": spec["kind"], "model": spec["model"], "task": TASKS[spec["kind"]], "seed": config["seed"],
-        "epochs": config["epochs"], "lr": config["lr"], "batch_size": config["batch_size"],
-        "stage_key": spec["key"], "model_identity": spec["model_identity"], "data_sha": spec["data_checksum"],
+        "method": spec["kind"], "model": spec["model"], "task": kind.task, "stage_key": spec["key"],
+        "model_identity": spec["model_identity"], "data_sha": spec["data_checksum"],
         "random_init": config.get("random_init", False),
+        **{k: config[k] for k in ("seed", "epochs", "lr", "batch_size") if k in config},
     })
-    if "layer" in config:
-        params["layer"] = config["layer"]
-    if spec["kind"] == "ws":
-        params["ws_selection"] = config["selection"]
-    else:
-        params["dapt_corpus"] = config["corpus"]
-        params["dapt_head"] = config["head"]
+    params.update(kind.params(config))
     return params
 
 
 def create_stage_run(client, parent_run_id: str, spec: dict, static: dict) -> str:
     from mlflow.entities import Param
 
-    from trainables.tracking import _param_value
+    from sweeps.engine.tracking import _param_value
 
     parent = client.get_run(parent_run_id)
     layer = f":L{spec['config']['layer']}" if "layer" in spec["config"] else ""

@@ -1,0 +1,82 @@
+"""The command line every sweep script shares, and its validation.
+
+`build_parser(prog, description, method, defaults)` adds the method's own flags
+(`Method.add_arguments`) and the engine's: data, search, storage, MLflow, Ray, resources, resume,
+smoke test. `check_numbers(args)` refuses bad values of the engine's flags (and any flag that is
+NaN or infinite) with a `SweepInputError` naming the flag, before anything is computed.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+from trainables.errors import SweepInputError
+from trainables.paths import default_data_dir
+
+
+def build_parser(prog: str, description: str, method, defaults: dict | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    method.add_arguments(parser, dict(defaults or {}))
+    data = parser.add_argument_group("data")
+    data.add_argument("--data-dir", default=str(default_data_dir()), help="folder holding stsbenchmark/ etc. ($EMBSWEEP_DATA_DIR), or 'hub' for the hub copy")
+    search = parser.add_argument_group("search")
+    search.add_argument("--search", choices=["grid", "optuna"], default="grid", help="grid: the method's grid; optuna: the method's search space, with ASHA")
+    search.add_argument("--num-samples", type=int, default=20, help="Optuna trials (with --search optuna)")
+    run = parser.add_argument_group("running")
+    run.add_argument("--name", default=None, help="sweep name (default: <script>-<timestamp>); the sweep lives in <storage-path>/<name>")
+    run.add_argument("--storage-path", default="runs", help="where sweeps keep checkpoints and state (local directory or URI)")
+    run.add_argument("--mlflow-uri", default=None, help="MLflow tracking URI (default: sqlite:///<storage-path>/mlflow.db)")
+    run.add_argument("--experiment", default=None, help="MLflow experiment name (default: the script's name)")
+    run.add_argument("--address", default=None, help="Ray cluster address ('auto' for the cluster this node belongs to); default: a local Ray")
+    run.add_argument("--gpus-per-trial", default="auto",
+                     help="GPUs per trial: a fraction (e.g. 0.25), a whole number, or 'auto': a share from the trial's memory "
+                          "estimate (rule in sweeps/engine/packing.py; 0 when the Ray cluster has no GPUs)")
+    run.add_argument("--gpu-memory-gb", type=float, default=24.0, help="memory of one GPU, for --gpus-per-trial auto")
+    run.add_argument("--max-trials-per-gpu", type=int, default=4, help="cap on trials sharing one GPU, for --gpus-per-trial auto")
+    run.add_argument("--gpu-tflops", type=float, default=25.0, help="effective GPU throughput for the GPU-hours estimate")
+    run.add_argument("--cpus-per-trial", type=float, default=1.0)
+    run.add_argument("--max-concurrent", type=int, default=None, help="trials running at once (default: as many as resources allow)")
+    run.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial, each from its last checkpoint")
+    run.add_argument("--no-reuse-actors", action="store_true", help="start a fresh worker process for every trial (slower; for debugging)")
+    run.add_argument("--local-gpus", type=int, default=None, help="logical GPUs to declare for a local Ray (testing packing without hardware)")
+    run.add_argument("--resume", nargs="?", const="latest", default=None, metavar="SWEEP_DIR",
+                     help="continue an interrupted sweep (default: the latest under --storage-path); errored trials rerun from their checkpoints")
+    run.add_argument("--smoke-test", action="store_true", help="tiny settings on a tiny random model: checks the whole pipeline in about a minute")
+    return parser
+
+
+def check_numbers(args) -> None:
+    for flag, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SweepInputError(f"--{flag.replace('_', '-')} must be a finite number, got {value}")
+    if args.num_samples <= 0:
+        raise SweepInputError(f"--num-samples must be a positive integer, got {args.num_samples}")
+    if args.max_concurrent is not None and args.max_concurrent <= 0:
+        raise SweepInputError(f"--max-concurrent must be a positive integer, got {args.max_concurrent}")
+    if not args.cpus_per_trial > 0:
+        raise SweepInputError(f"--cpus-per-trial must be positive, got {args.cpus_per_trial}")
+    args.gpus_per_trial = parse_gpus(args.gpus_per_trial)
+    if not (args.gpu_memory_gb > 0 and args.gpu_tflops > 0) or args.max_trials_per_gpu < 1:
+        raise SweepInputError("--gpu-memory-gb and --gpu-tflops must be positive and --max-trials-per-gpu at least 1")
+    if args.max_failures < 0:
+        raise SweepInputError("--max-failures must be 0 or more")
+
+
+def parse_gpus(value):
+    """'auto' or a number of GPUs per trial: a fraction in [0, 1] or a whole number."""
+    if value is None or str(value).strip().lower() == "auto":
+        return "auto"
+    try:
+        gpus = float(value)
+    except ValueError:
+        raise SweepInputError(f"--gpus-per-trial must be 'auto', a fraction such as 0.25, or a whole number; got {value!r}") from None
+    if not math.isfinite(gpus) or gpus < 0 or (gpus > 1 and gpus != int(gpus)):
+        raise SweepInputError(f"--gpus-per-trial must be a fraction in (0, 1] or a whole number, got {value}")
+    return gpus
+
+
+def default_name(prog: str) -> str:
+    return f"{Path(prog).stem.replace('_', '-')}-{time.strftime('%Y%m%d-%H%M%S')}"

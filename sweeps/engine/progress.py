@@ -1,0 +1,121 @@
+"""A console progress line a person can read while a sweep runs:
+
+    [12:04 elapsed | ~31:10 left] trials 14/40 done, 2 running, 23 pending, 1 errored | best dev Spearman 81.23 (bert-base-cased L9 s2)
+
+Printed at most every `interval` seconds and whenever a trial finishes or errors. The best is the
+method's primary metric (its metric contract). The time left comes from the method's cost model:
+each trial's estimated seconds, scaled by how long the finished trials really took against their
+estimates (so cheap trials finishing first do not make the rest look cheap); a running trial
+that reports `progress` (the share of its epochs done) is charged the rest of it. The work left
+is divided by the number of trials running at once.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from ray import tune
+
+from trainables.method import MetricContract
+from trainables.schema import config_hash
+from sweeps.engine.summary import title
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+class ProgressLine(tune.Callback):
+    def __init__(self, contract: MetricContract, estimates: dict | None = None, interval: float = 15.0, stream=None):
+        self.contract = contract
+        self.estimates = dict(estimates or {})  # config hash -> estimated seconds (cost model)
+        self.interval = interval
+        self.stream = stream or sys.stdout
+        self._start = time.time()
+        self._last = 0.0
+        self._finished: list[tuple[float, float]] = []  # (measured seconds, estimate)
+        self._started: dict[str, float] = {}
+        self._best = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["stream"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.stream = sys.stdout
+
+    def setup(self, **info):
+        self._start = time.time()
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self._started.setdefault(trial.trial_id, time.time())
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        value = result.get(self.contract.primary)
+        if value is not None and self.contract.better(float(value), None if self._best is None else self._best[0]):
+            self._best = (float(value), self.contract.label_of(trial.config))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        measured = (trial.last_result or {}).get("wall_time_s")
+        if measured:
+            self._finished.append((float(measured), self._estimate(trial)))
+        self.print_line(trials)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self.print_line(trials)
+
+    def on_step_end(self, iteration, trials, **info):
+        if time.time() - self._last >= self.interval:
+            self.print_line(trials)
+
+    def on_experiment_end(self, trials, **info):
+        self.print_line(trials)
+
+    def _estimate(self, trial) -> float:
+        return float(self.estimates.get(config_hash(trial.config), 0.0))
+
+    def _scale(self) -> float | None:
+        """Measured seconds per estimated second, over the finished trials (None before any)."""
+        if not self._finished:
+            return None
+        measured = sum(m for m, _ in self._finished)
+        estimated = sum(e for _, e in self._finished)
+        return measured / estimated if estimated > 0 else None
+
+    def _left(self, trial, now: float, scale: float | None, mean: float) -> float:
+        expected = self._estimate(trial) * scale if scale else mean
+        if trial.status != "RUNNING":
+            return expected
+        elapsed = now - self._started.get(trial.trial_id, now)
+        done = float((trial.last_result or {}).get("progress") or 0.0)
+        if 0 < done < 1:
+            return elapsed * (1 - done) / done
+        return max(expected - elapsed, 0.1 * elapsed)
+
+    def line(self, trials) -> str:
+        counts = {"TERMINATED": 0, "RUNNING": 0, "PENDING": 0, "ERROR": 0, "PAUSED": 0}
+        for trial in trials:
+            counts[trial.status] = counts.get(trial.status, 0) + 1
+        now = time.time()
+        text = f"[{_clock(now - self._start)} elapsed"
+        waiting = [t for t in trials if t.status in ("PENDING", "PAUSED", "RUNNING")]
+        if self._finished and waiting:
+            scale = self._scale()
+            mean = sum(m for m, _ in self._finished) / len(self._finished)
+            work = sum(self._left(t, now, scale, mean) for t in waiting)
+            text += f" | ~{_clock(work / max(1, counts['RUNNING']))} left"
+        text += (
+            f"] trials {counts['TERMINATED']}/{len(trials)} done, {counts['RUNNING']} running, "
+            f"{counts['PENDING'] + counts['PAUSED']} pending, {counts['ERROR']} errored"
+        )
+        if self._best:
+            text += f" | best {title(self.contract.primary)} {self._best[0]:.2f} ({self._best[1]})"
+        return text
+
+    def print_line(self, trials) -> None:
+        self._last = time.time()
+        print(self.line(trials), file=self.stream, flush=True)

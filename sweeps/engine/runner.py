@@ -1,0 +1,368 @@
+"""Plan, run and resume a sweep of any registered method on Ray Tune, logging to MLflow.
+
+`plan_sweep(args, method)` does every check (the engine's flags, then the method's) and the
+one-off work the trials share (`Method.plan`: models, data, tokenising, stage specs), and raises
+`SweepInputError` before anything is computed. `run_sweep(plan)` starts or restores the Tune
+experiment with one MLflow parent run, packs trials on GPUs by the method's cost model, prints
+progress, and ends with a table built from the method's metric contract. Nothing here knows a
+method's axes: it reads `MetricContract` and `TrialCost` (trainables/method.py).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from argparse import Namespace
+from dataclasses import dataclass, field
+
+from trainables.errors import SweepInputError
+from trainables.method import MetricContract, PlanContext, get_method
+from trainables.paths import PROJECT_ROOT
+from trainables.schema import config_hash
+from sweeps.engine import storage
+from sweeps.engine.cli import build_parser, check_numbers, default_name
+
+QUIET_ENV = {
+    "TRANSFORMERS_VERBOSITY": "error",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "RAY_AIR_NEW_OUTPUT": "0",  # with verbose=0: no Ray tables; sweeps/engine/progress.py prints progress
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    "RAY_DEDUP_LOGS": "0",
+    "PYTHONWARNINGS": "ignore",
+    "MLFLOW_LOGGING_LEVEL": "WARNING",  # read when mlflow is imported: no "Creating initial MLflow database tables"
+}
+RESUME_KEEPS = ("address", "max_concurrent", "local_gpus", "resume")
+# Loggers whose routine lines are not for the person running a sweep: MLflow's INFO (database
+# set-up), Ray's notice that token authentication is on (it stays on), Ray Tune's chatter.
+QUIET_LOGGERS = {"mlflow": "WARNING", "ray": "WARNING", "ray.tune": "WARNING", "ray.train": "WARNING",
+                 "ray._private.authentication": "ERROR"}
+
+
+@dataclass
+class SweepPlan:
+    name: str
+    method: str                 # the registered method that plans and runs the trials
+    sweep_dir: str
+    storage_path: str
+    mlflow_uri: str
+    experiment: str
+    configs: list[dict]
+    data: object
+    resources: dict
+    args: dict
+    contract: MetricContract
+    costs: dict = field(default_factory=dict)   # Method.cost_unit(config) -> TrialCost
+    static_params: dict = field(default_factory=dict)
+    parent_run_id: str | None = None
+    resuming: bool = False
+    method_label: str = ""      # recorded on the parent run (e.g. "ws+tmft,dapt+tmft")
+    stages: dict = field(default_factory=dict)  # upstream stage specs by key (sweeps/engine/stages_plan.py)
+    failed_stages: dict = field(default_factory=dict)
+
+
+def git_commit() -> str:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return commit + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def package_versions() -> dict:
+    from importlib.metadata import version
+
+    return {f"version_{p}": version(p) for p in ("torch", "transformers", "ray", "mlflow")}
+
+
+def _resolve_resume(args) -> tuple[str, dict]:
+    path = storage.latest_sweep(storage.absolute(args.storage_path)) if args.resume == "latest" else storage.absolute(args.resume)
+    if path is None:
+        raise SweepInputError(f"--resume: no sweep found under {args.storage_path}; pass the sweep's directory (it holds {storage.SWEEP_FILE}).")
+    saved = storage.read_json(storage.join(path, storage.SWEEP_FILE))
+    if saved is None:
+        raise SweepInputError(f"--resume {path}: this path holds no sweep ({storage.SWEEP_FILE} is missing); pass the directory a sweep printed when it started.")
+    from ray import tune
+
+    if not tune.Tuner.can_restore(path):
+        raise SweepInputError(f"--resume {path}: Ray Tune's experiment state is missing there (the sweep died before its first trial started); start it again without --resume.")
+    return path, saved
+
+
+def plan_sweep(args: Namespace, method: str = "tmft", prog: str = "sweep") -> SweepPlan:
+    """Validate everything and prepare the shared data; raises SweepInputError on bad input."""
+    saved = None
+    if args.resume:
+        sweep_dir, saved = _resolve_resume(args)
+        kept = {k: getattr(args, k) for k in RESUME_KEEPS}
+        args = Namespace(**{**saved["args"], **kept})
+        method = saved.get("method_class", method)
+    method_cls = get_method(method)
+    if args.smoke_test:
+        for key, value in method_cls.smoke.items():
+            setattr(args, key, value)
+    check_numbers(args)
+    method_cls.check(args)
+
+    storage_path = storage.absolute(args.storage_path)
+    name = saved["name"] if saved else (args.name or default_name(prog))
+    sweep_dir = sweep_dir if saved else storage.join(storage_path, name)
+    if not saved and storage.read_json(storage.join(sweep_dir, storage.SWEEP_FILE)) is not None:
+        raise SweepInputError(f"A sweep named {name!r} already exists at {sweep_dir}; continue it with --resume {sweep_dir} or pick another --name.")
+    mlflow_uri = args.mlflow_uri
+    if mlflow_uri is None:
+        if storage.is_uri(storage_path):
+            raise SweepInputError("--storage-path is a URI: pass --mlflow-uri too (an MLflow server, or sqlite:////shared/path/mlflow.db)")
+        mlflow_uri = f"sqlite:///{os.path.join(storage_path, 'mlflow.db')}"
+
+    default_models = build_parser("x", "", method_cls).get_default("models") or ""
+    context = PlanContext(storage_path, mlflow_uri, saved_checksums=saved.get("data_checksums") if saved else None,
+                          smoke_test=bool(args.smoke_test), default_models=default_models)
+    planned = method_cls.plan(args, context)
+    if saved and saved.get("data_checksums") not in (None, planned.checksums):
+        raise SweepInputError(f"--resume: the data in {args.data_dir} changed since the sweep started (checksums differ); resume with the original data.")
+    contract = method_cls.metrics(args)
+    plan = SweepPlan(
+        name=name, method=method, sweep_dir=sweep_dir, storage_path=storage_path, mlflow_uri=mlflow_uri,
+        experiment=args.experiment or prog.replace("_", "-"), configs=planned.configs, data=planned.data,
+        resources={"cpu": args.cpus_per_trial, "gpu": args.gpus_per_trial}, args=vars(args), contract=contract,
+        costs=planned.costs, parent_run_id=saved["parent_run_id"] if saved else None, resuming=bool(saved),
+        method_label=planned.method_label or method, stages=planned.stages,
+    )
+    plan.static_params = {
+        "git_commit": git_commit(), "sweep": name, "search": args.search, "data_dir": str(args.data_dir),
+        **{f"data_sha_{k}": v for k, v in planned.checksums.items()}, **package_versions(),
+        **contract.params(), **planned.static_params,
+    }
+    plan.args["data_checksums"] = planned.checksums
+    return plan
+
+
+def quiet() -> None:
+    """Keep the console for the sweep's own lines (plan, progress, table, where the results are)."""
+    import logging
+
+    os.environ.update(QUIET_ENV)
+    for name, level in QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(level)
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+
+
+def _init_ray(plan: SweepPlan) -> None:
+    import logging
+
+    import ray
+
+    quiet()
+    if ray.is_initialized():
+        return
+    runtime_env = {"env_vars": dict(QUIET_ENV)}
+    address = plan.args.get("address")
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
+    else:
+        ray.init(address="local", num_gpus=plan.args.get("local_gpus"), include_dashboard=False, runtime_env=runtime_env,
+                 log_to_driver=False, logging_level=logging.WARNING)
+
+
+def _check_resources(plan: SweepPlan) -> None:
+    import ray
+
+    total = ray.cluster_resources()
+    if plan.resources["gpu"] != "auto" and plan.resources["gpu"] > 0 and total.get("GPU", 0) == 0 and not plan.args.get("address"):
+        raise SweepInputError(f"--gpus-per-trial {plan.resources['gpu']} asks for GPUs but this Ray has none; use --gpus-per-trial 0 (or --local-gpus N to test packing).")
+    if plan.resources["cpu"] > total.get("CPU", 0) and not plan.args.get("address"):
+        raise SweepInputError(f"--cpus-per-trial {plan.resources['cpu']} is more than this Ray's {total.get('CPU', 0):g} CPUs.")
+
+
+def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
+    from ray import tune
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    from sweeps.engine.progress import ProgressLine
+    from sweeps.engine.tracking import MlflowSweepCallback
+
+    args, contract = plan.args, plan.contract
+    estimates = {config_hash(c): resources.seconds(c) for c in plan.configs}
+    run_config = tune.RunConfig(
+        name=plan.name, storage_path=plan.storage_path, verbose=0,
+        callbacks=[MlflowSweepCallback(plan.mlflow_uri, plan.parent_run_id, plan.static_params, sweep_dir=plan.sweep_dir,
+                                       contract=contract),
+                   ProgressLine(contract, estimates=estimates)],
+        failure_config=tune.FailureConfig(max_failures=args["max_failures"]),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=1, checkpoint_frequency=1, checkpoint_at_end=True),
+    )
+    if args["search"] == "optuna":
+        from ray.tune.schedulers import ASHAScheduler
+        from ray.tune.search import ConcurrencyLimiter
+        from ray.tune.search.optuna import OptunaSearch
+
+        space = get_method(plan.method).search_space(Namespace(**args), plan.configs[0])
+        tune_config = tune.TuneConfig(
+            metric=contract.epoch, mode=contract.mode, num_samples=args["num_samples"], reuse_actors=not args.get("no_reuse_actors"),
+            search_alg=ConcurrencyLimiter(OptunaSearch(seed=plan.configs[0].get("seed", 0)), max_concurrent=args["max_concurrent"] or 2),
+            scheduler=ASHAScheduler(max_t=max(1, int(args.get("epochs") or 1)), grace_period=1),
+        )
+        return tune.Tuner(trainable, param_space=space, tune_config=tune_config, run_config=run_config)
+    placeholders = {key: None for config in plan.configs for key in config}
+    tune_config = tune.TuneConfig(
+        search_alg=BasicVariantGenerator(points_to_evaluate=plan.configs, max_concurrent=args["max_concurrent"] or 0),
+        num_samples=len(plan.configs), reuse_actors=not args.get("no_reuse_actors"),
+    )
+    return tune.Tuner(trainable, param_space=placeholders, tune_config=tune_config, run_config=run_config)
+
+
+@dataclass
+class TrialResources:
+    """A picklable `resources` callable for tune.with_resources: CPU and GPU share per trial, from
+    the method's cost model (`costs`: cost unit -> TrialCost; the unit is the values of `axes`)."""
+
+    cpu: float
+    fixed_gpu: float | None
+    costs: dict
+    axes: tuple
+    gpu_memory_gb: float = 24.0
+    max_trials_per_gpu: int = 4
+
+    def unit(self, config: dict) -> tuple:
+        return tuple(config.get(axis) for axis in self.axes)
+
+    def gpu(self, config: dict) -> float:
+        from sweeps.engine import packing
+
+        cost = self.costs.get(self.unit(config))
+        if cost is not None and not cost.gpu:
+            return 0.0
+        if self.fixed_gpu is not None:
+            return self.fixed_gpu
+        return 1.0 if cost is None else packing.gpus_per_trial(cost.memory_bytes, self.gpu_memory_gb, self.max_trials_per_gpu)
+
+    def seconds(self, config: dict) -> float:
+        cost = self.costs.get(self.unit(config))
+        return 0.0 if cost is None else float(cost.seconds)
+
+    def __call__(self, config: dict):
+        from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
+
+        return resource_dict_to_pg_factory({"cpu": self.cpu, "gpu": self.gpu(config)})
+
+    def describe(self, plan: SweepPlan) -> str:
+        trials = len(plan.configs) if plan.args["search"] == "grid" else plan.args["num_samples"]
+        lines = [f"Sweep {plan.name}: {trials} trials; state in {plan.sweep_dir}"]
+        shares = [self.gpu(c) for c in plan.configs]
+        if not any(shares):
+            lines.append(f"  each trial: {self.cpu:g} CPU, no GPU")
+            return "\n".join(lines)
+        counts = {}
+        for share in shares:
+            counts[share] = counts.get(share, 0) + 1
+        lines.append(f"  each trial: {self.cpu:g} CPU; GPU packing: " + ", ".join(
+            f"{count} trials at {share:g} GPU ({max(1, round(1 / share)) if share < 1 else 1} per GPU)" for share, count in sorted(counts.items())))
+        repeats = trials / max(1, len(plan.configs)) if plan.args["search"] != "grid" else 1
+        hours = sum(self.gpu(c) * self.seconds(c) for c in plan.configs) * repeats / 3600
+        lines.append(f"  estimated {hours:.2f} GPU-hours (the method's cost model, --gpu-tflops {plan.args['gpu_tflops']:g})")
+        return "\n".join(lines)
+
+
+def resolve_resources(plan: SweepPlan) -> TrialResources:
+    """Fix each trial's GPU share: the flag's number, or `auto` (sweeps/engine/packing.py) when
+    the cluster has GPUs (or is a remote cluster that may scale GPU nodes up), else 0."""
+    import ray
+
+    args, gpu = plan.args, plan.resources["gpu"]
+    if gpu == "auto":
+        has_gpus = ray.cluster_resources().get("GPU", 0) > 0 or bool(args.get("address"))
+        fixed = None if has_gpus else 0.0
+    else:
+        fixed = float(gpu)
+    return TrialResources(float(plan.resources["cpu"]), fixed, plan.costs, get_method(plan.method).cost_axes,
+                          args["gpu_memory_gb"], args["max_trials_per_gpu"])
+
+
+def wrapped_trainable(plan: SweepPlan, resources: TrialResources):
+    from ray import tune
+
+    cls = get_method(plan.method).trainable_class()
+    return tune.with_resources(tune.with_parameters(cls, data=plan.data), resources)
+
+
+def run_sweep(plan: SweepPlan):
+    """Run (or resume) the sweep; return Ray Tune's ResultGrid."""
+    from ray import tune
+
+    from sweeps.engine.tracking import start_parent_run
+
+    _init_ray(plan)
+    _check_resources(plan)
+    if plan.parent_run_id is None:
+        plan.parent_run_id = start_parent_run(plan.mlflow_uri, plan.experiment, plan.name,
+                                              {**plan.static_params, "trials": len(plan.configs), "method": plan.method_label})
+        storage.write_json(storage.join(plan.sweep_dir, storage.SWEEP_FILE), {
+            "name": plan.name, "method": plan.method_label, "method_class": plan.method, "parent_run_id": plan.parent_run_id,
+            "mlflow_uri": plan.mlflow_uri, "experiment": plan.experiment, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "data_checksums": plan.args.get("data_checksums"),
+            "args": {k: v for k, v in plan.args.items() if k != "data_checksums"},
+        })
+    if plan.stages:
+        from sweeps.engine.stages_plan import prepare_stages
+
+        prepare_stages(plan, plan.stages)
+    resources = resolve_resources(plan)
+    print(resources.describe(plan), flush=True)
+    trainable = wrapped_trainable(plan, resources)
+    if plan.resuming:
+        tuner = tune.Tuner.restore(plan.sweep_dir, trainable=trainable, resume_unfinished=True, resume_errored=True)
+    else:
+        tuner = _tuner(plan, trainable, resources)
+    results = tuner.fit()
+    _finish(plan, results)
+    return results
+
+
+def _finish(plan: SweepPlan, results) -> None:
+    from sweeps.engine.summary import summary_table
+    from sweeps.engine.tracking import finish_parent_run
+
+    errors = [r for r in results if r.error]
+    spooled = finish_parent_run(plan.mlflow_uri, plan.parent_run_id, "FAILED" if errors else "FINISHED", plan.sweep_dir)
+    print(summary_table(results.get_dataframe(), plan.contract))
+    ui_uri = plan.mlflow_uri
+    print(f"\nResults: {plan.sweep_dir}")
+    if ui_uri.startswith(("http://", "https://")):
+        print(f"MLflow:  open {ui_uri}")
+    else:
+        print(f"MLflow:  mlflow ui --backend-store-uri {ui_uri} --host 127.0.0.1 --port 5000   (then open http://127.0.0.1:5000)")
+    print(f"Report:  python -m analysis report --mlflow-uri {ui_uri} --out {storage.join(plan.sweep_dir, 'report')}")
+    if errors:
+        print(f"{len(errors)} trial(s) failed; rerun them from their checkpoints with: --resume {plan.sweep_dir}")
+    if spooled:
+        print(spooled)
+
+
+def parser_for(method: str = "tmft", prog: str = "sweep", description: str = "", defaults: dict | None = None):
+    """The full argument parser of a method's sweep script."""
+    return build_parser(prog, description, get_method(method), defaults)
+
+
+def main(argv=None, prog: str = "sweep", description: str = "", defaults: dict | None = None, method: str = "tmft") -> int:
+    """The whole of a sweep script: parse its flags, plan, run; exit status 2 on bad input, 1 when
+    a trial or stage failed, else 0."""
+    from sweeps.engine.stages_plan import StageError
+
+    quiet()
+    args = parser_for(method, prog, description, defaults).parse_args(argv)
+    try:
+        plan = plan_sweep(args, method=method, prog=prog)
+        results = run_sweep(plan)
+    except SweepInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except StageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 1 if any(r.error for r in results) or plan.failed_stages else 0

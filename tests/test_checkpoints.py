@@ -1,0 +1,64 @@
+"""Best-dev checkpoints: a trial keeps its best-dev weights as a sentence-transformers folder
+beside its latest state, `runs:/<run id>` resolves to it, and zero-shot evaluation of that
+reference reproduces the trial's own best dev score."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+
+from mlflow_helpers import runs_by_role
+from sweeps.engine.runner import main as tmft_main
+from sweeps.evaluate import main as evaluate_main
+from trainables import schema
+from trainables.errors import SweepInputError
+
+
+@pytest.fixture
+def finished_trial(sweep_env, tiny_models):
+    flags = list(sweep_env["flags"])
+    flags[flags.index("--max-eval-samples"):flags.index("--max-eval-samples") + 2] = []  # the full STS-B dev
+    assert tmft_main(["--models", tiny_models["bert"], "--layers", "2", "--seeds", "0", "--epochs", "3", "--lr", "1e-4",
+                      "--name", "trained", *flags]) == 0
+    _, children = runs_by_role(sweep_env["uri"])
+    return children[0]
+
+
+def test_best_dev_checkpoint_is_a_sentence_transformer_and_evaluates_as_in_the_trial(finished_trial, sweep_env, tiny_models):
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel, AutoTokenizer
+
+    from trainables.encoders import resolve_model
+    from trainables.zero_shot import encode_sentences
+
+    run_id = finished_trial.info.run_id
+    best = resolve_model(f"runs:/{run_id}", sweep_env["uri"])
+    assert best.name == "best" and Path(finished_trial.data.tags[schema.TAG_CHECKPOINT]) == best.parent
+    assert (best / "modules.json").is_file()
+
+    sentences = ["A man is playing a guitar.", "Two dogs run on the beach.", "A woman slices an onion."]
+    ours = encode_sentences(AutoModel.from_pretrained(best), AutoTokenizer.from_pretrained(best), sentences, "mean")
+    theirs = SentenceTransformer(str(best), device="cpu").encode(sentences, convert_to_numpy=True)
+    np.testing.assert_allclose(theirs, ours, atol=1e-5)
+
+    assert evaluate_main(["--models", f"runs:/{run_id}", "--sets", "stsb_dev", "--name", "of-run",
+                          *[f for f in sweep_env["flags"] if f not in ("--max-train-samples", "48", "--max-eval-samples", "60",
+                                                                       "--batch-size", "16")]]) == 0
+    client = MlflowClient(sweep_env["uri"])
+    evaluated = [c for c in runs_by_role(sweep_env["uri"])[1] if c.data.params["method"] == "evaluate"]
+    assert len(evaluated) == 1 and evaluated[0].data.params["evaluated_run_id"] == run_id
+    assert evaluated[0].data.params["layer"] == "2"
+    best_dev = finished_trial.data.metrics["best_dev_spearman"]
+    assert evaluated[0].data.metrics["stsb_dev_spearman"] == pytest.approx(best_dev, abs=1e-3)
+    history = {m.step: m.value for m in client.get_metric_history(run_id, "dev_spearman")}
+    assert len(history) == 3 and best_dev == pytest.approx(max(history.values()))
+
+
+def test_a_run_without_a_checkpoint_is_refused(sweep_env, finished_trial):
+    from trainables.encoders import resolve_model
+
+    parent_id = finished_trial.data.tags[schema.TAG_PARENT]
+    with pytest.raises(SweepInputError, match="recorded no checkpoint"):
+        resolve_model(f"runs:/{parent_id}", sweep_env["uri"])
+    with pytest.raises(SweepInputError, match="no run"):
+        resolve_model("runs:/0123456789abcdef", sweep_env["uri"])

@@ -1,0 +1,254 @@
+"""The method contract: what a method declares so that the sweep engine (sweeps/engine/) can plan,
+pack, run, track, report and analyse it without knowing anything else about it.
+
+A method is one registered subclass of `Method` (`@register_method("name")`) in one file under
+`trainables/`; its sweep script in `sweeps/` calls `sweeps.engine.runner.main(method="name")`.
+It declares:
+
+- `add_arguments(parser)`: its command-line flags (the engine adds the shared ones: storage,
+  MLflow, Ray, resources, seeds, search, resume, smoke test); `smoke`: the flag values of
+  `--smoke-test`; `check(args)`: refuse bad values of its flags (SweepInputError) before any work;
+- `plan(args, context) -> MethodPlan`: the driver-side work done once before trials (resolving
+  models, loading and tokenising data, the specs of upstream stages) and what reaches the
+  trials: the trial configs (the grid), the shared `data` shipped through Ray's object store, the
+  sweep-wide params, the data checksums, and each trial's cost (`TrialCost`: GPU memory and
+  seconds from the method's own cost model, for packing, the GPU-hours plan and the time left);
+- `metrics(args) -> MetricContract`: the primary metric and its direction, the score reported at
+  the selection, the companion, the per-epoch metric that schedulers see, the axes the sweep
+  varies and the axis a table selects over (e.g. the best layer per model by mean dev score);
+- optionally `search_space(args, base_config)`: the Optuna space of `--search optuna`;
+- `trainable`: the Ray Tune Trainable class a trial runs.
+
+The contract is logged on the sweep's parent run and on every trial run (`MetricContract.params`),
+and the analysis groups and selects by what was logged.
+"""
+from __future__ import annotations
+
+from argparse import ArgumentParser, Namespace
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from trainables.errors import SweepInputError
+from trainables.registry import Registry
+
+
+@dataclass(frozen=True)
+class TrialCost:
+    """What one trial needs: GPU memory (bytes, for packing) and time (seconds on one whole GPU
+    at the sweep's --gpu-tflops, for the GPU-hours plan and the time left); `gpu=False` for a
+    trial that never touches a GPU (it gets no GPU share)."""
+
+    memory_bytes: float
+    seconds: float
+    gpu: bool = True
+
+
+@dataclass(frozen=True)
+class MetricContract:
+    """How a method's runs are scored, selected and labelled.
+
+    primary:    the final metric that ranks trials and selects (e.g. `best_dev_spearman`)
+    report:     the held-out score shown at the selection (e.g. `test_spearman_at_best_dev`)
+    companion:  a second score reported beside the primary (e.g. `test_pearson_at_best_dev`)
+    epoch:      the per-step metric a scheduler (ASHA) and Optuna optimise (e.g. `dev_spearman`)
+    mode:       "max" or "min"
+    axes:       the config keys a sweep of the method varies, seed included, e.g. (model, layer, seed)
+    select:     the axis a table picks the best value of, by the mean primary over seeds (None: none)
+    seed:       the axis averaged over (None: no repeats)
+    columns:    more final metrics for the end-of-sweep table (e.g. one per evaluation set)
+    label:      the primary's display name
+    """
+
+    primary: str
+    report: str
+    companion: str = ""
+    epoch: str = ""
+    mode: str = "max"
+    axes: tuple[str, ...] = ("model", "seed")
+    select: str | None = None
+    seed: str | None = "seed"
+    columns: tuple[str, ...] = ()
+    label: str = ""
+    short: dict = field(default_factory=dict)  # axis -> prefix in run names, e.g. {"layer": "L", "seed": "s"}
+
+    def __post_init__(self):
+        if self.mode not in ("max", "min"):
+            raise ValueError(f"mode must be 'max' or 'min', got {self.mode!r}")
+        for axis in (self.select, self.seed):
+            if axis is not None and axis not in self.axes:
+                raise ValueError(f"{axis!r} is not one of the sweep's axes {self.axes}")
+
+    def params(self) -> dict:
+        """What the engine logs on every run, and the analysis reads back."""
+        return {
+            "metric_primary": self.primary, "metric_report": self.report, "metric_companion": self.companion,
+            "metric_mode": self.mode, "sweep_axes": ",".join(self.axes), "select_axis": self.select or "",
+            "seed_axis": self.seed or "",
+        }
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The axes that make one row of a table: every axis but the selected one and the seed."""
+        return tuple(a for a in self.axes if a not in (self.select, self.seed))
+
+    def label_of(self, config: dict) -> str:
+        """A short run label, e.g. `all-MiniLM-L6-v2 L3 s0`."""
+        parts = []
+        for axis in self.axes:
+            value = config.get(axis)
+            if value is None:
+                continue
+            if axis in self.short:
+                parts.append(f"{self.short[axis]}{value}")
+            elif "/" in str(value) or axis == "model":
+                parts.append(str(value).rstrip("/").split("/")[-1])
+            else:
+                parts.append(f"{axis}={value}")
+        return " ".join(parts)
+
+    def better(self, a: float, b: float | None) -> bool:
+        return b is None or (a > b if self.mode == "max" else a < b)
+
+
+@dataclass
+class PlanContext:
+    """What the engine hands a method at planning time."""
+
+    storage_path: str           # absolute local path or URI of the sweep's storage
+    mlflow_uri: str             # the tracking store (to resolve runs:/ model references)
+    saved_checksums: dict | None = None  # a resumed sweep's data checksums (changed data is refused)
+    smoke_test: bool = False
+    default_models: str = ""    # the parser's default --models (a smoke test swaps it for a tiny model)
+
+
+@dataclass
+class MethodPlan:
+    """The driver-side result of `Method.plan`: everything trials need, computed once."""
+
+    configs: list[dict]
+    data: Any = None                      # shipped to every trial once (tune.with_parameters)
+    costs: dict = field(default_factory=dict)   # cost unit -> TrialCost (see Method.cost_unit)
+    static_params: dict = field(default_factory=dict)
+    checksums: dict = field(default_factory=dict)
+    stages: dict = field(default_factory=dict)  # upstream stage specs by key (trainables/upstream.py), run
+                                                # by the engine before the trials; configs name theirs by `stage_key`
+    method_label: str | None = None       # the method name(s) recorded on the parent run
+
+
+class Method:
+    """Base of every registered method (see the module docstring)."""
+
+    name: ClassVar[str] = ""
+    trainable: ClassVar[type | None] = None
+    description: ClassVar[str] = ""
+    smoke: ClassVar[dict] = {}
+    cost_axes: ClassVar[tuple[str, ...]] = ()  # the config keys a trial's cost depends on
+
+    @classmethod
+    def add_arguments(cls, parser: ArgumentParser, defaults: dict) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def check(cls, args: Namespace) -> None:
+        """Refuse bad values of the method's own flags (SweepInputError)."""
+
+    @classmethod
+    def metrics(cls, args: Namespace) -> MetricContract:
+        raise NotImplementedError
+
+    @classmethod
+    def plan(cls, args: Namespace, context: PlanContext) -> MethodPlan:
+        raise NotImplementedError
+
+    @classmethod
+    def search_space(cls, args: Namespace, base: dict) -> dict:
+        raise SweepInputError(f"--search optuna is not available for method {cls.name!r}")
+
+    @classmethod
+    def cost_unit(cls, config: dict) -> tuple:
+        return tuple(config.get(axis) for axis in cls.cost_axes)
+
+    @classmethod
+    def trainable_class(cls, config: dict | None = None) -> type:
+        if cls.trainable is None:
+            raise NotImplementedError(f"method {cls.name!r} declares no trainable")
+        return cls.trainable
+
+
+METHODS = Registry("method", Method)
+register_method = METHODS.register
+
+
+def get_method(name: str) -> type[Method]:
+    """The method class registered under `name`, importing the method modules first."""
+    import_methods()
+    return METHODS.get(name)
+
+
+def import_methods() -> None:
+    """Import every module under trainables/ that registers a method (each registers on import)."""
+    import importlib
+
+    for module in METHOD_MODULES:
+        importlib.import_module(module)
+
+
+# The files that hold methods; a new method adds its module here.
+METHOD_MODULES = ("trainables.tmft", "trainables.improvements", "trainables.evaluate")
+
+
+# --- flag helpers the methods share ------------------------------------------------------------
+def parse_int_list(text: str, flag: str) -> list[int]:
+    """'0,1,2' or '0-4' (or a mix) -> sorted unique non-negative ints; SweepInputError otherwise."""
+    values = []
+    try:
+        for part in str(text).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "-" in part[1:]:
+                low, high = part.split("-", 1)
+                values.extend(range(int(low), int(high) + 1))
+            else:
+                values.append(int(part))
+    except ValueError:
+        raise SweepInputError(f"{flag} {text!r} is not a comma-separated list of integers (e.g. 0,1,2 or 0-4)") from None
+    if not values:
+        raise SweepInputError(f"{flag} is empty")
+    if any(v < 0 for v in values):
+        raise SweepInputError(f"{flag} {text!r} holds a negative value")
+    return sorted(set(values))
+
+
+def parse_layers(text: str) -> list[int] | None:
+    """None means all layers of each model."""
+    return None if str(text).strip().lower() == "all" else parse_int_list(text, "--layers")
+
+
+def parse_names(text: str, flag: str, known: list[str] | None = None) -> list[str]:
+    """A comma-separated list of names, each checked against `known` when given."""
+    names = [n.strip() for n in str(text).split(",") if n.strip()]
+    if not names:
+        raise SweepInputError(f"{flag} is empty")
+    if known is not None:
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise SweepInputError(f"{flag}: unknown {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
+    return list(dict.fromkeys(names))
+
+
+def model_list(args: Namespace, context: PlanContext) -> list[str]:
+    """--models as a list; a smoke test with the default models uses the tiny smoke model."""
+    models = [m.strip() for m in str(args.models).split(",") if m.strip()]
+    if context.smoke_test and args.models == context.default_models:
+        from trainables.tiny import smoke_model
+
+        models = [str(smoke_model(context.storage_path, args.data_dir))]
+    if not models:
+        raise SweepInputError("--models is empty")
+    return models
+
+
+def local_dir(path: str) -> Path:
+    return Path(path).expanduser().resolve()
