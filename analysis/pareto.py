@@ -24,12 +24,16 @@ def pareto_mask(params, scores) -> np.ndarray:
 
 
 def pareto_points(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per (method, task): each model's best-dev layer and last layer, with `on_front`.
+    """Per (method, task): every (model, layer) mean over seeds, with `on_front`.
 
-    Columns as `selected_layers` plus `params_m` (millions) and `on_front`, computed within
-    each (method, task) on the mean test score.
+    Columns as the summary's plus `row_kind` ("best": the model's best-dev layer, "last": its
+    last layer where that is not the best, "layer": any other), `params_m` (millions) and
+    `on_front`, computed within each (method, task) on the mean test score.
     """
-    points = selected_layers(summary)
+    selected = selected_layers(summary)
+    kinds = {(r.method, r.task, r.model, r.layer): r.row_kind for r in selected.itertuples()}
+    points = summary.copy()
+    points["row_kind"] = [kinds.get((r.method, r.task, r.model, r.layer), "layer") for r in points.itertuples()]
     if points.empty:
         return points.assign(params_m=pd.Series(dtype=float), on_front=pd.Series(dtype=bool))
     if "params_truncated" in points:

@@ -88,6 +88,23 @@ def plot_layer_curves(summary, method: str, task: str, colors=None):
     return fig
 
 
+def plot_metric_curves(rows, columns: list[str], title: str):
+    """One line per metric column against the layer (rows of one group of a table-family summary,
+    e.g. a zero-shot evaluation of one model and pooling: one line per evaluation set)."""
+    rows = rows.sort_values("layer")
+    fig, ax = new_figure((7.5, 4.8))
+    x = rows["layer"].to_numpy(dtype=float)
+    for column in columns:
+        ax.plot(x, rows[f"{column}_mean"].to_numpy(dtype=float), marker=".", label=column.removesuffix("_spearman"))
+    ax.legend(loc="best", fontsize=9, framealpha=0.9)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=13))
+    ax.set_xlabel("Layer index l (0 = embedding output)")
+    ax.set_ylabel("Spearman ×100" if all(c.endswith("_spearman") for c in columns) else "score")
+    ax.set_title(title, fontsize=11)
+    ax.grid(alpha=0.3)
+    return fig
+
+
 def _polyline_boxes(ax, line, step_px=4.0):
     """Small boxes along a drawn line (display coordinates), so labels can avoid it."""
     from matplotlib.transforms import Bbox
@@ -169,7 +186,8 @@ def place_labels(ax, xs, ys, texts, fontsize=8.5, avoid_lines=(), colors=None):
 
 
 def plot_pareto(points, colors=None, title: str | None = None):
-    """Pareto plot of one (method, task) from `pareto.pareto_points()` output (rows of one group)."""
+    """Pareto plot of one (method, task) from `pareto.pareto_points()` output (rows of one group):
+    every (model, layer) mean, the best and last layers marked and labelled, the front through them."""
     points = points[points["params_m"].notna() & points["test_mean"].notna()]
     if points.empty:
         raise ValueError("no points with both a parameter count and a test score")
@@ -182,7 +200,11 @@ def plot_pareto(points, colors=None, title: str | None = None):
                        markeredgecolor="0.55", markeredgewidth=1.2)
     (front_line,) = ax.plot(front["params_m"], front["test_mean"], zorder=1, **front_style)
     for _, row in points.iterrows():
-        last = row["row_kind"] == "last"
+        kind = row["row_kind"]
+        if kind == "layer":
+            ax.scatter(row["params_m"], row["test_mean"], s=14, zorder=2, marker="o", color=colors[row["model"]], alpha=0.6)
+            continue
+        last = kind == "last"
         ax.scatter(row["params_m"], row["test_mean"], s=55, zorder=3, marker=MARKER_LAST if last else MARKER_BEST,
                    facecolors="white" if last else colors[row["model"]], edgecolors=colors[row["model"]], linewidths=1.6)
     handles = [Line2D([], [], label="Pareto front", **front_style),
@@ -190,6 +212,8 @@ def plot_pareto(points, colors=None, title: str | None = None):
     if (points["row_kind"] == "last").any():
         handles.append(Line2D([], [], marker=MARKER_LAST, color="0.3", markerfacecolor="white", linestyle="none",
                               label="last layer (where not the best)"))
+    if (points["row_kind"] == "layer").any():
+        handles.append(Line2D([], [], marker="o", markersize=4, color="0.3", linestyle="none", label="other layers"))
     handles += [Line2D([], [], marker=MARKER_BEST, color=colors[m], linestyle="none", label=names[m])
                 for m in sorted(names, key=lambda m: names[m].lower())]
     ax.legend(handles=handles, fontsize=8.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
@@ -213,7 +237,8 @@ def plot_pareto(points, colors=None, title: str | None = None):
         title = f"{method_name(row['method'])} on {task_name(row['task'])}: size against score"
     ax.set_title(title, fontsize=11)
     ax.grid(alpha=0.3)
+    labelled = points[(points["row_kind"] != "layer") | points["on_front"]]
     labels = [f"{names[r['model']]}, l={int(r['layer'])}" + (" (last)" if r["row_kind"] == "last" else "")
-              for _, r in points.iterrows()]
-    place_labels(ax, x, y, labels, avoid_lines=[front_line])
+              for _, r in labelled.iterrows()]
+    place_labels(ax, labelled["params_m"].to_numpy(float), labelled["test_mean"].to_numpy(float), labels, avoid_lines=[front_line])
     return fig

@@ -21,8 +21,8 @@ import pandas as pd
 from analysis.loader import AnalysisError, load_runs
 from analysis.names import display_names, method_name, method_sort_key, task_name
 from analysis.pareto import pareto_points
-from analysis.plots import model_colors, plot_layer_curves, plot_pareto, save_figure
-from analysis.summary import flag_mixed_configs, split_runs, summarize
+from analysis.plots import model_colors, plot_layer_curves, plot_metric_curves, plot_pareto, save_figure
+from analysis.summary import TABLE_FAMILY, flag_mixed_configs, layer_family, split_runs, summarize
 from analysis.tables import table1, table1_markdown, table2, table2_markdown, to_markdown
 
 
@@ -56,6 +56,8 @@ def _groups(summary: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def _runs_overview(runs: pd.DataFrame, complete: pd.DataFrame) -> str:
+    runs = runs.assign(**{c: runs[c] if c in runs else pd.NA for c in ("task", "model", "layer", "seed")})
+    runs["task"] = runs["task"].fillna("")
     counts = runs.groupby(["sweep", "method", "task"], dropna=False).agg(
         trials=("run_id", "size"), models=("model", "nunique"), layers=("layer", "nunique"),
         seeds=("seed", "nunique"))
@@ -73,6 +75,43 @@ def _excluded_markdown(excluded: pd.DataFrame) -> str:
         names = display_names(shown["model"].dropna().unique())
         shown["model"] = shown["model"].map(lambda m: names.get(m, m))
     return to_markdown(shown.astype(str).replace({"<NA>": "", "nan": "", "None": ""}))
+
+
+def _table_family_sections(others: pd.DataFrame, figures: Path, tables: Path, write_csv, report: Report) -> list[str]:
+    """Methods without a layer-over-seeds selection (e.g. zero-shot evaluation): per (method,
+    task), a table of every row of the contract's axes with its primary score and each of its
+    columns (e.g. one per evaluation set), and, when `layer` is an axis, a curve per group of the
+    other axes with one line per column."""
+    lines = []
+    for (method, task), rows in others.groupby(["method", "task"], sort=True):
+        rows = rows.dropna(axis=1, how="all")
+        first = rows.iloc[0]
+        axes = [a for a in first["sweep_axes"].split(",") if a not in (first["seed_axis"], "method", "task")]
+        columns = [c for c in first["metric_columns"].split(",") if c and f"{c}_mean" in rows]
+        name = slug(method, task or "all")
+        shown = rows[axes].copy()
+        if "model" in shown:
+            names = display_names(shown["model"].unique())
+            shown["model"] = shown["model"].map(names)
+        shown[first["metric"]] = rows["dev_mean"].round(2)
+        for column in columns:
+            shown[column] = rows[f"{column}_mean"].round(2)
+        if rows["n_seeds"].max() > 1:
+            shown["seeds"] = rows["n_seeds"]
+        write_csv(shown, tables / f"scores_{name}.csv")
+        lines += ["", f"## {method_name(method)}" + (f" on {task_name(task)}" if task else ""), "",
+                  f"Every {', '.join(axes)} (×100; [CSV](tables/scores_{name}.csv)):", "", to_markdown(shown.astype(str).replace({"nan": ""}))]
+        if "layer" in axes and columns:
+            others_axes = [a for a in axes if a != "layer"]
+            groups = rows.groupby(others_axes, sort=True, dropna=False) if others_axes else [((), rows)]
+            for key, group in groups:
+                key = key if isinstance(key, tuple) else (key,)
+                label = " ".join(str(display_names([v]).get(v, v)) if a == "model" else str(v) for a, v in zip(others_axes, key))
+                files = save_figure(plot_metric_curves(group, columns, f"{method_name(method)}: {label}"), figures,
+                                    f"curves_{slug(name, *map(str, key))}")
+                report.files += files
+                lines += ["", f"![{label}](figures/{files[0].name})", "", f"{label} by layer ([SVG](figures/{files[1].name})).", ""]
+    return lines
 
 
 def select_runs(runs: pd.DataFrame, where: dict[str, str] | None) -> pd.DataFrame:
@@ -97,6 +136,8 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
     complete, excluded = split_runs(runs)
     summary = summarize(runs)
     report = Report(out_dir, out_dir / "README.md", runs, summary, excluded)
+    others = summary[summary["family"] == TABLE_FAMILY] if "family" in summary else summary.iloc[0:0]
+    summary = layer_family(summary)
 
     def write_csv(frame, path):
         frame.to_csv(path, index=False)
@@ -104,8 +145,8 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
 
     write_csv(runs, out_dir / "runs.csv")
     write_csv(excluded, out_dir / "excluded_runs.csv")
-    write_csv(summary, out_dir / "summary.csv")
     points = pareto_points(summary) if not summary.empty else pd.DataFrame()
+    write_csv(pd.concat([summary, others], ignore_index=True), out_dir / "summary.csv")
     write_csv(points, out_dir / "pareto_points.csv")
 
     source = f"`{_safe_uri(tracking_uri)}`" + (f", experiment `{experiment}`" if experiment else ", all experiments")
@@ -121,7 +162,7 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
         "| [runs.csv](runs.csv) | one row per trial run: params, final metrics, status |",
         "| [summary.csv](summary.csv) | one row per (method, task, model, layer): n_seeds, means, stds, best/last layer |",
         "| [excluded_runs.csv](excluded_runs.csv) | runs left out of the averages, with the reason |",
-        "| [pareto_points.csv](pareto_points.csv) | best and last layer of each model, with `on_front` |", "",
+        "| [pareto_points.csv](pareto_points.csv) | every (model, layer) mean with `row_kind` (best, last, layer) and `on_front` |", "",
         "## Runs by sweep", "", _runs_overview(runs, complete),
     ]
     mixed = flag_mixed_configs(summary)
@@ -129,7 +170,7 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
         lines += ["", "**Warning:** these rows average runs with different settings (`varying`); separate them "
                   "with `--where PARAM=VALUE`:", "",
                   to_markdown(mixed[["method", "task", "model", "layer", "n_seeds", "configs", "varying"]].astype(str)), ""]
-    if summary.empty:
+    if summary.empty and others.empty:
         lines += ["", "No complete runs yet: nothing to plot or tabulate.", ""]
     colors = model_colors(summary["model"].unique()) if not summary.empty else {}
 
@@ -170,6 +211,7 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
         lines += [f"Best layer by mean dev, and the last layer where different (Table 2 layout; "
                   f"[CSV](tables/{stem.name}.csv)):", "", markdown]
 
+    lines += _table_family_sections(others, figures, tables, write_csv, report)
     lines += ["", "## Runs left out", "",
               "Not finished, failed, missing a selection metric, or an older duplicate of a configuration; "
               "none of them is in any mean above.", "", _excluded_markdown(excluded)]

@@ -1,4 +1,14 @@
-"""Seed statistics per (method, task, model, layer), the best layer, and the runs left out.
+"""Seed statistics per (method, task, model, layer), the best layer, and the runs left out;
+for methods of any other shape, seed statistics per (method, task, the contract's axes).
+
+Every run since the method contract records it (`sweep_axes`, `select_axis`, `seed_axis`,
+`metric_primary`, `metric_report`, `metric_columns`, `metric_mode`; trainables/method.py); runs
+logged before that are read as TMFT's (axes model, layer, seed; select the layer). Runs whose
+contract selects a layer over seeds (TMFT and its variants) form the *layer* family summarised as
+below; every other run (e.g. zero-shot evaluation: axes model, pooling, layer, no seed) is
+summarised by its own axes (`family` = "table"), with `dev_mean`/`test_mean` holding its primary
+and reported scores and `<column>_mean` each of its `metric_columns`. `task` is "" for methods
+without one.
 
 `split_runs(runs)` separates complete runs (status FINISHED, both selection metrics present, not
 a duplicate of a newer run with the same configuration) from the rest, each excluded run with its
@@ -21,12 +31,18 @@ import pandas as pd
 from analysis.loader import COMPANION
 
 GROUP = ["method", "task", "model", "layer"]
+OLD_CONTRACT_KEYS = ("sweep_axes", "select_axis", "seed_axis", "metric_primary", "metric_report", "metric_columns",
+                     "metric_mode", "metric_companion")
 CONFIG = ["method", "task", "model", "layer", "seed", "epochs", "lr", "batch_size"]
 HYPER = ["epochs", "lr", "batch_size"]
 # Params that record where a number came from, not what was run: never a reason to split or warn.
-PROVENANCE = {"seed", "git_commit", "config_hash", "sweep", "search", "data_dir", "params_truncated"}
+PROVENANCE = {"seed", "git_commit", "config_hash", "sweep", "search", "data_dir", "params_truncated", *OLD_CONTRACT_KEYS}
 PROVENANCE_PREFIXES = ("version_", "data_sha_")
 FINISHED = "FINISHED"
+LAYER_FAMILY, TABLE_FAMILY = "layers", "table"
+# The contract of runs logged before contracts were (TMFT's), and the params that carry it.
+OLD_CONTRACT = {"sweep_axes": "model,layer,seed", "select_axis": "layer", "seed_axis": "seed",
+                "metric_primary": "", "metric_report": "", "metric_columns": "", "metric_mode": "max"}
 EXCLUDED_COLUMNS = ["run_id", "sweep", "method", "task", "model", "layer", "seed", "status", "reason"]
 
 
@@ -52,26 +68,51 @@ def _primary_by_task(runs: pd.DataFrame) -> dict:
     return {task: primary_metric(group) for task, group in runs.groupby("task", dropna=False)}
 
 
+def with_contracts(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs with every contract param filled (TMFT's for runs logged before contracts), a
+    `task` ("" where a method has none) and `family`: "layers" or "table"."""
+    runs = runs.copy()
+    for name, default in OLD_CONTRACT.items():
+        runs[name] = runs[name].fillna(default).astype(str) if name in runs else default
+    runs["task"] = runs["task"].fillna("").astype(str) if "task" in runs else ""
+    layered = (runs["select_axis"] == "layer") & (runs["seed_axis"] == "seed") & runs["sweep_axes"].map(
+        lambda axes: set(axes.split(",")) - {"method"} == {"model", "layer", "seed"})
+    runs["family"] = layered.map({True: LAYER_FAMILY, False: TABLE_FAMILY})
+    return runs
+
+
+def _selection_metrics(row, primaries: dict) -> list[str]:
+    if row["family"] == LAYER_FAMILY:
+        names = metric_names(primaries.get(row["task"], "spearman"))
+        return [names["dev"], names["test"]]
+    return list(dict.fromkeys([row["metric_primary"], row["metric_report"]]))
+
+
 def split_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(complete runs, excluded runs with a `reason` column), both as DataFrames."""
+    """(complete runs, excluded runs with a `reason` column), both as DataFrames. A run needs its
+    method, its contract's axes, status FINISHED and its selection metrics."""
+    runs = with_contracts(runs)
     reasons = pd.Series("", index=runs.index, dtype=object)
-    primaries = _primary_by_task(runs) if "task" in runs else {}
+    primaries = _primary_by_task(runs[runs["family"] == LAYER_FAMILY])
 
     def flag(condition, reason):
         return reasons.mask((reasons == "") & condition, reason)
 
-    for name in GROUP + ["seed"]:
-        reasons = flag(runs[name].isna() if name in runs else True, f"missing param {name}")
+    reasons = flag(runs["method"].isna() if "method" in runs else True, "missing param method")
+    for axes in runs["sweep_axes"].unique():
+        mine = runs["sweep_axes"] == axes
+        for name in axes.split(","):
+            reasons = flag(mine & (runs[name].isna() if name in runs else True), f"missing param {name}")
     reasons = flag(runs["status"] != FINISHED, "status " + runs["status"].astype(str))
     for index in runs.index[reasons == ""]:
-        names = metric_names(primaries.get(runs.at[index, "task"], "spearman"))
-        absent = [names[k] for k in ("dev", "test") if names[k] not in runs or pd.isna(runs.at[index, names[k]])]
+        wanted = _selection_metrics(runs.loc[index], primaries)
+        absent = [name for name in wanted if name not in runs or pd.isna(runs.at[index, name])]
         if absent:
             reasons[index] = "missing metric " + ", ".join(absent)
     # Of several complete runs of one configuration, the newest counts (a rerun, or a sweep run twice).
     # A configuration is the trial config's hash when logged, else the CONFIG params.
     key = [c for c in CONFIG if c in runs]
-    signature = runs[key].astype(str).agg("\x1f".join, axis=1)
+    signature = runs[key].map(str).agg("\x1f".join, axis=1)
     if "config_hash" in runs:
         signature = runs["config_hash"].where(runs["config_hash"].notna(), signature).astype(str)
     candidates = runs.loc[reasons == ""]
@@ -141,16 +182,72 @@ def _mark_layers(summary: pd.DataFrame) -> pd.DataFrame:
     return summary
 
 
+def _summarize_table_family(complete: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the contract's axes (seed averaged) for one contract of the table family."""
+    first = complete.iloc[0]
+    axes = [a for a in first["sweep_axes"].split(",") if a != first["seed_axis"]]
+    keys = ["method", "task", *[a for a in axes if a not in ("method", "task")]]
+    columns = [c for c in first["metric_columns"].split(",") if c and c in complete]
+    measured = list(dict.fromkeys([first["metric_primary"], first["metric_report"], *columns]))
+    for name in measured:
+        complete[name] = pd.to_numeric(complete[name], errors="coerce")
+    groups = complete.groupby(keys, sort=True, dropna=False)
+    stats = groups[measured].agg(["mean", "std"])
+    stats.columns = [f"{metric}_{stat}" for metric, stat in stats.columns]
+    out = pd.DataFrame({"metric": first["metric_primary"], "n_seeds": groups.size()}).join(stats)
+    if "params_truncated" in complete:
+        out["params_truncated"] = groups["params_truncated"].max()
+    out["dev_mean"], out["dev_std"] = out[f"{first['metric_primary']}_mean"], out[f"{first['metric_primary']}_std"]
+    out["test_mean"], out["test_std"] = out[f"{first['metric_report']}_mean"], out[f"{first['metric_report']}_std"]
+    out = out.reset_index()
+    for name in ("sweep_axes", "select_axis", "seed_axis", "metric_columns", "metric_mode"):
+        out[name] = first[name]
+    out["family"] = TABLE_FAMILY
+    out["is_best"] = False
+    select = first["select_axis"]
+    if select:
+        rest = [k for k in keys if k != select]
+        for _, group in out.groupby(rest, sort=False, dropna=False):
+            ranked = group["dev_mean"].dropna()
+            if not ranked.empty:
+                out.loc[ranked.idxmax() if first["metric_mode"] == "max" else ranked.idxmin(), "is_best"] = True
+    return out
+
+
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (method, task, model, layer) over the complete runs: n_seeds, means, stds."""
+    """One row per (method, task, model, layer) of the layer family, and one per (method, task,
+    axes) of every other contract, over the complete runs: n_seeds, means, stds."""
     complete, _ = split_runs(runs)
     if complete.empty:
         return pd.DataFrame(columns=[*GROUP, "metric", "n_seeds", "dev_mean", "dev_std", "test_mean", "test_std",
-                                     "is_best_layer", "is_last_layer"])
-    parts = [_summarize_task(group, primary_metric(group)) for _, group in complete.groupby("task", sort=True)]
-    summary = pd.concat(parts, ignore_index=True)
-    summary["layer"] = summary["layer"].astype(int)
-    return _mark_layers(summary).sort_values(GROUP, kind="stable").reset_index(drop=True)
+                                     "is_best_layer", "is_last_layer", "family"])
+    complete = with_contracts(complete)
+    layered = complete[complete["family"] == LAYER_FAMILY]
+    parts = [_summarize_task(group, primary_metric(group)) for _, group in layered.groupby("task", sort=True)]
+    summary = _mark_layers(pd.concat(parts, ignore_index=True)).assign(family=LAYER_FAMILY) if parts else pd.DataFrame()
+    if not summary.empty:
+        summary["layer"] = summary["layer"].astype(int)
+        summary["is_best"] = summary["is_best_layer"]
+    others = complete[complete["family"] == TABLE_FAMILY]
+    contract = ["sweep_axes", "select_axis", "seed_axis", "metric_primary", "metric_report", "metric_columns"]
+    tables = [_summarize_table_family(group.copy()) for _, group in others.groupby(contract, sort=True)]
+    summary = pd.concat([summary, *tables], ignore_index=True) if tables else summary
+    if tables:
+        summary["layer"] = pd.to_numeric(summary["layer"], errors="coerce").astype("Int64") if "layer" in summary else pd.NA
+        for flag in ("is_best_layer", "is_last_layer", "is_best"):
+            summary[flag] = summary[flag].fillna(False).astype(bool) if flag in summary else False
+    return summary.sort_values([c for c in ("family", *GROUP) if c in summary], kind="stable").reset_index(drop=True)
+
+
+def layer_family(summary: pd.DataFrame) -> pd.DataFrame:
+    """The rows of methods that select a layer over seeds (TMFT and its variants)."""
+    if "family" not in summary:
+        return summary
+    rows = summary[summary["family"] == LAYER_FAMILY].copy()
+    if rows.empty:
+        return rows
+    rows["layer"] = rows["layer"].astype(int)
+    return rows.dropna(axis=1, how="all")
 
 
 def best_layers(summary: pd.DataFrame) -> pd.DataFrame:

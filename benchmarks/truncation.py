@@ -26,7 +26,7 @@ import torch  # noqa: E402
 
 from trainables.encoders import load_config, mean_pool, model_depth, resolve_model  # noqa: E402
 from trainables.paths import default_data_dir  # noqa: E402
-from trainables.tmft import TMFTTrainable, pretrained  # noqa: E402
+from trainables.tmft import TMFTData, TMFTTrainable, pretrained  # noqa: E402
 from trainables.tokenized import load_task, subset, tokenize_task  # noqa: E402
 
 
@@ -51,7 +51,7 @@ def make_trial(variant: str, data, config):
             if variant == "authors":
                 import copy
 
-                full = copy.deepcopy(pretrained(data[cfg["model"]].model_path))
+                full = copy.deepcopy(pretrained(data.tasks[cfg["model"]].model_path))
                 full.pooler = None
                 self.model = _Slicing(full, int(cfg["layer"])).to(self.device)
                 from trainables.tmft import adamw_param_groups
@@ -98,7 +98,7 @@ def main(argv=None):
     depth = model_depth(load_config(path))
     examples, checksums = load_task("stsb", args.data_dir)
     examples = {s: (r if s == "train" else subset(r, args.eval_samples)) for s, r in examples.items()}
-    data = {args.model: tokenize_task("stsb", path, examples, checksums, args.train_samples)}
+    data = TMFTData({args.model: tokenize_task("stsb", path, examples, checksums, args.train_samples)})
     base = {"method": "tmft", "task": "stsb", "model": args.model, "seed": args.seed, "epochs": 1, "lr": 2e-5,
             "batch_size": args.batch_size, "weight_decay": 0.01, "warmup_ratio": 0.1, "eval_batch_size": 64}
     variants = ("authors", "truncated", "truncated+grouped")

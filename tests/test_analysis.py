@@ -146,13 +146,31 @@ def test_pareto_mask_matches_the_definition_on_random_points():
 
 
 def test_pareto_points_of_the_store(summary):
+    """Every (model, layer) mean is a point; the best and last layers are marked; the front is the
+    definition's, checked by brute force over all the points."""
     points = pareto_points(summary)
     tmft = points[points["method"] == "tmft"]
-    assert sorted(zip(tmft["model"], tmft["layer"], tmft["row_kind"], tmft["on_front"])) == sorted([
-        (BERT, 12, "best", True), (ELECTRA_D, 6, "best", True), (ELECTRA_D, 12, "last", False)])
-    dapt = points[points["method"] == "dapt+tmft"]
-    assert sorted(zip(dapt["model"], dapt["layer"], dapt["on_front"])) == [(BERT, 12, True), (ELECTRA_D, 12, False)]
-    assert tmft.loc[tmft["model"] == BERT, "params_m"].iloc[0] == pytest.approx(107.323392)
+    assert sorted(zip(tmft["model"], tmft["layer"])) == sorted((m, l) for m in MODELS for l in LAYERS)
+    marked = {(m, l): k for m, l, k in zip(tmft["model"], tmft["layer"], tmft["row_kind"]) if k != "layer"}
+    assert marked == {(BERT, 12): "best", (ELECTRA_D, 6): "best", (ELECTRA_D, 12): "last"}
+    for group in (tmft, points[points["method"] == "dapt+tmft"]):
+        p, t = group["params_m"].to_numpy(), group["test_mean"].to_numpy()
+        brute = [not any(p[j] < p[i] and t[j] > t[i] for j in range(len(p))) for i in range(len(p))]
+        assert group["on_front"].tolist() == brute
+    on_front = {(m, l) for m, l, f in zip(tmft["model"], tmft["layer"], tmft["on_front"]) if f}
+    assert (BERT, 12) in on_front and (ELECTRA_D, 12) not in on_front
+    assert tmft.loc[(tmft["model"] == BERT) & (tmft["layer"] == 12), "params_m"].iloc[0] == pytest.approx(107.323392)
+
+
+def test_pareto_of_a_one_model_sweep_has_a_point_per_layer_and_a_front_through_them(summary):
+    one = summary[(summary["method"] == "tmft") & (summary["model"] == BERT)]
+    points = pareto_points(one)
+    assert len(points) == len(LAYERS) and points["on_front"].sum() > 1
+    fig = plot_pareto(points)
+    scatter_points = sum(len(c.get_offsets()) for c in fig.axes[0].collections)
+    assert scatter_points == len(LAYERS)
+    front_line = fig.axes[0].lines[0]
+    assert len(front_line.get_xdata()) == points["on_front"].sum()
 
 
 def test_pareto_front_of_the_papers_table2():

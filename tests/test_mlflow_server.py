@@ -12,7 +12,8 @@ import pytest
 from server_helpers import MlflowServer, free_port, metrics, params, tags
 from sweeps import mlflow_server, mlflow_sync
 from sweeps.engine.runner import main
-from trainables import schema, tracking
+from sweeps.engine import tracking
+from trainables import schema
 
 ALL_METRICS = set(schema.EPOCH_METRICS) | set(schema.FINAL_METRICS)
 

@@ -14,7 +14,7 @@ def test_mrpc_sweep_logs_f1_and_random_init_differs_from_pretrained(sweep_env, t
               *sweep_env["flags"]]
     assert main([*common, "--name", "mrpc"]) == 0
     out = capsys.readouterr().out
-    assert "best best_dev_f1" in out and "dev F1" in out  # progress line and summary use the task's metric
+    assert "best dev F1" in out and "test F1" in out  # progress line and summary use the task's metric
     assert main([*common, "--name", "mrpc-random", "--random-init"]) == 0
     _, children = runs_by_role(sweep_env["uri"])
     by_init = {c.data.params["random_init"]: c for c in children}

@@ -47,6 +47,29 @@ def test_zero_epochs_evaluates_the_pretrained_truncated_encoder(sweep_env, tiny_
     assert child.data.metrics["best_dev_spearman"] == child.data.metrics["dev_spearman"]
 
 
+def test_zero_epochs_score_every_layer_from_one_forward_pass(sweep_env, tiny_models):
+    """Without a dev/test subset, a zero-epoch STS-B sweep reads all layers from one `embeddings`
+    stage (one forward pass per sentence) and gives the numbers of the per-layer path (forced here
+    by --max-eval-samples at the splits' full size, which keeps every pair)."""
+    from trainables.upstream import read_executions
+
+    flags = [f for f in sweep_env["flags"]]
+    flags[flags.index("--max-eval-samples") + 1] = "1500"
+    common = ["--models", tiny_models["bert"], "--layers", "0,2,4", "--seeds", "0", "--epochs", "0"]
+    one_pass = [f for f in flags if f not in ("--max-eval-samples", "1500")]
+    assert main([*common, "--name", "one-pass", *one_pass]) == 0
+    assert main([*common, "--name", "per-layer", *flags]) == 0
+    executions = read_executions(Path(sweep_env["storage"]) / "stages")
+    assert [e["kind"] for e in executions] == ["embeddings"]  # one stage for the three layers
+    parents, children = runs_by_role(sweep_env["uri"])
+    by_sweep = {p.info.run_id: p.info.run_name for p in parents}
+    scores = {(by_sweep[c.data.tags[schema.TAG_PARENT]], c.data.params["layer"]): c.data.metrics for c in children}
+    for layer in ("0", "2", "4"):
+        fast, slow = scores[("one-pass", layer)], scores[("per-layer", layer)]
+        for metric in ("dev_spearman", "dev_pearson", "test_spearman", "test_pearson", "best_dev_spearman"):
+            assert fast[metric] == pytest.approx(slow[metric], abs=1e-3), (layer, metric)
+
+
 @pytest.mark.parametrize("kind", ["raise", "kill"])
 def test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_duplicate_run(sweep_env, tiny_models, edit_trials, kind):
     """The fault fires once in epoch 2 (the trial raises, or its worker gets SIGKILL); the retry

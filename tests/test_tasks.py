@@ -97,11 +97,14 @@ def test_word_similarity_scores_and_selection_rule():
     assert task.primary_for({"ws_selection": "max4"}) == "spearman_max4"
 
 
-def test_primary_metric_per_task_and_the_mlflow_callback_agrees():
-    from sweeps.engine.tracking import _primary
+def test_primary_metric_per_task_and_the_method_contract_agrees():
+    from sweeps.engine.runner import parser_for
+    from trainables.tmft import TMFT
 
     assert primary_metric("stsb") == "spearman" and primary_metric("mrpc") == "f1" and primary_metric("sick") == "f1"
-    assert _primary({"task": "mrpc"}) == "f1" and _primary({}) == "spearman"
+    for task, primary in (("stsb", "spearman"), ("mrpc", "f1"), ("sick", "f1")):
+        contract = TMFT.metrics(parser_for("tmft").parse_args(["--task", task]))
+        assert (contract.primary, contract.report, contract.epoch) == (f"best_dev_{primary}", f"test_{primary}_at_best_dev", f"dev_{primary}")
     assert set(task_names()) == {"stsb", "mrpc", "sick"}
 
 

@@ -103,6 +103,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
 
     from trainables.base import pick_device, seed_everything
     from trainables.data.sentences import dapt_corpus
+    from trainables.stage_progress import StageProgress
     from trainables.tmft import adamw_param_groups
     from trainables.tokenized import subset
 
@@ -130,6 +131,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
     optimizer = torch.optim.AdamW(adamw_param_groups(model, float(config["weight_decay"])), lr=float(config["lr"]))
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(float(config["warmup_ratio"]) * steps), steps)
     history = []
+    progress = StageProgress(spec, epochs * batches_per_epoch)
     for epoch in range(1, epochs + 1):
         model.train()
         order = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).tolist()
@@ -147,6 +149,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
+            progress.step()
             if not count:
                 continue
             total_loss += float(output.loss.detach()) * count
@@ -154,6 +157,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
             correct += int((output.logits.detach().argmax(-1)[masked] == batch["labels"][masked]).sum())
         history.append({"epoch": epoch, "train_loss": total_loss / max(1, total_masked),
                         "masked_accuracy": 100.0 * correct / max(1, total_masked)})
+    progress.finish()
     encoder_dir = Path(out_dir) / "encoder"
     model.base_model.save_pretrained(str(encoder_dir))
     tokenizer.save_pretrained(str(encoder_dir))

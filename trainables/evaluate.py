@@ -7,10 +7,10 @@ e.g. `0,3,6`; 0 = embedding output), `--pooling` (`mean`, `cls`, or both), `--se
 Grid: models x poolings x layers, one trial (and one MLflow run) each; no seeds, no training.
 
 Cost: one forward pass per sentence per model, whatever the number of layers and poolings. The
-driver computes, as an upstream stage (kind `embeddings`, in the stage store, keyed by the model's
-weights, layers, poolings, maximum length and the suite's data), every requested layer's pooled
-embeddings of the suite's unique sentences from one pass with all hidden states
-(`trainables.zero_shot.pooled_layers`); each trial reads its (layer, pooling) and scores it.
+driver computes, as an upstream stage (kind `embeddings`, trainables/layer_embeddings.py; in the
+stage store, keyed by the model's weights, layers, poolings, maximum length and the suite's
+data), every requested layer's pooled embeddings of the suite's unique sentences from one pass
+with all hidden states; each trial reads its (layer, pooling) and scores it.
 Metrics: `<set>_spearman`, `<set>_pearson`, `<set>_spearman_mean`, `<set>_<subset>_spearman`,
 `mean_spearman` (the contract's primary: the mean over the sets of their pooled Spearman).
 """
@@ -21,20 +21,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from ray import tune
 
+from trainables import layer_embeddings
 from trainables.errors import SweepInputError
 from trainables.method import (Method, MethodPlan, MetricContract, TrialCost, model_list, parse_layers, parse_names,
                                register_method)
+from trainables.zero_shot import POOLINGS
 
-POOLINGS = ("mean", "cls")
 PAPER_SETS = ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr")
-PARAMS_FILE = "params.json"
-
-
-def embeddings_file(layer: int, pooling: str) -> str:
-    return f"layer{int(layer)}_{pooling}.npy"
 
 
 @dataclass
@@ -58,11 +53,8 @@ class EvaluateTrainable(tune.Trainable):
     def step(self) -> dict:
         started = time.perf_counter()
         config = self.trial_config
-        stage = Path(config["_upstream_path"])
-        embeddings = np.load(stage / embeddings_file(config["layer"], config["pooling"]))
-        metrics = self.suite.score(embeddings)
-        params = json.loads((stage / PARAMS_FILE).read_text())
-        return {**metrics, "epoch": 0, "params_truncated": int(params[str(config["layer"])]),
+        embeddings, params = layer_embeddings.load(config["_upstream_path"], config["layer"], config["pooling"])
+        return {**self.suite.score(embeddings), "epoch": 0, "params_truncated": params,
                 "wall_time_s": time.perf_counter() - started, "device": "cpu", "done": True}
 
     def save_checkpoint(self, checkpoint_dir: str):
@@ -143,7 +135,6 @@ class Evaluate(Method):
         from trainables.eval_sets import load_suite
         from trainables.run_refs import is_run_reference, run_id_of
         from trainables.stages import stage_root
-        from trainables.upstream import make_spec
         from trainables.zero_shot import default_max_length
 
         sets, missing = suite_sets(args.sets, args.data_dir)
@@ -154,7 +145,6 @@ class Evaluate(Method):
         poolings = parse_names(args.pooling, "--pooling", list(POOLINGS))
         layer_flag = str(args.layers).strip().lower()
         root = stage_root(None, context.storage_path)
-        suite_checksum = ",".join(f"{k}={v}" for k, v in sorted(suite.checksums.items()))
         configs, specs, costs = [], {}, {}
         for model in model_list(args, context):
             path = resolve_model(model, context.mlflow_uri)
@@ -165,9 +155,8 @@ class Evaluate(Method):
             if beyond:
                 raise SweepInputError(f"--layers: layer {beyond[0]} is beyond {model}'s depth ({depth} layers; valid 0..{depth})")
             max_length = args.max_length or default_max_length(path)
-            stage_config = {"stage": "embeddings", "layers": layers, "poolings": poolings, "max_length": int(max_length),
-                            "batch_size": int(args.batch_size), "sets": sets}
-            spec = make_spec("embeddings", model, path, root, args.data_dir, suite_checksum, stage_config)
+            spec = layer_embeddings.stage_spec(model, path, layers, poolings, sets, max_length, args.batch_size, root,
+                                               args.data_dir, suite)
             specs[spec["key"]] = spec
             extra = {"evaluated_run_id": run_id_of(model)} if is_run_reference(model) else {}
             for pooling in poolings:
@@ -179,28 +168,3 @@ class Evaluate(Method):
         return MethodPlan(configs=configs, data=EvaluateData(suite), costs=costs, stages=specs,
                           checksums={f"eval_{k}": v for k, v in suite.checksums.items()},
                           static_params={"stage_dir": str(root)})
-
-
-def compute(spec: dict, out_dir: Path) -> dict:
-    """The `embeddings` stage: every requested layer's pooled embeddings in one forward pass."""
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    from trainables.encoders import count_parameters, truncate
-    from trainables.eval_sets import load_suite
-    from trainables.zero_shot import pooled_layers
-
-    config = spec["config"]
-    suite = load_suite(config["sets"], spec["data_dir"])
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = AutoModel.from_pretrained(spec["model_path"])
-    tokenizer = AutoTokenizer.from_pretrained(spec["model_path"])
-    started = time.time()
-    pooled = pooled_layers(model, tokenizer, suite.sentences, config["layers"], config["poolings"],
-                           batch_size=config["batch_size"], max_length=config["max_length"], device=device)
-    for (layer, pooling), embeddings in pooled.items():
-        np.save(out_dir / embeddings_file(layer, pooling), np.asarray(embeddings, dtype=np.float32))
-    params = {str(layer): count_parameters(truncate(model, layer)) for layer in config["layers"]}
-    (out_dir / PARAMS_FILE).write_text(json.dumps(params))
-    return {"sentences": len(suite.sentences), "device": str(device), "history": [],
-            "final": {"encode_seconds": time.time() - started}}

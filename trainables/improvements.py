@@ -28,6 +28,7 @@ class Improvements(TMFT):
     description = "WS+TMFT and DAPT+TMFT: upstream stages, then the TMFT layer sweep from them"
     smoke = {**TMFT.smoke, **STAGE_SMOKE}
     cost_axes = ("model", "layer")
+    one_pass_zero_shot = False  # a stage's weights, not the pretrained ones
 
     @classmethod
     def add_arguments(cls, parser, defaults: dict) -> None:

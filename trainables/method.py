@@ -84,7 +84,7 @@ class MetricContract:
         return {
             "metric_primary": self.primary, "metric_report": self.report, "metric_companion": self.companion,
             "metric_mode": self.mode, "sweep_axes": ",".join(self.axes), "select_axis": self.select or "",
-            "seed_axis": self.seed or "",
+            "seed_axis": self.seed or "", "metric_columns": ",".join(self.columns),
         }
 
     @property

@@ -16,7 +16,7 @@ sweep that computed it; every trial that starts from it has params `upstream_met
 
 Every run also records the method's metric contract (trainables/method.py `MetricContract.params`:
 `metric_primary`, `metric_report`, `metric_companion`, `metric_mode`, `sweep_axes`,
-`select_axis`, `seed_axis`), which the analysis groups and selects by, and each trial run carries
+`select_axis`, `seed_axis`, `metric_columns`), which the analysis groups and selects by, and each trial run carries
 tag `embsweep.checkpoint`: its latest checkpoint, whose `best/` folder holds the best-dev weights
 as a sentence-transformers model (what `runs:/<run id>` model references load).
 """

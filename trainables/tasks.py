@@ -111,6 +111,9 @@ class Task:
     companion = "pearson"
     sweepable = True  # offered as --task of the sweep scripts
     description = ""
+    # {split: evaluation set} when the task's dev and test are evaluation sets scored by the cosine
+    # alone (trainables/eval_sets.py): then a zero-epoch sweep scores all layers from one pass.
+    zero_shot_sets: dict = {}
 
     def primary_for(self, config: dict) -> str:
         return self.primary
@@ -159,6 +162,7 @@ class CosineRegression(Task):
 @TASKS.register("stsb")
 class STSB(CosineRegression):
     name, scale = "stsb", 5.0
+    zero_shot_sets = {"dev": "stsb_dev", "test": "stsb"}
     description = "STS Benchmark, MSE of the cosine against gold / 5"
 
     def load(self, data_dir):

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from trainables import layer_embeddings
 from trainables.base import EpochTrainable
 from trainables.batches import eval_batches, pad, train_batches
 from trainables.encoders import count_parameters, encode, load_pretrained, random_init, truncate
@@ -51,6 +52,7 @@ _PRETRAINED: OrderedDict = OrderedDict()
 _PRETRAINED_CAPACITY = 2
 _NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "LayerNorm.bias")
 STAGE_ENCODER_DIR = "encoder"  # a stage's weights: <stage dir>/encoder/ (a model folder)
+ZERO_SHOT_STAGE = "embeddings"  # a zero-epoch trial's scores come from the one-pass embeddings stage
 
 
 def pretrained(path: str):
@@ -78,7 +80,7 @@ def build_encoder(model_path: str, layer: int, seed: int, random_weights: bool =
         if result.missing_keys:
             print(f"warning: {len(result.missing_keys)} encoder weights not in the WS stage {upstream_path} "
                   f"(kept as they were): {result.missing_keys[:4]}", file=sys.stderr)
-    elif upstream_method:
+    elif upstream_method not in (None, ZERO_SHOT_STAGE):
         raise ValueError(f"unknown upstream method {upstream_method!r}; expected 'ws' or 'dapt'")
     return encoder
 
@@ -187,11 +189,13 @@ def copy_tokenizer_files(source, target) -> None:
 
 @dataclass
 class TMFTData:
-    """What the driver prepares once and every TMFT trial reads: each model's tokenised task, and
-    the evaluation suite of `--eval-sets` (None without it)."""
+    """What the driver prepares once and every TMFT trial reads: each model's tokenised task, the
+    evaluation suite of `--eval-sets` (None without it), and, for a zero-epoch sweep, the suite
+    of the task's dev and test sets whose embeddings the `embeddings` stage holds."""
 
     tasks: dict
     suite: object = None
+    zero_shot: object = None
 
 
 class TMFTTrainable(PairFineTuning, EpochTrainable):
@@ -204,11 +208,21 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
     def build(self, config: dict, data: TMFTData) -> None:
         task = data.tasks[config["model"]]
         self.suite = data.suite if config.get("eval_sets") else None
+        self.zero_shot = data.zero_shot if config.get("upstream_method") == ZERO_SHOT_STAGE else None
         self.best_weights, self.best_weights_epoch, self.saved_epoch = None, None, None
         encoder = build_encoder(task.model_path, int(config["layer"]), int(config["seed"]),
                                 bool(config.get("random_init", False)),
                                 config.get("upstream_method"), config.get("_upstream_path"))
         self.init_fine_tuning(encoder, task, config, self.device, self.epochs)
+
+    def evaluate(self) -> dict:
+        """At epoch 0 of a zero-epoch sweep, the task's dev/test scores from the one-pass stage."""
+        if self.zero_shot is None or self.epoch > 0:
+            return super().evaluate()
+        embeddings, _ = layer_embeddings.load(self.trial_config["_upstream_path"], self.trial_config["layer"], self.pooling)
+        scores = self.zero_shot.score(embeddings)
+        return {f"{split}_{metric}": scores[f"{name}_{metric}"] for split, name in self.task_def.zero_shot_sets.items()
+                for metric in ("spearman", "pearson")}
 
     # --- the best-dev weights -----------------------------------------------------------------
     def remember_best(self) -> None:
@@ -310,6 +324,7 @@ class TMFT(Method):
     description = "TMFT: models x layers x seeds of truncated-model fine-tuning on a pair task"
     smoke = {"layers": "0,2", "seeds": "0,1", "epochs": 1, "max_train_samples": 64, "max_eval_samples": 200, "batch_size": 16}
     cost_axes = ("model", "layer")
+    one_pass_zero_shot = True  # --epochs 0 reads every layer from one forward pass (not after a stage)
 
     @classmethod
     def add_arguments(cls, parser, defaults: dict) -> None:
@@ -414,8 +429,34 @@ class TMFT(Method):
         ]
         tasks = {model: tokenize_task(args.task, paths[model], examples, checksums, args.max_train_samples) for model in model_ids}
         static = {f"model_path_{i}": str(paths[m]) for i, m in enumerate(model_ids) if str(paths[m]) != m and m.startswith("runs:/")}
-        return MethodPlan(configs=configs, data=TMFTData(tasks, suite), costs=cls.costs(tasks, args), checksums=checksums,
-                          static_params=static)
+        planned = MethodPlan(configs=configs, data=TMFTData(tasks, suite), costs=cls.costs(tasks, args), checksums=checksums,
+                             static_params=static)
+        if cls.one_pass_zero_shot and args.epochs == 0 and not args.random_init and not args.max_eval_samples \
+                and get_task(args.task).zero_shot_sets:
+            cls.plan_one_pass(planned, paths, args, context)
+        return planned
+
+    @classmethod
+    def plan_one_pass(cls, planned: MethodPlan, paths: dict, args, context) -> None:
+        """A zero-epoch sweep: one `embeddings` stage per model (all its layers from one forward
+        pass over the task's dev and test sentences), read by every trial of that model."""
+        from trainables.eval_sets import load_suite
+        from trainables.stages import stage_root
+        from trainables.zero_shot import default_max_length
+
+        sets = list(get_task(args.task).zero_shot_sets.values())
+        suite = load_suite(sets, args.data_dir)
+        root = stage_root(getattr(args, "stage_dir", None), context.storage_path)
+        for model, path in paths.items():
+            mine = [c for c in planned.configs if c["model"] == model]
+            spec = layer_embeddings.stage_spec(model, path, sorted({c["layer"] for c in mine}), [TMFTTrainable.pooling], sets,
+                                               default_max_length(path), args.eval_batch_size, root, args.data_dir, suite)
+            planned.stages[spec["key"]] = spec
+            for config in mine:
+                config.update({"upstream_method": ZERO_SHOT_STAGE, "stage_key": spec["key"], "upstream_run_id": None,
+                               "_upstream_path": str(root / spec["key"])})
+        planned.data.zero_shot = suite
+        planned.static_params["stage_dir"] = str(root)
 
     @classmethod
     def costs(cls, tasks: dict, args) -> dict:

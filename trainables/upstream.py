@@ -69,7 +69,7 @@ class DaptStage(StageKind):
 
 @STAGES.register("embeddings")
 class EmbeddingsStage(StageKind):
-    module, downstream, task = "trainables.evaluate", "evaluate", "zero-shot"
+    module, downstream, task = "trainables.layer_embeddings", "evaluate", "zero-shot"
 
     @staticmethod
     def params(config: dict) -> dict:

@@ -18,6 +18,7 @@ returned to the stage store's manifest.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from pathlib import Path
 
@@ -45,6 +46,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
     from trainables.base import pick_device, seed_everything
     from trainables.encoders import count_parameters
     from trainables.evaluation import BestTracker
+    from trainables.stage_progress import StageProgress
     from trainables.tasks import get_task
     from trainables.tmft import PairFineTuning, build_encoder
     from trainables.tokenized import subset, tokenize_task
@@ -64,6 +66,8 @@ def compute(spec: dict, out_dir: Path) -> dict:
     tuner = PairFineTuning()  # the TMFT loop, outside Ray
     epochs = int(config["epochs"])
     tuner.init_fine_tuning(encoder, data, config, device, epochs)
+    progress = StageProgress(spec, epochs * math.ceil(len(data.splits["train"]) / tuner.batch_size))
+    tuner.on_train_step = lambda step, epoch: progress.step()
     tracker = BestTracker(task.primary_for({"ws_selection": config["selection"]}))
     history, best_state = [], None
     for epoch in range(1, epochs + 1) if epochs else [0]:
@@ -72,6 +76,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
         if tracker.update(epoch, metrics):
             best_state = copy.deepcopy({k: v.detach().cpu() for k, v in tuner.model.state_dict().items()})
         history.append({"epoch": epoch, **metrics})
+    progress.finish()
     tuner.model.load_state_dict(best_state)
     tuner.save_encoder(Path(out_dir) / "encoder")
     return {

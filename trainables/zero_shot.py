@@ -53,8 +53,10 @@ def _batches(tokenizer, sentences: list[str], batch_size: int, max_length: int |
 
 @torch.inference_mode()
 def pooled_layers(model, tokenizer, sentences: list[str], layers: list[int], poolings: list[str], *,
-                  batch_size: int = 64, max_length: int | None = None, device=None) -> dict[tuple[int, str], np.ndarray]:
-    """{(layer, pooling): float32 [n, hidden]} from one forward pass per batch with all hidden states."""
+                  batch_size: int = 64, max_length: int | None = None, device=None,
+                  on_batch=None) -> dict[tuple[int, str], np.ndarray]:
+    """{(layer, pooling): float32 [n, hidden]} from one forward pass per batch with all hidden
+    states; `on_batch()` is called after each batch (progress)."""
     device = torch.device(device or "cpu")
     top = max(layers)
     runner = truncate(model, top) if top < int(model.config.num_hidden_layers) else model
@@ -64,10 +66,13 @@ def pooled_layers(model, tokenizer, sentences: list[str], layers: list[int], poo
     for chunk, encoded in _batches(tokenizer, sentences, batch_size, max_length):
         ids, mask = encoded["input_ids"].to(device), encoded["attention_mask"].to(device)
         extra = {"token_type_ids": encoded["token_type_ids"].to(device)} if "token_type_ids" in encoded else {}
-        states = runner(input_ids=ids, attention_mask=mask, output_hidden_states=True, **extra).hidden_states
+        output = runner(input_ids=ids, attention_mask=mask, output_hidden_states=True, **extra)
+        states = output.hidden_states or (output.last_hidden_state,)  # a model without layers records none
         for layer in layers:
             for p in poolings:
                 out[(layer, p)][chunk] = pool(states[layer].float(), mask, p).cpu().numpy()
+        if on_batch is not None:
+            on_batch()
     return out
 
 

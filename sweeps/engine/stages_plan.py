@@ -23,15 +23,18 @@ The cost is a barrier: trials start when all stages are done.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
 
 from trainables import schema
+from trainables.stage_progress import progress_line, read_progress
 
 TAG_STAGE_KEY = "embsweep.stage_key"
 TAG_STAGE_COPY_OF = "embsweep.stage_copy_of"
 ROLE_STAGE = "stage"
+PROGRESS_INTERVAL_S = float(os.environ.get("EMBSWEEP_PROGRESS_S", 15.0))  # a line per running stage this often
 
 
 class StageError(RuntimeError):
@@ -140,6 +143,12 @@ def reused_stage_run(client, plan, spec: dict, manifest: dict) -> str:
     return run_id
 
 
+def stage_label(spec: dict) -> str:
+    """e.g. `dapt bert-base-cased` or `ws all-MiniLM-L6-v2 L3`."""
+    layer = f" L{spec['config']['layer']}" if "layer" in spec["config"] else ""
+    return f"{spec['kind']} {Path(str(spec['model'])).name}{layer}"
+
+
 # --- the driver hook --------------------------------------------------------------------------
 def _stage_resources(plan) -> tuple[float, float]:
     import ray
@@ -187,7 +196,11 @@ def prepare_stages(plan, specs: dict) -> None:
                                      or create_stage_run(client, plan.parent_run_id, spec, plan.static_params))
             client.update_run(own_runs[spec["key"]], status="RUNNING")
             waiting[remote.remote(spec, own_runs[spec["key"]], plan.mlflow_uri)] = spec
-        done, _ = ray.wait(list(waiting), num_returns=1)
+        done, _ = ray.wait(list(waiting), num_returns=1, timeout=PROGRESS_INTERVAL_S)
+        if not done:
+            for running in waiting.values():
+                print(progress_line(stage_label(running), read_progress(running)), flush=True)
+            continue
         spec = waiting.pop(done[0])
         key, own = spec["key"], own_runs[spec["key"]]
         try:
@@ -196,7 +209,7 @@ def prepare_stages(plan, specs: dict) -> None:
             failures[key] = f"{type(error).__name__}: {str(error).strip().splitlines()[-1][:300]}"
             client.set_tag(own, "error", failures[key][:5000])
             client.set_terminated(own, status="FAILED")
-            print(f"  stage {spec['kind']} {spec['model']} {spec['config'].get('layer', '')} failed: {failures[key]}", file=sys.stderr, flush=True)
+            print(f"  stage {stage_label(spec)} failed: {failures[key]}", file=sys.stderr, flush=True)
             continue
         result = manifest.get("result") or {}
         if result.get("mlflow_run_id") == own:
@@ -206,9 +219,7 @@ def prepare_stages(plan, specs: dict) -> None:
         else:  # another sweep computed it while we waited on the lock: use its run
             client.delete_run(own)
             run_ids[key] = reused_stage_run(client, plan, spec, manifest)
-        print(f"  stage {spec['kind']} {Path(str(spec['model'])).name}"
-              + (f" L{spec['config']['layer']}" if "layer" in spec["config"] else "")
-              + f" ready ({result.get('seconds', 0):.1f} s)", flush=True)
+        print(f"  stage {stage_label(spec)} ready ({result.get('seconds', 0):.1f} s)", flush=True)
     if missing:
         print(f"Stages computed in {time.time() - started:.1f} s", flush=True)
 

@@ -1,0 +1,70 @@
+"""A zero-shot layer sweep: one forward pass for every layer against one forward per layer.
+
+Both variants embed the unique sentences of the evaluation suite (STS-B test, STS12-14, SICK-R
+test by default) with mean pooling at every layer 0..L of one model, in this process, and score
+them; the one-pass variant is what `sweeps/evaluate.py --layers all` runs
+(`trainables.zero_shot.pooled_layers`), the baseline truncates the model to each layer and
+runs it (what a per-layer trial would do). Printed: each variant's seconds, the ratio (the goal
+is close to L + 1), and the largest score difference between them (must be ~0).
+
+    python benchmarks/zero_shot_layers.py                                 # all-MiniLM-L6-v2 (embsweep-assets install ...)
+    python benchmarks/zero_shot_layers.py --model PATH --sets stsb,sts12
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+import torch  # noqa: E402
+
+from trainables.encoders import resolve_model, truncate  # noqa: E402
+from trainables.eval_sets import load_suite  # noqa: E402
+from trainables.paths import default_data_dir  # noqa: E402
+from trainables.zero_shot import default_max_length, encode_sentences, pooled_layers  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="sentence-transformers/all-MiniLM-L6-v2")
+    parser.add_argument("--sets", default="stsb,sts12,sts13,sts14,sickr")
+    parser.add_argument("--data-dir", default=str(default_data_dir()))
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from transformers import AutoModel, AutoTokenizer
+
+    path = resolve_model(args.model)
+    model, tokenizer = AutoModel.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+    max_length = default_max_length(path)
+    suite = load_suite(args.sets.split(","), args.data_dir)
+    layers = list(range(model.config.num_hidden_layers + 1))
+    print(f"model {args.model} (layers 0..{layers[-1]}), {len(suite.sentences)} unique sentences of {args.sets}, "
+          f"batch {args.batch_size}, max length {max_length}, {args.threads} threads\n")
+
+    started = time.perf_counter()
+    one_pass = pooled_layers(model, tokenizer, suite.sentences, layers, ["mean"], batch_size=args.batch_size, max_length=max_length)
+    one_pass_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    per_layer = {layer: encode_sentences(truncate(model, layer), tokenizer, suite.sentences, "mean",
+                                         batch_size=args.batch_size, max_length=max_length) for layer in layers}
+    per_layer_seconds = time.perf_counter() - started
+
+    print(f"{'layer':>5} {'mean Spearman':>14} " + " ".join(f"{name + ' rho':>12}" for name in suite.sets))
+    gap = 0.0
+    for layer in layers:
+        ours, baseline = suite.score(one_pass[(layer, "mean")]), suite.score(per_layer[layer])
+        gap = max(gap, max(abs(ours[k] - baseline[k]) for k in ours))
+        print(f"{layer:>5} {ours['mean_spearman']:>14.2f} " + " ".join(f"{ours[name + '_spearman']:>12.2f}" for name in suite.sets))
+    print(f"\none forward per layer: {per_layer_seconds:.1f} s; one forward for all layers: {one_pass_seconds:.1f} s; "
+          f"speed-up {per_layer_seconds / one_pass_seconds:.2f}x (goal: close to {len(layers)}x)")
+    print(f"largest score difference between the two: {gap:.4f} points")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""One registry pattern: base class checked, unknown names answered with the known ones, and the
+command line's choices taken from the registries."""
+import pytest
+
+from trainables.errors import SweepInputError
+from trainables.registry import Registry
+
+
+class Base:
+    pass
+
+
+def test_registry_checks_the_base_class_and_names_known_entries():
+    registry = Registry("widget", Base)
+
+    @registry.register("one", "uno")
+    class One(Base):
+        pass
+
+    assert registry.get("uno") is One and One.name == "one" and registry.names() == ["one", "uno"]
+    with pytest.raises(TypeError, match="must subclass Base"):
+        registry.register("two")(int)
+    with pytest.raises(SweepInputError, match="unknown widget 'three'; known: one, uno"):
+        registry.get("three")
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register("one")(type("Other", (Base,), {}))
+
+
+def test_cli_choices_come_from_the_registries():
+    from sweeps.engine.runner import parser_for
+    from trainables.tasks import task_names
+
+    task_action = next(a for a in parser_for("tmft")._actions if a.dest == "task")
+    assert list(task_action.choices) == task_names() == ["stsb", "mrpc", "sick"]
+    with pytest.raises(SweepInputError, match="unknown method 'nope'"):
+        parser_for("nope")
