@@ -7,7 +7,8 @@ after the sweep's MLflow parent run exists and before any trial starts:
 - a stage already in the store is reused (its MLflow run is found, or recorded again in a store
   that does not have it);
 - every missing stage gets an MLflow run (method = the stage kind, tag `embsweep.role` = "stage",
-  child of the sweep's parent run, param and tag `stage_key`) and is computed as a Ray task with
+  child of the sweep's parent run, param and tag `stage_key`; written through the sweep's
+  spooling `MlflowWriter`, like the trials' runs) and is computed as a Ray task with
   the trial's CPUs and a whole GPU when the trials use GPUs (`--stage-cpus`, `--stage-gpus`), all
   missing stages at once as resources allow, each under the store's lock (a second sweep asking
   for the same stage at the same time waits for it and reuses it);
@@ -66,42 +67,35 @@ def stage_params(spec: dict, static: dict) -> dict:
     return params
 
 
-def create_stage_run(client, parent_run_id: str, spec: dict, static: dict) -> str:
-    from mlflow.entities import Param
-
+def create_stage_run(writer, parent_run_id: str, sweep: str, spec: dict, static: dict) -> str | None:
+    """Find or create this sweep's run of a stage (keyed by parent and stage key, so a resumed sweep
+    continues its unfinished one); None while the store is unreachable (the write is spooled)."""
     from sweeps.engine.tracking import _param_value
 
-    parent = client.get_run(parent_run_id)
     layer = f":L{spec['config']['layer']}" if "layer" in spec["config"] else ""
-    run = client.create_run(
-        parent.info.experiment_id, run_name=f"{spec['kind']}:{Path(str(spec['model'])).name}{layer}",
-        tags={schema.TAG_PARENT: parent_run_id, schema.TAG_ROLE: ROLE_STAGE, TAG_STAGE_KEY: spec["key"],
-              schema.TAG_SWEEP: parent.data.tags.get(schema.TAG_SWEEP, "")},
-    )
-    params = stage_params(spec, static)
-    client.log_batch(run.info.run_id, params=[Param(k, _param_value(v)) for k, v in params.items()])
-    return run.info.run_id
+    writer.submit({"op": "run", "parent": parent_run_id, "key": spec["key"], "role": ROLE_STAGE,
+                   "name": f"{spec['kind']}:{Path(str(spec['model'])).name}{layer}",
+                   "tags": {TAG_STAGE_KEY: spec["key"], schema.TAG_SWEEP: sweep},
+                   "params": {k: _param_value(v) for k, v in stage_params(spec, static).items()}})
+    return writer.run_id(parent_run_id, spec["key"])
 
 
-def log_stage_result(client, run_id: str, result: dict) -> None:
+def log_stage_result(writer, parent_run_id: str, key: str, result: dict, tags: dict | None = None) -> None:
     """Per-epoch history (step = epoch), final metrics, and what the stage reports about itself."""
-    from mlflow.entities import Metric, Param
-
     now = int(time.time() * 1000)
-    metrics = []
     history = result.get("history") or []
-    for row in history:
-        metrics += [Metric(k, float(v), now, int(row["epoch"])) for k, v in row.items()
-                    if k != "epoch" and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    metrics = [[k, float(v), now, int(row["epoch"])] for row in history for k, v in row.items()
+               if k != "epoch" and isinstance(v, (int, float)) and not isinstance(v, bool)]
     last = int(history[-1]["epoch"]) if history else 0
-    metrics += [Metric(k, float(v), now, last) for k, v in (result.get("final") or {}).items()
+    metrics += [[k, float(v), now, last] for k, v in (result.get("final") or {}).items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    params = [Param(k, str(result[k])) for k in ("params_truncated", "sentences", "corpus", "head_source", "train_pairs", "device")
-              if result.get(k) is not None]
-    for start in range(0, len(metrics), 900):
-        client.log_batch(run_id, metrics=metrics[start:start + 900], params=params if start == 0 else [])
-    if not metrics and params:
-        client.log_batch(run_id, params=params)
+    params = {k: str(result[k]) for k in ("params_truncated", "sentences", "corpus", "head_source", "train_pairs", "device")
+              if result.get(k) is not None}
+    writer.submit({"op": "log", "parent": parent_run_id, "key": key, "metrics": metrics, "params": params, "tags": tags or {}})
+
+
+def finish_stage_run(writer, parent_run_id: str, key: str, status: str) -> None:
+    writer.submit({"op": "status", "parent": parent_run_id, "key": key, "status": status, "time": int(time.time() * 1000)})
 
 
 def _existing_stage_run(client, experiment_id: str, manifest: dict, uri: str) -> str | None:
@@ -119,27 +113,18 @@ def _existing_stage_run(client, experiment_id: str, manifest: dict, uri: str) ->
     return found[0].info.run_id if found else None
 
 
-def _unfinished_stage_run(client, parent_run_id: str, key: str) -> str | None:
-    """This sweep's earlier run of a stage that never finished (a resumed sweep computes it again)."""
-    experiment_id = client.get_run(parent_run_id).info.experiment_id
-    found = client.search_runs([experiment_id], filter_string=f"tags.`{TAG_STAGE_KEY}` = '{key}' and "
-                               f"tags.`{schema.TAG_PARENT}` = '{parent_run_id}' and attributes.status != 'FINISHED'",
-                               max_results=1)
-    return found[0].info.run_id if found else None
-
-
-def reused_stage_run(client, plan, spec: dict, manifest: dict) -> str:
+def reused_stage_run(client, writer, plan, spec: dict, manifest: dict) -> str | None:
     """The stage's run in this store; a stage computed for another store is recorded here once,
     as a copy (tag `embsweep.stage_copy_of`), so `upstream_run_id` always names a run of this store."""
     experiment_id = client.get_run(plan.parent_run_id).info.experiment_id
     found = _existing_stage_run(client, experiment_id, manifest, plan.mlflow_uri)
     if found:
         return found
-    run_id = create_stage_run(client, plan.parent_run_id, spec, plan.static_params)
     result = manifest.get("result") or {}
-    client.set_tag(run_id, TAG_STAGE_COPY_OF, f"{result.get('mlflow_uri')}#{result.get('mlflow_run_id')}")
-    log_stage_result(client, run_id, result)
-    client.set_terminated(run_id, status="FINISHED")
+    run_id = create_stage_run(writer, plan.parent_run_id, plan.name, spec, plan.static_params)
+    log_stage_result(writer, plan.parent_run_id, spec["key"], result,
+                     tags={TAG_STAGE_COPY_OF: f"{result.get('mlflow_uri')}#{result.get('mlflow_run_id')}"})
+    finish_stage_run(writer, plan.parent_run_id, spec["key"], "FINISHED")
     return run_id
 
 
@@ -167,17 +152,20 @@ def prepare_stages(plan, specs: dict) -> None:
     """Compute missing stages (Ray tasks), record every stage's MLflow run, fill `upstream_run_id`."""
     import ray
 
+    from sweeps.engine.tracking import MlflowWriter, spool_path
     from trainables.stages import StageStore
     from trainables.upstream import execute
 
     client = _client(plan.mlflow_uri)
+    writer = MlflowWriter(plan.mlflow_uri, spool_path(plan.sweep_dir, plan.parent_run_id))
+    parent = plan.parent_run_id
     run_ids, failures, missing = {}, {}, []
     stores = {}
     for key, spec in specs.items():
         store = stores.setdefault(spec["root"], StageStore(spec["root"]))
         manifest = store.read_manifest(key)
         if manifest is not None:
-            run_ids[key] = reused_stage_run(client, plan, spec, manifest)
+            run_ids[key] = reused_stage_run(client, writer, plan, spec, manifest)
         else:
             missing.append(spec)
     kinds = sorted({s["kind"] for s in specs.values()})
@@ -192,9 +180,8 @@ def prepare_stages(plan, specs: dict) -> None:
     while queue or waiting:
         while queue and len(waiting) < limit:
             spec = queue.pop(0)
-            own_runs[spec["key"]] = (_unfinished_stage_run(client, plan.parent_run_id, spec["key"])
-                                     or create_stage_run(client, plan.parent_run_id, spec, plan.static_params))
-            client.update_run(own_runs[spec["key"]], status="RUNNING")
+            own_runs[spec["key"]] = create_stage_run(writer, parent, plan.name, spec, plan.static_params)
+            writer.submit({"op": "status", "parent": parent, "key": spec["key"], "status": "RUNNING"})
             waiting[remote.remote(spec, own_runs[spec["key"]], plan.mlflow_uri)] = spec
         done, _ = ray.wait(list(waiting), num_returns=1, timeout=PROGRESS_INTERVAL_S)
         if not done:
@@ -207,18 +194,16 @@ def prepare_stages(plan, specs: dict) -> None:
             manifest = ray.get(done[0])
         except Exception as error:  # the stage failed: its trials are dropped
             failures[key] = f"{type(error).__name__}: {str(error).strip().splitlines()[-1][:300]}"
-            client.set_tag(own, "error", failures[key][:5000])
-            client.set_terminated(own, status="FAILED")
+            writer.submit({"op": "log", "parent": parent, "key": key, "tags": {"error": failures[key][:5000]}})
+            finish_stage_run(writer, parent, key, "FAILED")
             print(f"  stage {stage_label(spec)} failed: {failures[key]}", file=sys.stderr, flush=True)
             continue
         result = manifest.get("result") or {}
-        if result.get("mlflow_run_id") == own:
-            log_stage_result(client, own, result)
-            client.set_terminated(own, status="FINISHED")
-            run_ids[key] = own
-        else:  # another sweep computed it while we waited on the lock: use its run
-            client.delete_run(own)
-            run_ids[key] = reused_stage_run(client, plan, spec, manifest)
+        copy = {} if result.get("mlflow_run_id") == own else {  # another sweep computed it while we waited on the lock
+            TAG_STAGE_COPY_OF: f"{result.get('mlflow_uri')}#{result.get('mlflow_run_id')}"}
+        log_stage_result(writer, parent, key, result, tags=copy)
+        finish_stage_run(writer, parent, key, "FINISHED")
+        run_ids[key] = own
         print(f"  stage {stage_label(spec)} ready ({result.get('seconds', 0):.1f} s)", flush=True)
     if missing:
         print(f"Stages computed in {time.time() - started:.1f} s", flush=True)
@@ -235,5 +220,5 @@ def prepare_stages(plan, specs: dict) -> None:
               file=sys.stderr, flush=True)
     plan.configs[:] = kept
     if not kept:
-        client.set_terminated(plan.parent_run_id, status="FAILED")
+        writer.submit({"op": "parent_status", "parent": parent, "status": "FAILED", "time": int(time.time() * 1000)})
         raise StageError("every upstream stage failed; no trial can run: " + "; ".join(sorted(set(failures.values())))[:2000])

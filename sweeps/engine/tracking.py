@@ -149,6 +149,7 @@ class MlflowWriter:
 
     Operations (dicts, one JSON line each in the spool; `uri` is added by `submit`):
       {"op": "run", "parent": P, "key": K, "name": N, "params": {...}}    find or create the child run
+          (optional "role": "stage" and "tags": {...} for an upstream stage's run, keyed by its stage key)
       {"op": "log", "parent": P, "key": K, "metrics": [[key, value, timestamp_ms, step], ...],
        "params": {...}, "tags": {...}}                                     steps already logged are skipped
       {"op": "status", "parent": P, "key": K, "status": "RUNNING"|"FINISHED"|"FAILED", "time": ms}
@@ -326,6 +327,10 @@ class MlflowWriter:
             self._steps[(run_id, key)] = set() if fresh else {m.step for m in self.client.get_metric_history(run_id, key)}
         return self._steps[(run_id, key)]
 
+    def run_id(self, parent: str, key: str) -> str | None:
+        """The run of (parent, key) once a write has reached the store (None while spooled)."""
+        return self._runs.get((parent, key))
+
     def resolve(self, op: dict) -> str:
         """The child run of (parent, key): found by its tags, or created (with its params)."""
         parent, key = op["parent"], op["key"]
@@ -345,7 +350,8 @@ class MlflowWriter:
         else:
             run = self.client.create_run(
                 self._experiments[parent], run_name=op.get("name"),
-                tags={schema.TAG_PARENT: parent, schema.TAG_ROLE: "trial", schema.TAG_CONFIG_HASH: key},
+                tags={schema.TAG_PARENT: parent, schema.TAG_ROLE: op.get("role", "trial"), schema.TAG_CONFIG_HASH: key,
+                      **op.get("tags", {})},
             )
             run_id = run.info.run_id
             self._fresh.add(run_id)
