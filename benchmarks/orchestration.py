@@ -34,7 +34,7 @@ def run_variant(label: str, flags: list[str], concurrency: int) -> tuple[float, 
 
     from sweeps.engine.runner import parser_for, plan_sweep, run_sweep
 
-    plan = plan_sweep(parser_for(prog="orchestration").parse_args(flags), prog="orchestration")
+    plan = plan_sweep(parser_for("tmft", prog="orchestration").parse_args(flags), method="tmft", prog="orchestration")
     started, started_at = time.perf_counter(), time.time()
     with redirect_stdout(io.StringIO()):
         results = run_sweep(plan)

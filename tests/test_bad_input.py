@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.engine.runner import main
+from sweeps.electra_layers import main
 
 
 @pytest.fixture
@@ -98,9 +98,9 @@ def test_gpus_requested_on_a_machine_without_gpus(tmp_path, data_dir, tiny_model
     Uses the planning step only (the session's Ray has logical GPUs)."""
     import sweeps.engine.runner as runner
 
-    args = runner.parser_for().parse_args(["--models", tiny_models["bert"], "--gpus-per-trial", "0.5", "--storage-path", str(tmp_path),
+    args = runner.parser_for("tmft").parse_args(["--models", tiny_models["bert"], "--gpus-per-trial", "0.5", "--storage-path", str(tmp_path),
                                              "--data-dir", str(data_dir), "--seeds", "0", "--layers", "0"])
-    plan = runner.plan_sweep(args)
+    plan = runner.plan_sweep(args, method="tmft")
     from unittest import mock
 
     with mock.patch("ray.cluster_resources", return_value={"CPU": 2.0}):

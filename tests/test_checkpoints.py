@@ -8,7 +8,7 @@ import pytest
 from mlflow import MlflowClient
 
 from mlflow_helpers import runs_by_role
-from sweeps.engine.runner import main as tmft_main
+from sweeps.electra_layers import main as tmft_main
 from sweeps.evaluate import main as evaluate_main
 from trainables import schema
 from trainables.errors import SweepInputError
@@ -19,7 +19,7 @@ def finished_trial(sweep_env, tiny_models):
     flags = list(sweep_env["flags"])
     flags[flags.index("--max-eval-samples"):flags.index("--max-eval-samples") + 2] = []  # the full STS-B dev
     assert tmft_main(["--models", tiny_models["bert"], "--layers", "2", "--seeds", "0", "--epochs", "3", "--lr", "1e-4",
-                      "--name", "trained", *flags]) == 0
+                      "--eval-sets", "stsb_dev,sts12", "--name", "trained", *flags]) == 0
     _, children = runs_by_role(sweep_env["uri"])
     return children[0]
 
@@ -52,6 +52,17 @@ def test_best_dev_checkpoint_is_a_sentence_transformer_and_evaluates_as_in_the_t
     assert evaluated[0].data.metrics["stsb_dev_spearman"] == pytest.approx(best_dev, abs=1e-3)
     history = {m.step: m.value for m in client.get_metric_history(run_id, "dev_spearman")}
     assert len(history) == 3 and best_dev == pytest.approx(max(history.values()))
+
+
+def test_eval_sets_score_the_best_dev_weights_into_the_trials_own_run(finished_trial):
+    """`--eval-sets stsb_dev` at the end of a trial scores its best-dev weights: on the full STS-B
+    dev that is the trial's own best dev score, whatever epoch was last."""
+    metrics = finished_trial.data.metrics
+    assert metrics["stsb_dev_spearman"] == pytest.approx(metrics["best_dev_spearman"], abs=1e-3)
+    assert metrics["stsb_dev_pearson"] == pytest.approx(metrics["dev_pearson_at_best_dev"], abs=1e-3)
+    assert -100 < metrics["sts12_spearman"] < 100 and "sts12_MSRvid_spearman" in metrics
+    assert finished_trial.data.params["eval_sets"] == "stsb_dev,sts12"
+    assert finished_trial.data.params["metric_columns"] == "stsb_dev_spearman,sts12_spearman"
 
 
 def test_a_run_without_a_checkpoint_is_refused(sweep_env, finished_trial):

@@ -12,7 +12,7 @@ import pytest
 from mlflow import MlflowClient
 
 from mlflow_helpers import metric_steps, runs_by_role
-from sweeps.engine.runner import main
+from sweeps.electra_layers import main
 from trainables.paths import PROJECT_ROOT
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from server_helpers import MlflowServer, free_port, metrics, params, tags
 from sweeps import mlflow_server, mlflow_sync
-from sweeps.engine.runner import main
+from sweeps.electra_layers import main
 from sweeps.engine import tracking
 from trainables import schema
 

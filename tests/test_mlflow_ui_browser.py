@@ -11,7 +11,7 @@ import pytest
 
 from mlflow_helpers import runs_by_role
 from server_helpers import MlflowServer
-from sweeps.engine.runner import main
+from sweeps.electra_layers import main
 from trainables.paths import PROJECT_ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

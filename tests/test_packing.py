@@ -6,7 +6,7 @@ from sweep_helpers import hold_all
 from mlflow_helpers import runs_by_role
 from sweeps.engine import packing
 from trainables import encoder_cost as cost
-from sweeps.engine.runner import main
+from sweeps.electra_layers import main
 
 BERT_BASE = BertConfig()  # 12 layers, hidden 768, 12 heads, vocabulary 30522: built locally, nothing fetched
 

@@ -70,3 +70,14 @@ def test_a_stage_run_written_while_the_store_is_down_is_spooled_and_replayed(tmp
     assert run.data.tags[TAG_STAGE_KEY] == spec["key"] and run.info.status == "FINISHED"
     assert run.data.params["method"] == "dapt" and run.data.params["dapt_corpus"] == "wiki"
     assert run.data.metrics["train_loss"] == pytest.approx(2.5)
+
+
+def test_the_driver_prints_a_running_stages_progress(sweep_env, tiny_models, monkeypatch, capsys):
+    import sweeps.engine.stages_plan as stages_plan
+    from sweeps.evaluate import main
+
+    monkeypatch.setattr(stages_plan, "PROGRESS_INTERVAL_S", 0.05)
+    flags = [f for f in sweep_env["flags"] if f not in ("--max-train-samples", "48", "--max-eval-samples", "60", "--batch-size", "16")]
+    assert main(["--models", tiny_models["bert"], "--sets", "sickr_all", "--batch-size", "8", "--name", "watched", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "stage embeddings bert: " in out and " steps/s, ~" in out, out[:3000]

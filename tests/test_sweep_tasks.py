@@ -3,7 +3,7 @@ SQLite store, a tiny model, small slices of the real MRPC and SICK files."""
 import pytest
 
 from mlflow_helpers import metric_steps, runs_by_role
-from sweeps.engine.runner import main
+from sweeps.electra_layers import main
 
 F1_METRICS = {"dev_f1", "dev_accuracy", "test_f1", "test_accuracy", "best_dev_f1", "test_f1_at_best_dev",
               "test_accuracy_at_best_dev", "dev_accuracy_at_best_dev", "train_loss", "wall_time_s"}

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.engine.runner import main
+from sweeps.electra_layers import main
 from sweep_helpers import hold_all
 from mlflow_helpers import metric_steps, runs_by_role
 from trainables import schema
@@ -143,9 +143,9 @@ def test_tokenisation_happens_once_per_model(sweep_env, tiny_models, monkeypatch
     calls = []
     original = tokenized.tokenize_task
     monkeypatch.setattr(tokenized, "tokenize_task", lambda task, path, *a, **k: calls.append(path) or original(task, path, *a, **k))
-    args = parser_for().parse_args(["--models", f"{tiny_models['bert']},{tiny_models['mpnet']}", "--layers", "0,1,2",
+    args = parser_for("tmft").parse_args(["--models", f"{tiny_models['bert']},{tiny_models['mpnet']}", "--layers", "0,1,2",
                                              "--seeds", "0,1", *sweep_env["flags"]])
-    plan = plan_sweep(args)
+    plan = plan_sweep(args, method="tmft")
     assert len(plan.configs) == 12 and len(calls) == 2
     assert set(plan.data.tasks) == {tiny_models["bert"], tiny_models["mpnet"]}
 
@@ -159,3 +159,17 @@ def test_optuna_search_tunes_lr_batch_and_warmup(sweep_env, tiny_models):
     assert len({c.data.params["lr"] for c in children}) == 3
     assert {c.data.params["search"] for c in children} == {"optuna"}
     assert all(1e-5 <= float(c.data.params["lr"]) <= 1e-4 for c in children)
+
+
+def test_a_sweep_saved_before_newer_flags_existed_resumes(sweep_env, tiny_models):
+    """sweep.json of a sweep started by an older version lacks today's flags and the method's
+    class: --resume fills the flags' defaults, takes the script's method, and adds no run."""
+    assert main(["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", "--epochs", "1", "--name", "old",
+                 *sweep_env["flags"]]) == 0
+    saved_path = Path(sweep_env["storage"], "old", "sweep.json")
+    saved = json.loads(saved_path.read_text())
+    del saved["method_class"], saved["args"]["eval_sets"]
+    saved_path.write_text(json.dumps(saved))
+    assert main(["--resume", str(saved_path.parent)]) == 0
+    parents, children = runs_by_role(sweep_env["uri"])
+    assert len(parents) == 1 and len(children) == 1

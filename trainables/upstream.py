@@ -45,6 +45,11 @@ class StageKind:
     def params(config: dict) -> dict:
         return {}
 
+    @staticmethod
+    def label(config: dict) -> str:
+        """What tells two stages of one model apart in run names and progress lines."""
+        return ""
+
 
 STAGES = Registry("stage", StageKind)
 
@@ -56,6 +61,10 @@ class WordSimilarityStage(StageKind):
     @staticmethod
     def params(config: dict) -> dict:
         return {"layer": config["layer"], "ws_selection": config["selection"]}
+
+    @staticmethod
+    def label(config: dict) -> str:
+        return f"L{config['layer']}"
 
 
 @STAGES.register("dapt")

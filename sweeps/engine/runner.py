@@ -92,14 +92,15 @@ def _resolve_resume(args) -> tuple[str, dict]:
     return path, saved
 
 
-def plan_sweep(args: Namespace, method: str = "tmft", prog: str = "sweep") -> SweepPlan:
+def plan_sweep(args: Namespace, method: str, prog: str = "sweep") -> SweepPlan:
     """Validate everything and prepare the shared data; raises SweepInputError on bad input."""
     saved = None
     if args.resume:
         sweep_dir, saved = _resolve_resume(args)
         kept = {k: getattr(args, k) for k in RESUME_KEEPS}
-        args = Namespace(**{**saved["args"], **kept})
         method = saved.get("method_class", method)
+        defaults = vars(build_parser("x", "", get_method(method)).parse_args([]))  # flags added since it started
+        args = Namespace(**{**defaults, **saved["args"], **kept})
     method_cls = get_method(method)
     if args.smoke_test:
         for key, value in method_cls.smoke.items():
@@ -205,7 +206,7 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
         space = get_method(plan.method).search_space(Namespace(**args), plan.configs[0])
         tune_config = tune.TuneConfig(
             metric=contract.epoch, mode=contract.mode, num_samples=args["num_samples"], reuse_actors=not args.get("no_reuse_actors"),
-            search_alg=ConcurrencyLimiter(OptunaSearch(seed=plan.configs[0].get("seed", 0)), max_concurrent=args["max_concurrent"] or 2),
+            search_alg=ConcurrencyLimiter(OptunaSearch(seed=plan.configs[0].get(contract.seed or "", 0)), max_concurrent=args["max_concurrent"] or 2),
             scheduler=ASHAScheduler(max_t=max(1, int(args.get("epochs") or 1)), grace_period=1),
         )
         return tune.Tuner(trainable, param_space=space, tune_config=tune_config, run_config=run_config)
@@ -344,12 +345,12 @@ def _finish(plan: SweepPlan, results) -> None:
         print(spooled)
 
 
-def parser_for(method: str = "tmft", prog: str = "sweep", description: str = "", defaults: dict | None = None):
+def parser_for(method: str, prog: str = "sweep", description: str = "", defaults: dict | None = None):
     """The full argument parser of a method's sweep script."""
     return build_parser(prog, description, get_method(method), defaults)
 
 
-def main(argv=None, prog: str = "sweep", description: str = "", defaults: dict | None = None, method: str = "tmft") -> int:
+def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", defaults: dict | None = None) -> int:
     """The whole of a sweep script: parse its flags, plan, run; exit status 2 on bad input, 1 when
     a trial or stage failed, else 0."""
     from sweeps.engine.stages_plan import StageError

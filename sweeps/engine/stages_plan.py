@@ -72,9 +72,8 @@ def create_stage_run(writer, parent_run_id: str, sweep: str, spec: dict, static:
     continues its unfinished one); None while the store is unreachable (the write is spooled)."""
     from sweeps.engine.tracking import _param_value
 
-    layer = f":L{spec['config']['layer']}" if "layer" in spec["config"] else ""
     writer.submit({"op": "run", "parent": parent_run_id, "key": spec["key"], "role": ROLE_STAGE,
-                   "name": f"{spec['kind']}:{Path(str(spec['model'])).name}{layer}",
+                   "name": stage_label(spec, ":"),
                    "tags": {TAG_STAGE_KEY: spec["key"], schema.TAG_SWEEP: sweep},
                    "params": {k: _param_value(v) for k, v in stage_params(spec, static).items()}})
     return writer.run_id(parent_run_id, spec["key"])
@@ -128,10 +127,12 @@ def reused_stage_run(client, writer, plan, spec: dict, manifest: dict) -> str | 
     return run_id
 
 
-def stage_label(spec: dict) -> str:
-    """e.g. `dapt bert-base-cased` or `ws all-MiniLM-L6-v2 L3`."""
-    layer = f" L{spec['config']['layer']}" if "layer" in spec["config"] else ""
-    return f"{spec['kind']} {Path(str(spec['model'])).name}{layer}"
+def stage_label(spec: dict, separator: str = " ") -> str:
+    """e.g. `dapt bert-base-cased` or `ws all-MiniLM-L6-v2 L3` (the stage kind's own label)."""
+    from trainables.upstream import STAGES
+
+    extra = STAGES.get(spec["kind"]).label(spec["config"])
+    return f"{spec['kind']}{separator}{Path(str(spec['model'])).name}" + (f"{separator}{extra}" if extra else "")
 
 
 # --- the driver hook --------------------------------------------------------------------------

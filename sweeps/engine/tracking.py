@@ -401,7 +401,8 @@ def finish_parent_run(tracking_uri: str, parent_run_id: str, status: str, sweep_
 
 # --- the Tune callback ----------------------------------------------------------------------
 def run_name(config: dict, contract=None) -> str:
-    """A child run's display name, e.g. `tmft electra-base-discriminator L6 s2` (params hold the full ids)."""
+    """A child run's display name: the method and the contract's label of the config, e.g.
+    `tmft electra-base-discriminator L6 s2` (params hold the full ids)."""
     method = config.get("method", "trial")
     if contract is None:
         return str(method)

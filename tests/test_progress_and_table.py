@@ -1,0 +1,56 @@
+"""The console a person watches: the time left comes from the cost model (not the mean of the
+cheap trials that finish first), the best is named by the method's contract, and the end table
+shows no spread for a single seed."""
+import pandas as pd
+
+from sweeps.engine.progress import ProgressLine
+from sweeps.engine.summary import summary_table
+from trainables.method import MetricContract
+from trainables.schema import config_hash
+
+CONTRACT = MetricContract(primary="best_dev_spearman", report="test_spearman_at_best_dev", axes=("model", "layer", "seed"),
+                          select="layer", seed="seed", short={"layer": "L", "seed": "s"})
+
+
+class FakeTrial:
+    def __init__(self, layer, status, wall=None, progress=None):
+        self.config = {"model": "m", "layer": layer, "seed": 0}
+        self.trial_id, self.status = f"t{layer}", status
+        self.last_result = {"wall_time_s": wall, "progress": progress}
+
+
+def test_time_left_scales_the_cost_model_by_the_finished_trials(monkeypatch):
+    trials = [FakeTrial(0, "TERMINATED", wall=10.0), FakeTrial(12, "PENDING"), FakeTrial(6, "RUNNING", progress=0.5)]
+    estimates = {config_hash(t.config): seconds for t, seconds in zip(trials, (1.0, 12.0, 6.0))}
+    line = ProgressLine(CONTRACT, estimates=estimates, stream=open("/dev/null", "w"))
+    clock = [1000.0]
+    monkeypatch.setattr("sweeps.engine.progress.time.time", lambda: clock[0])
+    line.setup()
+    line.on_trial_start(0, trials, trials[2])
+    line.on_trial_complete(0, trials, trials[0])
+    clock[0] += 30  # the running trial is half done after 30 s: 30 s left; the pending one: 12 x 10 s
+    text = line.line(trials)
+    assert "~2:30 left" in text, text  # (120 + 30) s over one running trial; the mean of the finished trials would say 0:10
+    line.on_trial_result(0, trials, trials[2], {"best_dev_spearman": 71.5})
+    assert "best dev Spearman 71.50 (m L6 s0)" in line.line(trials)
+
+
+def test_a_running_trial_past_its_estimate_is_never_zero_left(monkeypatch):
+    trials = [FakeTrial(0, "TERMINATED", wall=10.0), FakeTrial(1, "RUNNING")]
+    line = ProgressLine(CONTRACT, estimates={config_hash(t.config): 1.0 for t in trials}, stream=open("/dev/null", "w"))
+    clock = [0.0]
+    monkeypatch.setattr("sweeps.engine.progress.time.time", lambda: clock[0])
+    line.on_trial_start(0, trials, trials[1])
+    line.on_trial_complete(0, trials, trials[0])
+    clock[0] += 40.0
+    assert "~0:04 left" in line.line(trials)
+
+
+def test_end_table_shows_no_spread_for_one_seed_and_picks_by_dev():
+    frame = pd.DataFrame({"config/model": ["m"] * 3, "config/layer": [0, 6, 12], "config/seed": [0, 0, 0],
+                          "best_dev_spearman": [50.0, 80.0, 70.0], "test_spearman_at_best_dev": [49.0, 75.0, 79.0]})
+    table = summary_table(frame, CONTRACT)
+    row = table.splitlines()[-1]
+    assert "±" not in table and row.split()[:4] == ["m", "6", "80.00", "75.00"], table
+    two_seeds = pd.concat([frame, frame.assign(**{"config/seed": 1, "best_dev_spearman": [50.0, 82.0, 70.0]})])
+    assert "81.00 ± 1.41" in summary_table(two_seeds, CONTRACT)
