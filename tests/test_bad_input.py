@@ -67,10 +67,23 @@ def test_missing_data_file(run, tmp_path, tiny_models):
     (("--batch-size=-4",), "--batch-size must be a positive integer"),
     (("--layers", "a,b"), "--layers 'a,b' is not a comma-separated list"),
     (("--gpus-per-trial", "1.5"), "--gpus-per-trial must be a fraction"),
+    (("--gpus-per-trial", "nan"), "--gpus-per-trial must be a fraction"),
+    (("--cpus-per-trial", "nan"), "--cpus-per-trial must be a finite number"),
+    (("--lr", "inf"), "--lr must be a finite number"),
+    (("--weight-decay", "nan"), "--weight-decay must be a finite number"),
+    (("--seeds", "2-0"), "the range 2-0 runs backwards; write 0-2"),
+    (("--name", "../../escape"), "must be a single folder name"),
+    (("--name", "/tmp/abs"), "must be a single folder name"),
 ])
 def test_bad_numbers(run, tiny_models, flags, message):
     code, err = run("--models", tiny_models["bert"], *flags)
     assert code == 2 and message in err
+    _assert_nothing_written(run.storage)
+
+
+def test_a_model_named_twice_is_refused(run, tiny_models):
+    code, err = run("--models", f"{tiny_models['bert']},{tiny_models['bert']}")
+    assert code == 2 and "more than once" in err
     _assert_nothing_written(run.storage)
 
 

@@ -50,12 +50,6 @@ def trial_memory_bytes(shape: TrialShape) -> float:
     return 16 * shape.params + activations + embeddings_out + GIB
 
 
-def inference_memory_bytes(shape: TrialShape) -> float:
-    """Forward only (no gradients, no optimiser state, activations of one layer at a time)."""
-    activations = shape.batch_size * shape.seq_len * (34 * shape.hidden + 5 * shape.heads * shape.seq_len) * 2
-    return 4 * shape.params + activations + GIB
-
-
 def trial_seconds(shape: TrialShape, train_tokens: int, eval_tokens: int, epochs: int, gpu_tflops: float = 25.0) -> float:
     flops = max(1, epochs) * (6 * shape.layer_params * train_tokens + 2 * shape.layer_params * eval_tokens)
     return flops / (gpu_tflops * 1e12)

@@ -2,7 +2,7 @@
 pack, run, track, report and analyse it without knowing anything else about it.
 
 A method is one registered subclass of `Method` (`@register_method("name")`) in one file under
-`trainables/`; its sweep script in `sweeps/` calls `sweeps.engine.runner.main(method="name")`.
+`trainables/` (found there by `import_methods`); its sweep script in `sweeps/` calls `sweeps.engine.runner.main(method="name")`.
 It declares:
 
 - `add_arguments(parser)`: its command-line flags (the engine adds the shared ones: storage,
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from argparse import ArgumentParser, Namespace
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 from trainables.errors import SweepInputError
@@ -117,7 +116,6 @@ class PlanContext:
 
     storage_path: str           # absolute local path or URI of the sweep's storage
     mlflow_uri: str             # the tracking store (to resolve runs:/ model references)
-    saved_checksums: dict | None = None  # a resumed sweep's data checksums (changed data is refused)
     smoke_test: bool = False
     default_models: str = ""    # the parser's default --models (a smoke test swaps it for a tiny model)
 
@@ -128,7 +126,7 @@ class MethodPlan:
 
     configs: list[dict]
     data: Any = None                      # shipped to every trial once (tune.with_parameters)
-    costs: dict = field(default_factory=dict)   # cost unit -> TrialCost (see Method.cost_unit)
+    costs: dict = field(default_factory=dict)   # values of the method's `cost_axes` (a tuple) -> TrialCost
     static_params: dict = field(default_factory=dict)
     checksums: dict = field(default_factory=dict)
     stages: dict = field(default_factory=dict)  # upstream stage specs by key (trainables/upstream.py), run
@@ -166,11 +164,7 @@ class Method:
         raise SweepInputError(f"--search optuna is not available for method {cls.name!r}")
 
     @classmethod
-    def cost_unit(cls, config: dict) -> tuple:
-        return tuple(config.get(axis) for axis in cls.cost_axes)
-
-    @classmethod
-    def trainable_class(cls, config: dict | None = None) -> type:
+    def trainable_class(cls) -> type:
         if cls.trainable is None:
             raise NotImplementedError(f"method {cls.name!r} declares no trainable")
         return cls.trainable
@@ -187,15 +181,14 @@ def get_method(name: str) -> type[Method]:
 
 
 def import_methods() -> None:
-    """Import every module under trainables/ that registers a method (each registers on import)."""
+    """Import every module of this package that registers a method (each registers on import), so
+    a new method is its file alone."""
     import importlib
+    from pathlib import Path
 
-    for module in METHOD_MODULES:
-        importlib.import_module(module)
-
-
-# The files that hold methods; a new method adds its module here.
-METHOD_MODULES = ("trainables.tmft", "trainables.improvements", "trainables.evaluate")
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        if path.stem != "method" and "@register_method(" in path.read_text():
+            importlib.import_module(f"trainables.{path.stem}")
 
 
 # --- flag helpers the methods share ------------------------------------------------------------
@@ -208,8 +201,10 @@ def parse_int_list(text: str, flag: str) -> list[int]:
             if not part:
                 continue
             if "-" in part[1:]:
-                low, high = part.split("-", 1)
-                values.extend(range(int(low), int(high) + 1))
+                low, high = (int(v) for v in part.split("-", 1))
+                if high < low:
+                    raise SweepInputError(f"{flag} {text!r}: the range {part} runs backwards; write {high}-{low}")
+                values.extend(range(low, high + 1))
             else:
                 values.append(int(part))
     except ValueError:
@@ -241,6 +236,9 @@ def parse_names(text: str, flag: str, known: list[str] | None = None) -> list[st
 def model_list(args: Namespace, context: PlanContext) -> list[str]:
     """--models as a list; a smoke test with the default models uses the tiny smoke model."""
     models = [m.strip() for m in str(args.models).split(",") if m.strip()]
+    repeated = sorted({m for m in models if models.count(m) > 1})
+    if repeated:
+        raise SweepInputError(f"--models names {', '.join(repeated)} more than once; each model is swept once (seeds repeat trials)")
     if context.smoke_test and args.models == context.default_models:
         from trainables.tiny import smoke_model
 
@@ -248,7 +246,3 @@ def model_list(args: Namespace, context: PlanContext) -> list[str]:
     if not models:
         raise SweepInputError("--models is empty")
     return models
-
-
-def local_dir(path: str) -> Path:
-    return Path(path).expanduser().resolve()

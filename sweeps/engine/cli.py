@@ -78,5 +78,12 @@ def parse_gpus(value):
     return gpus
 
 
+def check_name(name: str) -> None:
+    """A sweep's name is one plain folder name: it can never place the sweep outside --storage-path."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name != name.strip() or name.startswith("."):
+        raise SweepInputError(f"--name {name!r} must be a single folder name (no '/', no leading '.'); the sweep lives in "
+                              "<storage-path>/<name>")
+
+
 def default_name(prog: str) -> str:
     return f"{Path(prog).stem.replace('_', '-')}-{time.strftime('%Y%m%d-%H%M%S')}"

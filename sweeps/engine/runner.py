@@ -21,7 +21,7 @@ from trainables.method import MetricContract, PlanContext, get_method
 from trainables.paths import PROJECT_ROOT
 from trainables.schema import config_hash
 from sweeps.engine import storage
-from sweeps.engine.cli import build_parser, check_numbers, default_name
+from sweeps.engine.cli import build_parser, check_name, check_numbers, default_name
 
 QUIET_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",
@@ -53,7 +53,7 @@ class SweepPlan:
     resources: dict
     args: dict
     contract: MetricContract
-    costs: dict = field(default_factory=dict)   # Method.cost_unit(config) -> TrialCost
+    costs: dict = field(default_factory=dict)   # values of the method's cost_axes -> TrialCost
     static_params: dict = field(default_factory=dict)
     parent_run_id: str | None = None
     resuming: bool = False
@@ -109,6 +109,8 @@ def plan_sweep(args: Namespace, method: str, prog: str = "sweep") -> SweepPlan:
     method_cls.check(args)
 
     storage_path = storage.absolute(args.storage_path)
+    if args.name is not None and not saved:
+        check_name(args.name)
     name = saved["name"] if saved else (args.name or default_name(prog))
     sweep_dir = sweep_dir if saved else storage.join(storage_path, name)
     if not saved and storage.read_json(storage.join(sweep_dir, storage.SWEEP_FILE)) is not None:
@@ -120,8 +122,7 @@ def plan_sweep(args: Namespace, method: str, prog: str = "sweep") -> SweepPlan:
         mlflow_uri = f"sqlite:///{os.path.join(storage_path, 'mlflow.db')}"
 
     default_models = build_parser("x", "", method_cls).get_default("models") or ""
-    context = PlanContext(storage_path, mlflow_uri, saved_checksums=saved.get("data_checksums") if saved else None,
-                          smoke_test=bool(args.smoke_test), default_models=default_models)
+    context = PlanContext(storage_path, mlflow_uri, smoke_test=bool(args.smoke_test), default_models=default_models)
     planned = method_cls.plan(args, context)
     if saved and saved.get("data_checksums") not in (None, planned.checksums):
         raise SweepInputError(f"--resume: the data in {args.data_dir} changed since the sweep started (checksums differ); resume with the original data.")
