@@ -195,20 +195,16 @@ def import_methods() -> None:
 def parse_int_list(text: str, flag: str) -> list[int]:
     """'0,1,2' or '0-4' (or a mix) -> sorted unique non-negative ints; SweepInputError otherwise."""
     values = []
-    try:
-        for part in str(text).split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if "-" in part[1:]:
-                low, high = (int(v) for v in part.split("-", 1))
-                if high < low:
-                    raise SweepInputError(f"{flag} {text!r}: the range {part} runs backwards; write {high}-{low}")
-                values.extend(range(low, high + 1))
-            else:
-                values.append(int(part))
-    except ValueError:
-        raise SweepInputError(f"{flag} {text!r} is not a comma-separated list of integers (e.g. 0,1,2 or 0-4)") from None
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            continue
+        try:
+            low, high = (int(v) for v in part.split("-", 1)) if "-" in part[1:] else (int(part), int(part))
+        except ValueError:
+            raise SweepInputError(f"{flag} {text!r} is not a comma-separated list of integers (e.g. 0,1,2 or 0-4)") from None
+        if high < low:
+            raise SweepInputError(f"{flag} {text!r}: the range {part} runs backwards; write {high}-{low}")
+        values.extend(range(low, high + 1))
     if not values:
         raise SweepInputError(f"{flag} is empty")
     if any(v < 0 for v in values):
