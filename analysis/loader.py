@@ -12,7 +12,7 @@ whatever their status: the summary decides what counts as complete. Columns:
 - every final metric of the run (`best_dev_spearman`, `test_spearman_at_best_dev`, ...). Per-epoch
   metrics (`dev_spearman`, `test_f1`, `train_loss`: `<split>_<name>`) are left out, because a
   run's "latest value" of those is the last epoch, not the selected one, unless the run's metric
-  contract names them (`metric_primary`, `metric_report`, `metric_columns`).
+  contract names them (`metric_primary`, `metric_report`, `metric_companion`, `metric_columns`).
 
 When a run lacks `dev_pearson_at_best_dev` (or `dev_accuracy_at_best_dev` for F1 tasks), it is
 filled from the per-epoch history: the companion metric at the epoch with the best dev primary
@@ -102,8 +102,8 @@ def _row(run, experiments: dict[str, str], parents: dict) -> dict:
     if sweep is None and parent is not None:
         sweep = parent.data.tags.get(TAG_SWEEP) or parent.info.run_name
     row = dict(data.params)
-    named = {data.params.get("metric_primary"), data.params.get("metric_report"),
-             *data.params.get("metric_columns", "").split(",")}  # what the run's contract names is final
+    named = {data.params.get(k) for k in ("metric_primary", "metric_report", "metric_companion")}
+    named.update(data.params.get("metric_columns", "").split(","))  # what the run's contract names is final
     row.update({k: v for k, v in data.metrics.items() if _is_final_metric(k) or k in named})
     row.update({  # identity last: a param of the same name never hides it
         "run_id": info.run_id, "parent_run_id": parent_id, "sweep": sweep,

@@ -25,7 +25,7 @@ _PATTERNS = [
     (re.compile(r"^deberta-v3-(?P<size>xsmall|small|base|large)$", re.I),
      lambda m: f"DeBERTaV3 {m['size'].lower()}"),
 ]
-METHOD_NAMES = {"tmft": "TMFT", "ws+tmft": "WS+TMFT", "dapt+tmft": "DAPT+TMFT", "cka": "CKA"}
+METHOD_NAMES = {"tmft": "TMFT", "ws+tmft": "WS+TMFT", "dapt+tmft": "DAPT+TMFT", "cka": "CKA", "evaluate": "Zero-shot evaluation"}
 METHOD_ORDER = ("tmft", "ws+tmft", "dapt+tmft")
 TASK_NAMES = {"stsb": "STS-B", "sts-b": "STS-B", "mrpc": "MRPC", "sick": "SICK"}
 METRIC_NAMES = {"spearman": "Spearman", "pearson": "Pearson", "f1": "F1", "accuracy": "accuracy"}

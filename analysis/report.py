@@ -87,7 +87,8 @@ def _table_family_sections(others: pd.DataFrame, figures: Path, tables: Path, wr
         rows = rows.dropna(axis=1, how="all")
         first = rows.iloc[0]
         axes = [a for a in first["sweep_axes"].split(",") if a not in (first["seed_axis"], "method", "task")]
-        columns = [c for c in first["metric_columns"].split(",") if c and f"{c}_mean" in rows]
+        named = dict.fromkeys(c for text in rows["metric_columns"] for c in str(text).split(",") if c)
+        columns = [c for c in named if f"{c}_mean" in rows]  # every sweep's columns, in first-seen order
         name = slug(method, task or "all")
         shown = rows[axes].copy()
         if "model" in shown:
@@ -105,6 +106,8 @@ def _table_family_sections(others: pd.DataFrame, figures: Path, tables: Path, wr
             others_axes = [a for a in axes if a != "layer"]
             groups = rows.groupby(others_axes, sort=True, dropna=False) if others_axes else [((), rows)]
             for key, group in groups:
+                if group["layer"].nunique() < 2:
+                    continue  # one layer: the table says it all
                 key = key if isinstance(key, tuple) else (key,)
                 label = " ".join(str(display_names([v]).get(v, v)) if a == "model" else str(v) for a, v in zip(others_axes, key))
                 files = save_figure(plot_metric_curves(group, columns, f"{method_name(method)}: {label}"), figures,

@@ -55,12 +55,16 @@ def test_runs_without_seed_or_task_are_analysed_and_missing_axes_named(tmp_path)
     assert not summary["is_best"].any()
 
 
-def test_report_of_a_real_evaluation_sweep(sweep_env, tiny_models, tmp_path):
+def test_report_of_a_real_evaluation_sweep_beside_a_one_seed_layer_sweep(sweep_env, tiny_models, tmp_path):
+    from sweeps.electra_layers import main as tmft_main
+
+    assert tmft_main(["--models", tiny_models["bert"], "--layers", "0,2", "--seeds", "0", "--epochs", "1", "--name", "one-seed",
+                      *sweep_env["flags"]]) == 0
     flags = [f for f in sweep_env["flags"] if f not in ("--max-train-samples", "48", "--max-eval-samples", "60", "--batch-size", "16")]
     assert evaluate_main(["--models", tiny_models["bert"], "--layers", "all", "--pooling", "mean,cls", "--sets", "stsb,sts12",
                           "--name", "zero-shot", *flags]) == 0
     runs = load_runs(sweep_env["uri"], "test")
-    assert len(runs) == 10 and "seed" not in runs
+    assert len(runs[runs["method"] == "evaluate"]) == 10 and runs.loc[runs["method"] == "evaluate", "seed"].isna().all()
     report = build_report(sweep_env["uri"], tmp_path / "report", "test")
     # [CLS] at layer 0 is the same vector for every sentence: its Spearman is undefined, the run left out.
     assert list(report.excluded["reason"]) == ["missing metric mean_spearman"]
@@ -73,3 +77,4 @@ def test_report_of_a_real_evaluation_sweep(sweep_env, tiny_models, tmp_path):
     assert "## Zero-shot" in index or "## evaluate" in index.lower(), index[:2000]
     for name in figures:
         assert f"figures/{name}" in index
+    assert (tmp_path / "report" / "figures" / "layer_curves_tmft_stsb.png").is_file()  # one seed: no spread, still drawn

@@ -13,19 +13,19 @@ LABEL_WIDTH = 45
 WORDS = {"spearman": "Spearman", "pearson": "Pearson", "f1": "F1"}
 
 
-def _cell(values: pd.Series) -> str:
+def _cell(values: pd.Series, width: int) -> str:
     values = values.dropna()
     if values.empty:
-        return f"{'-':>16}"
+        return f"{'-':>{width}}"
     if len(values) == 1:
-        return f"{values.mean():>9.2f}       "
-    return f"{values.mean():>9.2f} ± {values.std():>4.2f}"
+        return f"{values.mean():>{width - 7}.2f}       "
+    return f"{values.mean():>{width - 7}.2f} ± {values.std():>4.2f}"
 
 
 def title(metric: str) -> str:
     """A metric's display name: `best_dev_spearman` -> `dev Spearman`, `test_f1_at_best_dev` -> `test F1`."""
     words = metric.removeprefix("best_").removesuffix("_at_best_dev").split("_")
-    return " ".join(WORDS.get(w, w) for w in words)[-16:]
+    return " ".join(WORDS.get(w, w) for w in words)
 
 
 def _label(contract: MetricContract, key: tuple) -> str:
@@ -43,8 +43,9 @@ def summary_table(frame: pd.DataFrame, contract: MetricContract) -> str:
         if frame.empty:
             return "No finished trials."
     shown = [m for m in metrics if m in frame]
+    width = max([16, *(len(title(m)) for m in shown)])
     select = contract.select
-    header = f"{'':<{LABEL_WIDTH}} " + (f"{select:>6} " if select else "") + " ".join(f"{title(m):>16}" for m in shown)
+    header = f"{'':<{LABEL_WIDTH}} " + (f"{select:>6} " if select else "") + " ".join(f"{title(m):>{width}}" for m in shown)
     lines = ["", header + (f" {'seeds':>5}" if contract.seed else "")]
     group_columns = [config[a] for a in contract.groups]
     groups = frame.groupby(group_columns, dropna=False, sort=True) if group_columns else [((), frame)]
@@ -61,7 +62,7 @@ def summary_table(frame: pd.DataFrame, contract: MetricContract) -> str:
             picks = [(None, rows.iloc[[i]]) for i in range(len(rows))]
         for value, part in picks:
             line = f"{_label(contract, key):<{LABEL_WIDTH}} " + (f"{value!s:>6} " if select else "")
-            line += " ".join(_cell(part[m]) for m in shown)
+            line += " ".join(_cell(part[m], width) for m in shown)
             if contract.seed:
                 line += f" {len(part):>5}"
             lines.append(line)
