@@ -28,7 +28,8 @@ def pareto_points(summary: pd.DataFrame) -> pd.DataFrame:
 
     Columns as the summary's plus `row_kind` ("best": the model's best-dev layer, "last": its
     last layer where that is not the best, "layer": any other), `params_m` (millions) and
-    `on_front`, computed within each (method, task) on the mean test score.
+    `on_front`, computed within each (method, task) on the mean test score (the lower the
+    better where the contract's `metric_mode` is "min").
     """
     selected = selected_layers(summary)
     kinds = {(r.method, r.task, r.model, r.layer): r.row_kind for r in selected.itertuples()}
@@ -42,5 +43,6 @@ def pareto_points(summary: pd.DataFrame) -> pd.DataFrame:
         points["params_m"] = np.nan
     points["on_front"] = False
     for _, group in points.groupby(["method", "task"], sort=False):
-        points.loc[group.index, "on_front"] = pareto_mask(group["params_m"], group["test_mean"])
+        sign = -1.0 if "metric_mode" in group and (group["metric_mode"] == "min").any() else 1.0
+        points.loc[group.index, "on_front"] = pareto_mask(group["params_m"], sign * group["test_mean"].astype(float))
     return points

@@ -5,8 +5,11 @@
   the layer index, a line per model with a band of +-1 sample std over seeds, and a star on
   each model's best-dev layer.
 - `plot_pareto(points)`: parameters of the truncated model (millions) against the mean test
-  score, one point per model at its best-dev layer (filled) and at its last layer (hollow),
-  the Pareto front as a grey line, labels placed so they do not overlap.
+  score, a point per (model, layer) (so a one-model sweep has a point per layer): small dots,
+  with each model's best-dev layer filled and its last layer hollow; the Pareto front as a grey
+  line through its points; labels placed so they do not overlap.
+- `plot_metric_curves(rows, columns, title)`: several final metrics against the layer, one line
+  per metric (a zero-shot evaluation of one model and pooling: one line per evaluation set).
 """
 from __future__ import annotations
 

@@ -237,7 +237,7 @@ def _summarize_contract(runs: pd.DataFrame) -> pd.DataFrame:
         out["seeds"] = groups[seed].agg(lambda s: ",".join(str(v) for v in sorted(s)))
     if "params_truncated" in runs:
         out["params_truncated"] = groups["params_truncated"].max()
-    for name in [c for c in HYPER if c in runs]:
+    for name in [c for c in HYPER if c in runs and c not in keys]:
         out[name] = groups[name].agg(_join_unique)
     out = out.join(_settings(runs, keys, seed)).join(stats)
     for generic, name in scores.items():

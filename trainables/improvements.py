@@ -90,7 +90,7 @@ class Improvements(TMFT):
         from trainables import dapt, word_similarity
         from trainables.data.sentences import dapt_corpus_checksum, parse_sources
         from trainables.data.word_similarity import ws_checksum
-        from trainables.upstream import make_spec
+        from trainables.stages import make_spec
 
         planned = super().plan(args, context)
         a = vars(args)

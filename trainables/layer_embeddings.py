@@ -25,7 +25,7 @@ def embeddings_file(layer: int, pooling: str) -> str:
 
 def stage_spec(model: str, path, layers: list[int], poolings: list[str], sets: list[str], max_length: int,
                batch_size: int, root, data_dir, suite) -> dict:
-    from trainables.upstream import make_spec
+    from trainables.stages import make_spec
 
     config = {"stage": "embeddings", "layers": sorted(layers), "poolings": list(poolings), "max_length": int(max_length),
               "batch_size": int(batch_size), "sets": list(sets)}

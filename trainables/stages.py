@@ -238,3 +238,26 @@ def stage_root(stage_dir: str | None, storage_path: str) -> Path:
     if "://" in str(storage_path):
         raise SweepInputError("--storage-path is a URI, but the stage store needs a file system with locks: pass --stage-dir (e.g. an NFS mount)")
     return Path(storage_path) / "stages"
+
+
+def model_fingerprint(model_path) -> str:
+    """A cheap identity of a local model folder: config.json and the weight files' names and sizes."""
+    path = Path(model_path)
+    digest = hashlib.sha256()
+    config = path / "config.json"
+    if config.is_file():
+        digest.update(config.read_bytes())
+    for weights in sorted(list(path.glob("*.safetensors")) + list(path.glob("*.bin"))):
+        digest.update(f"{weights.name}:{weights.stat().st_size}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def make_spec(kind: str, model: str, model_path, root, data_dir, data_checksum: str, config: dict) -> dict:
+    """A stage's plain-JSON spec (trainables/upstream.py runs it): its kind, its key in the store
+    (the model's identity, the config and the data checksum), and what computing it needs."""
+    identity = f"{model}@{model_fingerprint(model_path)}"
+    return {
+        "kind": kind, "key": stage_key(identity, config, data_checksum), "root": str(root), "model": model,
+        "model_identity": identity, "model_path": str(model_path), "data_dir": str(data_dir),
+        "data_checksum": data_checksum, "config": config,
+    }

@@ -5,7 +5,7 @@ A stage is described by a plain-JSON `spec`:
     {"kind": "ws" | "dapt", "key": <stage key>, "root": <stage store dir>, "model": <model id>,
      "model_path": <local folder>, "data_dir": ..., "data_checksum": ..., "config": {...}}
 
-`key = stage_key(model id + weights fingerprint, config, data checksum)` (trainables/stages.py), so
+`key = stage_key(model id + weights fingerprint, config, data checksum)` (`make_spec` in trainables/stages.py), so
 every trial and every later sweep with the same storage path that needs the same stage finds the
 same directory `<root>/<key>/`. `execute(spec, run_id, mlflow_uri)` returns the stage's manifest:
 it computes the stage under the store's lock unless it is already there (one process computes,
@@ -18,7 +18,6 @@ id in; the manifest's `result` keeps it (`mlflow_run_id`, `mlflow_uri`) with the
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -84,30 +83,6 @@ class EmbeddingsStage(StageKind):
     def params(config: dict) -> dict:
         return {"layers": ",".join(map(str, config["layers"])), "pooling": ",".join(config["poolings"]), "sets": ",".join(config["sets"])}
 
-
-
-def model_fingerprint(model_path) -> str:
-    """A cheap identity of a local model folder: config.json and the weight files' names and sizes."""
-    path = Path(model_path)
-    digest = hashlib.sha256()
-    config = path / "config.json"
-    if config.is_file():
-        digest.update(config.read_bytes())
-    for weights in sorted(list(path.glob("*.safetensors")) + list(path.glob("*.bin"))):
-        digest.update(f"{weights.name}:{weights.stat().st_size}\n".encode())
-    return digest.hexdigest()[:16]
-
-
-def make_spec(kind: str, model: str, model_path, root, data_dir, data_checksum: str, config: dict) -> dict:
-    from trainables.stages import stage_key
-
-    STAGES.get(kind)  # an unknown kind names the known ones
-    identity = f"{model}@{model_fingerprint(model_path)}"
-    return {
-        "kind": kind, "key": stage_key(identity, config, data_checksum), "root": str(root), "model": model,
-        "model_identity": identity, "model_path": str(model_path), "data_dir": str(data_dir),
-        "data_checksum": data_checksum, "config": config,
-    }
 
 
 def _finite(value):
