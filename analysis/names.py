@@ -3,7 +3,8 @@
 `google/electra-base-discriminator` -> "ELECTRA-D base", `google/electra-small-generator` ->
 "ELECTRA-G small", `bert-base-cased` -> "BERT base", `google/bert_uncased_L-4_H-256_A-4` ->
 "BERT mini", `microsoft/deberta-v3-base` -> "DeBERTaV3 base"; anything else (a local directory,
-an unknown hub id) -> its last path component. `display_names` keeps names unique.
+an unknown hub id) -> its last path component. `display_names` keeps names unique. Also the
+names of methods, tasks, metrics and evaluation sets (`score_name`: `stsb_spearman` -> "STS-B").
 """
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ METHOD_NAMES = {"tmft": "TMFT", "ws+tmft": "WS+TMFT", "dapt+tmft": "DAPT+TMFT", 
 METHOD_ORDER = ("tmft", "ws+tmft", "dapt+tmft")
 TASK_NAMES = {"stsb": "STS-B", "sts-b": "STS-B", "mrpc": "MRPC", "sick": "SICK"}
 METRIC_NAMES = {"spearman": "Spearman", "pearson": "Pearson", "f1": "F1", "accuracy": "accuracy"}
+# Evaluation sets (trainables/eval_sets.py) as the papers' zero-shot tables head their columns.
+SET_NAMES = {**{f"sts{year}": f"STS{year}" for year in range(12, 17)}, "stsb": "STS-B", "stsb_dev": "STS-B dev",
+             "sickr": "SICK-R", "sickr_all": "SICK-R all", "mean": "Avg."}
 
 
 _FAMILIES = {"electra": "ELECTRA", "koelectra": "KoELECTRA", "gelectra": "GELECTRA", "electricidad": "Electricidad"}
@@ -74,6 +78,13 @@ def task_name(task: str) -> str:
 
 def metric_name(metric: str) -> str:
     return METRIC_NAMES.get(str(metric).lower(), str(metric))
+
+
+def score_name(metric: str) -> str:
+    """A final metric as a table header: an evaluation set's Spearman by the set's name
+    (`stsb_spearman` -> "STS-B"), the mean over the sets as "Avg."; any other as logged."""
+    name = str(metric).removesuffix("_spearman")
+    return SET_NAMES.get(name, str(metric)) if name != metric else str(metric)
 
 
 def method_sort_key(method: str):

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-from analysis.names import display_names, method_name, metric_name, task_name
+from analysis.names import display_names, method_name, metric_name, score_name, task_name
 
 MARKER_BEST, MARKER_LAST = "o", "s"
 LOG_X_RATIO = 20  # a Pareto plot whose parameter counts span more than this uses a log x axis
@@ -92,13 +92,17 @@ def plot_layer_curves(summary, method: str, task: str, colors=None):
 
 
 def plot_metric_curves(rows, columns: list[str], title: str):
-    """One line per metric column against the layer (rows of one group of a table-family summary,
-    e.g. a zero-shot evaluation of one model and pooling: one line per evaluation set)."""
+    """Final metrics against the layer, one line per column (summary rows of one group of a
+    table-family contract, e.g. a zero-shot evaluation of one model and pooling: one line per
+    evaluation set), with a band of +-1 sample std where rows average several runs."""
     rows = rows.sort_values("layer")
     fig, ax = new_figure((7.5, 4.8))
     x = rows["layer"].to_numpy(dtype=float)
     for column in columns:
-        ax.plot(x, rows[f"{column}_mean"].to_numpy(dtype=float), marker=".", label=column.removesuffix("_spearman"))
+        mean = rows[f"{column}_mean"].to_numpy(dtype=float)
+        (line,) = ax.plot(x, mean, marker=".", label=score_name(column))
+        std = np.nan_to_num(rows[f"{column}_std"].to_numpy(dtype=float))
+        ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.18, linewidth=0)
     ax.legend(loc="best", fontsize=9, framealpha=0.9)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=13))
     ax.set_xlabel("Layer index l (0 = embedding output)")

@@ -2,10 +2,16 @@
 
 Writes into OUT:
 - runs.csv (every trial run), excluded_runs.csv (runs left out of the averages, with reasons),
-  summary.csv (per method, task, model, layer), pareto_points.csv;
-- figures/layer_curves_<method>_<task>.png|svg and figures/pareto_<method>_<task>.png|svg;
-- tables/table2_<method>_<task>.md|csv and, for tasks with more than one method,
+  summary.csv (per method, task and the contract's axes but the seed, see analysis/summary.py),
+  pareto_points.csv;
+- for contracts that select a layer of each model (TMFT and its variants):
+  figures/layer_curves_<method>_<task>.png|svg, figures/pareto_<method>_<task>.png|svg,
+  tables/table2_<method>_<task>.md|csv and, for tasks with more than one method,
   tables/table1_<task>.md|csv;
+- for every other contract (e.g. zero-shot evaluation): tables/scores_<method>_<task or
+  "all">.md|csv (every value of its axes, a column per score: each evaluation set, then their
+  mean) and, when the layer is an axis, figures/curves_<method>_<task>_<other axes' values>.png|svg
+  (e.g. per model and pooling: one line per evaluation set against the layer);
 - README.md: the index that shows all of it, including the excluded runs.
 """
 from __future__ import annotations
@@ -23,7 +29,8 @@ from analysis.names import display_names, method_name, method_sort_key, task_nam
 from analysis.pareto import pareto_points
 from analysis.plots import model_colors, plot_layer_curves, plot_metric_curves, plot_pareto, save_figure
 from analysis.summary import TABLE_FAMILY, flag_mixed_configs, layer_family, split_runs, summarize
-from analysis.tables import table1, table1_markdown, table2, table2_markdown, to_markdown
+from analysis.tables import (metric_columns, score_columns, scores_markdown, scores_table, table1, table1_markdown,
+                             table2, table2_markdown, table_axes, to_markdown)
 
 
 @dataclass
@@ -77,43 +84,50 @@ def _excluded_markdown(excluded: pd.DataFrame) -> str:
     return to_markdown(shown.astype(str).replace({"<NA>": "", "nan": "", "None": ""}))
 
 
+def _group_label(axes: list[str], key: tuple) -> str:
+    """e.g. "BERT base, pooling=mean" for the axes (model, pooling)."""
+    return ", ".join(display_names([v])[str(v)] if a == "model" else f"{a}={v}" for a, v in zip(axes, key))
+
+
+def _layer_curves(rows: pd.DataFrame, others: list[str], columns: list[str], stem: str, heading: str,
+                  figures: Path, report: Report) -> list[str]:
+    """A figure per group of the `others` axes (e.g. per model and pooling) with two layers or
+    more: one line per column against the layer."""
+    lines = []
+    for key, group in rows.groupby(others, sort=False, dropna=False) if others else [((), rows)]:
+        if group["layer"].nunique() < 2:
+            continue  # one layer: the table says it all
+        key = key if isinstance(key, tuple) else (key,)
+        label = _group_label(others, key)
+        files = save_figure(plot_metric_curves(group, columns, f"{heading}: {label}"), figures,
+                            f"curves_{stem}" + "".join(f"_{slug(value)}" for value in key))
+        report.files += files
+        lines += [f"![{label}](figures/{files[0].name})", "",
+                  f"{label}: each score against the layer ([SVG](figures/{files[1].name})).", ""]
+    return lines
+
+
 def _table_family_sections(others: pd.DataFrame, figures: Path, tables: Path, write_csv, report: Report) -> list[str]:
-    """Methods without a layer-over-seeds selection (e.g. zero-shot evaluation): per (method,
-    task), a table of every row of the contract's axes with its primary score and each of its
-    columns (e.g. one per evaluation set), and, when `layer` is an axis, a curve per group of the
-    other axes with one line per column."""
+    """Methods of every other contract (e.g. zero-shot evaluation): per (method, task), a table of
+    every value of the contract's axes with each score (e.g. one column per evaluation set, then
+    their mean), and, when the layer is an axis, layer curves per group of the other axes with
+    one line per metric column (the primary where there is none)."""
     lines = []
     for (method, task), rows in others.groupby(["method", "task"], sort=True):
-        rows = rows.dropna(axis=1, how="all")
-        first = rows.iloc[0]
-        axes = [a for a in first["sweep_axes"].split(",") if a not in (first["seed_axis"], "method", "task")]
-        named = dict.fromkeys(c for text in rows["metric_columns"] for c in str(text).split(",") if c)
-        columns = [c for c in named if f"{c}_mean" in rows]  # every sweep's columns, in first-seen order
-        name = slug(method, task or "all")
-        shown = rows[axes].copy()
-        if "model" in shown:
-            names = display_names(shown["model"].unique())
-            shown["model"] = shown["model"].map(names)
-        shown[first["metric"]] = rows["dev_mean"].round(2)
-        for column in columns:
-            shown[column] = rows[f"{column}_mean"].round(2)
-        if rows["n_seeds"].max() > 1:
-            shown["seeds"] = rows["n_seeds"]
-        write_csv(shown, tables / f"scores_{name}.csv")
-        lines += ["", f"## {method_name(method)}" + (f" on {task_name(task)}" if task else ""), "",
-                  f"Every {', '.join(axes)} (×100; [CSV](tables/scores_{name}.csv)):", "", to_markdown(shown.astype(str).replace({"nan": ""}))]
-        if "layer" in axes and columns:
-            others_axes = [a for a in axes if a != "layer"]
-            groups = rows.groupby(others_axes, sort=True, dropna=False) if others_axes else [((), rows)]
-            for key, group in groups:
-                if group["layer"].nunique() < 2:
-                    continue  # one layer: the table says it all
-                key = key if isinstance(key, tuple) else (key,)
-                label = " ".join(str(display_names([v]).get(v, v)) if a == "model" else str(v) for a, v in zip(others_axes, key))
-                files = save_figure(plot_metric_curves(group, columns, f"{method_name(method)}: {label}"), figures,
-                                    f"curves_{slug(name, *map(str, key))}")
-                report.files += files
-                lines += ["", f"![{label}](figures/{files[0].name})", "", f"{label} by layer ([SVG](figures/{files[1].name})).", ""]
+        axes, scores = table_axes(rows), score_columns(rows)
+        stem = slug(method, task or "all")
+        heading = method_name(method) + (f" on {task_name(task)}" if task else "")
+        table = scores_table(rows)
+        markdown = scores_markdown(table, axes, scores, rows["select_axis"].iloc[0])
+        write_csv(table, tables / f"scores_{stem}.csv")
+        (tables / f"scores_{stem}.md").write_text(markdown)
+        report.files.append(tables / f"scores_{stem}.md")
+        lines += ["", f"## {heading}", "",
+                  f"Every {', '.join(axes)} (scores ×100; [Markdown](tables/scores_{stem}.md), "
+                  f"[CSV](tables/scores_{stem}.csv)):", "", markdown]
+        if "layer" in axes:
+            columns = metric_columns(rows) or scores[:1]
+            lines += _layer_curves(rows, [a for a in axes if a != "layer"], columns, stem, heading, figures, report)
     return lines
 
 
@@ -159,20 +173,22 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
         "# Sweep report", "",
         f"Source: {source}; generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}.", "",
         f"{len(runs)} trial runs: {len(complete)} complete and used, {len(excluded)} left out "
-        "([see below](#runs-left-out)). Scores are ×100, mean ± sample std (ddof=1) over seeds; the best "
-        "layer of each model is the one with the highest mean **dev** score, and its test score is reported.", "",
+        "([see below](#runs-left-out)). Scores are ×100, mean ± sample std (ddof=1) over seeds; where a method "
+        "selects (e.g. the best layer of each model), it selects by the highest mean **dev** (primary) score "
+        "(the lowest for `metric_mode` min), and its test score is reported.", "",
         "| file | content |", "|---|---|",
         "| [runs.csv](runs.csv) | one row per trial run: params, final metrics, status |",
-        "| [summary.csv](summary.csv) | one row per (method, task, model, layer): n_seeds, means, stds, best/last layer |",
+        "| [summary.csv](summary.csv) | one row per (method, task, model, layer), or per (method, task, axes of its "
+        "contract): n_seeds, means, stds, best/last layer, `is_best` |",
         "| [excluded_runs.csv](excluded_runs.csv) | runs left out of the averages, with the reason |",
         "| [pareto_points.csv](pareto_points.csv) | every (model, layer) mean with `row_kind` (best, last, layer) and `on_front` |", "",
         "## Runs by sweep", "", _runs_overview(runs, complete),
     ]
-    mixed = flag_mixed_configs(summary)
+    mixed = flag_mixed_configs(report.summary)
     if not mixed.empty:
+        shown = ["method", "task", *table_axes(mixed), "n_seeds", "configs", "varying"]
         lines += ["", "**Warning:** these rows average runs with different settings (`varying`); separate them "
-                  "with `--where PARAM=VALUE`:", "",
-                  to_markdown(mixed[["method", "task", "model", "layer", "n_seeds", "configs", "varying"]].astype(str)), ""]
+                  "with `--where PARAM=VALUE`:", "", to_markdown(mixed[shown].astype(str).replace({"<NA>": ""})), ""]
     if summary.empty and others.empty:
         lines += ["", "No complete runs yet: nothing to plot or tabulate.", ""]
     colors = model_colors(summary["model"].unique()) if not summary.empty else {}

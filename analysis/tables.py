@@ -6,6 +6,11 @@
 - Table 1 (`table1`): per task, the best-layer row of each model under each method (TMFT,
   WS+TMFT, DAPT+TMFT, then any other), side by side in Markdown, long format in CSV. In Markdown,
   the highest mean test score of each method is bold, as in the paper.
+- Scores (`scores_table`): per (method, task) of any other contract, every value of its axes
+  (e.g. a zero-shot evaluation's model x pooling x layer) with each score: its metric columns
+  (one per evaluation set, headed as the papers' zero-shot tables: STS12 ... SICK-R), then the
+  primary ("Avg." for the mean over the sets), report and companion. In Markdown, the selected
+  value of the contract's select axis is bold.
 """
 from __future__ import annotations
 
@@ -13,8 +18,9 @@ import math
 
 import pandas as pd
 
-from analysis.names import display_names, method_name, method_sort_key, metric_name
-from analysis.summary import COMPANION, selected_layers
+from analysis.names import display_names, method_name, method_sort_key, metric_name, score_name
+from analysis.summary import COMPANION, names, row_axes, selected_layers
+
 
 def _metric_labels(primary: str) -> dict[str, str]:
     companion = COMPANION.get(primary, "")
@@ -133,3 +139,56 @@ def table1_markdown(table: pd.DataFrame, primary: str = "spearman") -> str:
                                               bold_first=r[f"{labels['test']}_mean"] == best)
         rows.append(row)
     return to_markdown(pd.DataFrame(rows))
+
+
+def metric_columns(rows: pd.DataFrame) -> list[str]:
+    """The metric columns of the contracts of summary rows (e.g. one per evaluation set) that have a mean."""
+    return [c for c in dict.fromkeys(c for text in rows["metric_columns"].unique() for c in names(text)) if f"{c}_mean" in rows]
+
+
+def score_columns(rows: pd.DataFrame) -> list[str]:
+    """The scores of summary rows of one (method, task), in table order: the metric columns,
+    then primary, report and companion."""
+    contract = [rows[key].iloc[0] for key in ("metric_primary", "metric_report", "metric_companion")]
+    return list(dict.fromkeys([*metric_columns(rows), *(c for c in contract if c and f"{c}_mean" in rows)]))
+
+
+def table_axes(rows: pd.DataFrame) -> list[str]:
+    """The axes of summary rows of one (method, task): their contracts' axes but method, task and seed."""
+    contracts = rows[["sweep_axes", "seed_axis"]].drop_duplicates().to_dict("records")
+    return [a for a in dict.fromkeys(a for c in contracts for a in row_axes(c)) if a not in ("method", "task")]
+
+
+def scores_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Numeric table of one (method, task)'s summary rows: their axes, each score's mean (and
+    `<score>_std` and `n_seeds` where a row averages several runs), `is_best` where the contract
+    selects."""
+    table = rows[table_axes(rows)].reset_index(drop=True)
+    seeded = rows["n_seeds"].max() > 1
+    for score in score_columns(rows):
+        table[score] = rows[f"{score}_mean"].to_numpy()
+        if seeded:
+            table[f"{score}_std"] = rows[f"{score}_std"].to_numpy()
+    if seeded:
+        table["n_seeds"] = rows["n_seeds"].to_numpy()
+    if (rows["select_axis"] != "").any():
+        table["is_best"] = rows["is_best"].to_numpy()
+    return table
+
+
+def scores_markdown(table: pd.DataFrame, axes: list[str], scores: list[str], select: str = "") -> str:
+    """`scores_table` in Markdown: display names, mean ± std, the selected value of `select` bold."""
+    shown = pd.DataFrame(index=table.index)
+    for axis in axes:
+        values = table[axis].map(lambda v: "" if pd.isna(v) else str(v))
+        if axis == "model":
+            values = values.map(display_names(values.unique()))
+        if axis == select:
+            values = values.where(~table["is_best"], "**" + values + "**")
+        shown[axis] = values
+    for score in scores:
+        stds = table[f"{score}_std"] if f"{score}_std" in table else [None] * len(table)
+        shown[score_name(score)] = [_fmt(mean, std) for mean, std in zip(table[score], stds)]
+    if "n_seeds" in table:
+        shown["Seeds"] = table["n_seeds"].astype(str)
+    return to_markdown(shown)

@@ -6,8 +6,12 @@ them:
 - one pass: what `sweeps/evaluate.py --layers all` runs (`trainables.zero_shot.pooled_layers`);
 - full forward per layer: the authors' way (the whole model, `hidden_states[l]`), once per layer;
 - truncated forward per layer: the model physically cut to l layers, once per layer.
-Printed: each variant's seconds, the speed-ups of one pass over both (against the full forward
-the goal is close to L + 1), and the largest score difference between the variants (must be ~0).
+Printed: each variant's wall and CPU seconds (CPU time is the steadier figure on a shared
+machine), the speed-ups of one pass over both baselines, and the largest score difference between
+the variants (must be ~0). Against a full forward per layer the goal is close to L + 1; against a
+truncated forward per layer the arithmetic allows about (L + 1) / 2 (those forwards run 0, 1, ..
+L layers: L (L + 1) / 2 layers in all, against L for one pass), a little more since each of them
+also embeds and tokenises.
 
     python benchmarks/zero_shot_layers.py                                 # all-MiniLM-L6-v2 (embsweep-assets install ...)
     python benchmarks/zero_shot_layers.py --model PATH --sets stsb,sts12
@@ -27,6 +31,19 @@ from trainables.encoders import resolve_model, truncate  # noqa: E402
 from trainables.eval_sets import load_suite  # noqa: E402
 from trainables.paths import default_data_dir  # noqa: E402
 from trainables.zero_shot import default_max_length, encode_sentences, pooled_layers  # noqa: E402
+
+
+def timed(name: str, work):
+    """(work(), (wall seconds, CPU seconds of this process)), printed as soon as it is done."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = work()
+    seconds = (time.perf_counter() - wall, time.process_time() - cpu)
+    print(f"{name}: {seconds[0]:.1f} s wall, {seconds[1]:.1f} s CPU", flush=True)
+    return result, seconds
+
+
+def speed_up(baseline: tuple[float, float], ours: tuple[float, float]) -> str:
+    return f"{baseline[0] / ours[0]:.2f}x wall, {baseline[1] / ours[1]:.2f}x CPU"
 
 
 def main() -> None:
@@ -49,29 +66,26 @@ def main() -> None:
     print(f"model {args.model} (layers 0..{layers[-1]}), {len(suite.sentences)} unique sentences of {args.sets}, "
           f"batch {args.batch_size}, max length {max_length}, {args.threads} threads\n")
 
-    started = time.perf_counter()
-    one_pass = pooled_layers(model, tokenizer, suite.sentences, layers, ["mean"], batch_size=args.batch_size, max_length=max_length)
-    one_pass_seconds = time.perf_counter() - started
-    started = time.perf_counter()
-    full = {layer: pooled_layers(model, tokenizer, suite.sentences, [layers[-1], layer], ["mean"], batch_size=args.batch_size,
-                                 max_length=max_length)[(layer, "mean")] for layer in layers}
-    full_seconds = time.perf_counter() - started
-    started = time.perf_counter()
-    truncated = {layer: encode_sentences(truncate(model, layer), tokenizer, suite.sentences, "mean",
-                                         batch_size=args.batch_size, max_length=max_length) for layer in layers}
-    truncated_seconds = time.perf_counter() - started
+    one_pass, one_pass_time = timed("one forward for all layers", lambda: pooled_layers(
+        model, tokenizer, suite.sentences, layers, ["mean"], batch_size=args.batch_size, max_length=max_length))
+    full, full_time = timed("a full forward per layer (the authors' way)", lambda: {
+        layer: pooled_layers(model, tokenizer, suite.sentences, [layers[-1], layer], ["mean"], batch_size=args.batch_size,
+                             max_length=max_length)[(layer, "mean")] for layer in layers})
+    truncated, truncated_time = timed("a truncated forward per layer", lambda: {
+        layer: encode_sentences(truncate(model, layer), tokenizer, suite.sentences, "mean", batch_size=args.batch_size,
+                                max_length=max_length) for layer in layers})
 
-    print(f"{'layer':>5} {'mean Spearman':>14} " + " ".join(f"{name + ' rho':>12}" for name in suite.sets))
+    print(f"\n{'layer':>5} {'mean Spearman':>14} " + " ".join(f"{name + ' rho':>12}" for name in suite.sets))
     gap = 0.0
     for layer in layers:
         ours = suite.score(one_pass[(layer, "mean")])
         for baseline in (full[layer], truncated[layer]):
             gap = max(gap, max(abs(ours[k] - v) for k, v in suite.score(baseline).items()))
         print(f"{layer:>5} {ours['mean_spearman']:>14.2f} " + " ".join(f"{ours[name + '_spearman']:>12.2f}" for name in suite.sets))
-    print(f"\none forward for all layers: {one_pass_seconds:.1f} s")
-    print(f"a full forward per layer (the authors' way): {full_seconds:.1f} s, speed-up {full_seconds / one_pass_seconds:.2f}x "
+    print(f"\nspeed-up of one pass over a full forward per layer: {speed_up(full_time, one_pass_time)} "
           f"(goal: close to {len(layers)}x)")
-    print(f"a truncated forward per layer: {truncated_seconds:.1f} s, speed-up {truncated_seconds / one_pass_seconds:.2f}x")
+    print(f"speed-up of one pass over a truncated forward per layer: {speed_up(truncated_time, one_pass_time)} "
+          f"(by the arithmetic above: about {len(layers) / 2:.1f}x)")
     print(f"largest score difference between the variants: {gap:.4f} points")
 
 

@@ -8,9 +8,14 @@ Two sweeps (parent runs, tag embsweep.role=sweep):
 - "electra_dapt" (method dapt+tmft): 2 models x 3 layers x 2 seeds, all FINISHED.
 
 Every value is a closed-form function of (method, model, layer, seed) so tests can recompute the
-expected statistics independently (`EXPECTED` holds the per-seed numbers of complete runs).
-The ELECTRA-D tmft numbers put the best *test* layer (12) away from the best *dev* layer (6), so
-a selection on test would be caught.
+expected statistics independently (`Store.complete` holds the per-seed numbers of complete runs).
+These runs log no metric contract, as runs did before contracts existed. The ELECTRA-D tmft
+numbers put the best *test* layer (12) away from the best *dev* layer (6), so a selection on test
+would be caught.
+
+`log_runs` writes runs of any metric contract (one sweep, one row each); `evaluation_store`
+writes a zero-shot evaluation sweep with the evaluate method's own contract: one model x two
+poolings x layers 0-3, no seed, no task, the metrics `trainables/eval_sets.py` logs at step 0.
 """
 from __future__ import annotations
 
@@ -144,6 +149,58 @@ def build_store(directory, experiment: str = "electra") -> Store:
     client.set_terminated(dapt_parent)
     store.n_trials = len(store.complete) + len(store.excluded)
     return store
+
+
+def log_runs(directory, contract: dict, rows: list[dict], experiment: str = "made") -> str:
+    """A store under `directory` with one sweep whose trial runs each log `contract` and one row:
+    its floats as final metrics (step 0), anything else as params. Returns the store's URI."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param
+
+    uri = f"sqlite:///{Path(directory).resolve() / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment_id = client.create_experiment(experiment, artifact_location=(Path(directory) / "artifacts").resolve().as_uri())
+    parent = client.create_run(experiment_id, tags={TAG_ROLE: "sweep", TAG_SWEEP: experiment}).info.run_id
+    for row in rows:
+        params = {**contract, **{k: v for k, v in row.items() if not isinstance(v, float)}}
+        tags = {TAG_PARENT: parent, TAG_ROLE: "trial", "embsweep.config_hash": config_hash(params)}
+        run = client.create_run(experiment_id, tags=tags)
+        client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()],
+                         metrics=[Metric(k, v, 0, 0) for k, v in row.items() if isinstance(v, float)])
+        client.set_terminated(run.info.run_id)
+    client.set_terminated(parent)
+    return uri
+
+
+EVAL_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+EVAL_SETS = ("sts12", "stsb", "sickr")
+EVAL_LAYERS = (0, 1, 2, 3)
+POOLINGS = ("mean", "cls")
+
+
+def evaluation_scores(pooling: str, layer: int) -> dict[str, float]:
+    """The final metrics of one zero-shot trial: each set's Spearman peaks at layer 2, [CLS] is
+    below mean pooling, and every set has its own level (so lines and columns cannot be swapped)."""
+    out = {}
+    for level, name in zip((50.0, 60.0, 55.0), EVAL_SETS):
+        spearman = level + 5.0 * min(layer, 2) - 3.0 * max(layer - 2, 0) - (8.0 if pooling == "cls" else 0.0)
+        out.update({f"{name}_spearman": spearman, f"{name}_pearson": spearman - 1.0, f"{name}_spearman_mean": spearman - 0.5})
+    out["sts12_MSRpar_spearman"] = out["sts12_spearman"] - 2.0
+    out["mean_spearman"] = sum(out[f"{name}_spearman"] for name in EVAL_SETS) / len(EVAL_SETS)
+    return out
+
+
+def evaluation_store(directory) -> str:
+    """The zero-shot evaluation sweep described in the module docstring; returns its URI."""
+    from argparse import Namespace
+
+    from trainables.evaluate import Evaluate
+
+    contract = Evaluate.metrics(Namespace(sets=",".join(EVAL_SETS))).params()
+    rows = [{"method": "evaluate", "model": EVAL_MODEL, "pooling": pooling, "layer": layer, "sets": ",".join(EVAL_SETS),
+             "params_truncated": 1_000_000 * (layer + 1), **evaluation_scores(pooling, layer)}
+            for pooling in POOLINGS for layer in EVAL_LAYERS]
+    return log_runs(directory, contract, rows, experiment="zero-shot")
 
 
 _SHARED: dict = {}

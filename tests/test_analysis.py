@@ -1,8 +1,11 @@
-"""The analysis against a small MLflow store written with the sweeps' run schema
-(tests/analysis_helpers.py): loader, summary, best layer, Pareto front, tables, plots, report."""
+"""The analysis against small MLflow stores written with the sweeps' run schema
+(tests/analysis_helpers.py): loader, summary, best layer, Pareto front, tables, plots, report;
+runs grouped and selected by their logged metric contract (zero-shot evaluation without seed or
+task, no selection, min mode) and runs logged before contracts existed."""
 from __future__ import annotations
 
 import statistics
+from argparse import Namespace
 from itertools import combinations
 
 import numpy as np
@@ -13,15 +16,18 @@ from matplotlib.text import Text
 from analysis.loader import AnalysisError, load_runs
 from analysis.names import short_name
 from analysis.pareto import pareto_mask, pareto_points
-from analysis.plots import plot_layer_curves, plot_pareto
-from analysis.summary import split_runs, summarize
+from analysis.plots import plot_layer_curves, plot_metric_curves, plot_pareto
+from analysis.report import build_report
+from analysis.summary import LAYER_FAMILY, TABLE_FAMILY, split_runs, summarize
 from analysis.tables import table1, table1_markdown, table2, table2_markdown
 from trainables.schema import EPOCH_METRICS, FINAL_METRICS, PARAMS
 
 try:
-    from tests.analysis_helpers import BERT, ELECTRA_D, LAYERS, MODELS, paper_summary, shared_store
+    from tests.analysis_helpers import (BERT, ELECTRA_D, EVAL_LAYERS, EVAL_SETS, LAYERS, MODELS, POOLINGS,
+                                        evaluation_scores, evaluation_store, log_runs, paper_summary, shared_store)
 except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from analysis_helpers import BERT, ELECTRA_D, LAYERS, MODELS, paper_summary, shared_store
+    from analysis_helpers import (BERT, ELECTRA_D, EVAL_LAYERS, EVAL_SETS, LAYERS, MODELS, POOLINGS,
+                                  evaluation_scores, evaluation_store, log_runs, paper_summary, shared_store)
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +43,12 @@ def runs(store):
 @pytest.fixture(scope="module")
 def summary(runs):
     return summarize(runs)
+
+
+@pytest.fixture(scope="module")
+def evaluation(tmp_path_factory):
+    """The URI of a zero-shot evaluation sweep (analysis_helpers.evaluation_store)."""
+    return evaluation_store(tmp_path_factory.mktemp("evaluation"))
 
 
 def hand_stats(store, method, model, layer, key):
@@ -351,3 +363,118 @@ def test_random_init_runs_are_a_model_of_their_own(tmp_path):
     assert by_model["google/electra-base-discriminator"] == 80.5
     assert by_model["google/electra-base-discriminator (random init)"] == 20.5
     assert short_name("google/electra-base-discriminator (random init)").endswith("(random init)")
+
+
+# ---- metric contracts ------------------------------------------------------------------------
+SET_COLUMNS = [f"{name}_spearman" for name in EVAL_SETS]
+
+
+def test_evaluation_runs_without_seed_or_task_are_loaded_and_summarised(evaluation):
+    runs = load_runs(evaluation)
+    assert len(runs) == len(POOLINGS) * len(EVAL_LAYERS) and not {"seed", "task"} & set(runs.columns)
+    assert set(runs["metric_primary"]) == {"mean_spearman"} and set(runs["select_axis"]) == {""}
+    complete, excluded = split_runs(runs)
+    assert len(complete) == len(runs) and excluded.empty
+    summary = summarize(runs)
+    assert sorted(zip(summary["pooling"], summary["layer"])) == sorted((p, l) for p in POOLINGS for l in EVAL_LAYERS)
+    assert set(summary["family"]) == {TABLE_FAMILY} and set(summary["task"]) == {""} and set(summary["n_seeds"]) == {1}
+    assert not summary["is_best"].any() and not summary["is_best_layer"].any()  # no select axis: every row stands
+    for row in summary.to_dict("records"):
+        expected = evaluation_scores(row["pooling"], row["layer"])
+        assert row["dev_mean"] == row["test_mean"] == pytest.approx(expected["mean_spearman"])
+        for column in SET_COLUMNS:
+            assert row[f"{column}_mean"] == pytest.approx(expected[column])
+
+
+def test_report_of_evaluation_runs_has_layer_curves_and_a_table_per_set(evaluation, tmp_path):
+    report = build_report(evaluation, tmp_path)
+    table = pd.read_csv(tmp_path / "tables" / "scores_evaluate_all.csv")
+    assert list(table.columns) == ["model", "pooling", "layer", *SET_COLUMNS, "mean_spearman"]
+    assert len(table) == len(POOLINGS) * len(EVAL_LAYERS)
+    scores = [*SET_COLUMNS, "mean_spearman"]
+    for row in table.to_dict("records"):
+        expected = evaluation_scores(row["pooling"], row["layer"])
+        assert [row[c] for c in scores] == pytest.approx([expected[c] for c in scores])
+    markdown = (tmp_path / "tables" / "scores_evaluate_all.md").read_text()
+    assert markdown.splitlines()[0] == "| model | pooling | layer | STS12 | STS-B | SICK-R | Avg. |"
+    assert "| all-MiniLM-L6-v2 | mean | 2 | 60.00 | 70.00 | 65.00 | 65.00 |" in markdown
+    index = report.index.read_text()
+    assert "## Zero-shot evaluation" in index and markdown in index
+    assert "](tables/scores_evaluate_all.md)" in index and "](tables/scores_evaluate_all.csv)" in index
+    curves = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
+    assert curves == [f"curves_evaluate_all_sentence-transformers-all-minilm-l6-v2_{p}.png" for p in sorted(POOLINGS)]
+    for name in curves:
+        assert f"](figures/{name})" in index
+
+    mean_pooling = report.summary[report.summary["pooling"] == "mean"]
+    ax = plot_metric_curves(mean_pooling, SET_COLUMNS, "mean pooling").axes[0]
+    assert [line.get_label() for line in ax.get_lines()] == ["STS12", "STS-B", "SICK-R"]
+    for line, column in zip(ax.get_lines(), SET_COLUMNS):
+        assert list(line.get_xdata()) == list(EVAL_LAYERS)
+        assert list(line.get_ydata()) == pytest.approx([evaluation_scores("mean", layer)[column] for layer in EVAL_LAYERS])
+
+
+def test_a_contract_without_a_select_axis_shows_every_row(tmp_path):
+    contract = {"method": "probe", "sweep_axes": "model,layer,seed", "select_axis": "", "seed_axis": "seed",
+                "metric_primary": "probe_dev", "metric_report": "probe_test", "metric_companion": "",
+                "metric_mode": "max", "metric_columns": ""}
+    rows = [{"model": BERT, "layer": layer, "seed": seed, "probe_dev": 70.0 + layer + seed, "probe_test": 60.0 + layer - seed}
+            for layer in (0, 1, 2) for seed in (0, 1)]
+    uri = log_runs(tmp_path, contract, rows)
+    summary = summarize(load_runs(uri))
+    assert sorted(summary["layer"]) == [0, 1, 2] and set(summary["family"]) == {TABLE_FAMILY}
+    assert not summary["is_best"].any() and set(summary["n_seeds"]) == {2}
+    assert summary["dev_mean"].tolist() == pytest.approx([70.5, 71.5, 72.5])
+    assert summary["test_std"].tolist() == pytest.approx([statistics.stdev([0, -1])] * 3)
+    build_report(uri, tmp_path / "report")
+    table = pd.read_csv(tmp_path / "report" / "tables" / "scores_probe_all.csv")
+    assert table["layer"].tolist() == [0, 1, 2] and "is_best" not in table
+    assert table["probe_test_std"].tolist() == pytest.approx([statistics.stdev([0, -1])] * 3)
+    assert "60.50 ± 0.71" in (tmp_path / "report" / "tables" / "scores_probe_all.md").read_text()
+    assert not list((tmp_path / "report" / "tables").glob("table2_*"))  # no layer selected: no Table 2
+
+
+@pytest.mark.parametrize("select", ["layer", "lr"])
+def test_a_min_mode_contract_selects_the_lowest(tmp_path, select):
+    """The lowest mean primary over seeds is selected, whether the select axis is the layer (the
+    layer family: Table 2, curves) or any other axis."""
+    contract = {"method": "distil", "sweep_axes": f"model,{select},seed", "select_axis": select, "seed_axis": "seed",
+                "metric_primary": "best_dev_loss", "metric_report": "test_loss_at_best_dev", "metric_companion": "",
+                "metric_mode": "min", "metric_columns": ""}
+    losses = {1: 3.0, 2: 2.0, 3: 5.0}  # layer (or lr) -> dev loss: 2 is the lowest, 3 the highest
+    rows = [{"model": BERT, select: value, "seed": seed, "best_dev_loss": loss + seed / 10, "test_loss_at_best_dev": loss + 1.0,
+             "params_truncated": 1_000_000 * value} for value, loss in losses.items() for seed in (0, 1)]
+    uri = log_runs(tmp_path, contract, rows)
+    summary = summarize(load_runs(uri))
+    assert len(summary) == 3 and set(summary["n_seeds"]) == {2}
+    best = summary[summary["is_best"]]
+    assert best[select].astype(float).tolist() == [2.0] and best["dev_mean"].tolist() == pytest.approx([2.05])
+    if select == "layer":
+        assert set(summary["family"]) == {LAYER_FAMILY} and summary["is_best_layer"].equals(summary["is_best"])
+        table = table2(summary, "distil", "")
+        assert list(zip(table["row_kind"], table["layer"])) == [("best", 2), ("last", 3)]
+        points = pareto_points(summary)  # lower loss is better: the front runs from layer 1 to the smaller-loss layer 2
+        assert points.loc[points["on_front"], "layer"].tolist() == [1, 2]
+    else:
+        assert set(summary["family"]) == {TABLE_FAMILY} and not summary["is_best_layer"].any()
+        build_report(uri, tmp_path / "report")
+        markdown = (tmp_path / "report" / "tables" / "scores_distil_all.md").read_text()
+        assert "| **2** |" in markdown and markdown.count("**") == 2  # the selected lr, bold
+
+
+def test_runs_without_a_contract_keep_todays_results(runs, summary, evaluation):
+    """The store's runs log no contract and are read as TMFT's (the tests above check the numbers
+    by hand); logging TMFT's contract, as the engine now does, or adding evaluation runs changes none."""
+    from trainables.tmft import TMFT
+
+    contract = TMFT.metrics(Namespace(task="stsb", eval_sets="none")).params()
+    assert {contract["metric_primary"], contract["metric_report"]} == {"best_dev_spearman", "test_spearman_at_best_dev"}
+    columns = ["method", "task", "model", "layer", "metric", "n_seeds", "seeds", "dev_mean", "dev_std", "test_mean", "test_std",
+               "dev2_mean", "test2_mean", "is_best_layer", "is_last_layer", "is_best"]
+    assert set(summary["family"]) == {LAYER_FAMILY} and set(summary["metric"]) == {"spearman"}
+    with_contract = summarize(runs.assign(**contract))
+    pd.testing.assert_frame_equal(with_contract[columns], summary[columns])
+    mixed = summarize(pd.concat([runs, load_runs(evaluation)], ignore_index=True))
+    layers = mixed[mixed["family"] == LAYER_FAMILY].reset_index(drop=True)
+    pd.testing.assert_frame_equal(layers[columns], summary[columns], check_dtype=False)
+    assert (mixed["method"] == "evaluate").sum() == len(POOLINGS) * len(EVAL_LAYERS)

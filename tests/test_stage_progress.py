@@ -1,6 +1,7 @@
 """Upstream stages report progress across processes (a file beside the stage in the store, read
 by the driver), and their MLflow runs go through the sweep's spooling writer like trial runs."""
 import json
+import math
 
 import pytest
 from mlflow import MlflowClient
@@ -19,32 +20,60 @@ class Clock:
 
 def test_progress_is_written_at_most_every_interval_and_formatted(tmp_path):
     clock, spec = Clock(), {"root": str(tmp_path), "key": "k1"}
-    progress = StageProgress(spec, total=100, interval=2.0, clock=clock)
-    assert read_progress(spec)["done"] == 0
+    progress = StageProgress(spec, total=100, clock=clock)
+    assert read_progress(spec) == {"done": 0, "total": 100, "started": 1000.0, "updated": 1000.0}
+    assert progress_line("dapt tiny", read_progress(spec), now=1005.0) == "  stage dapt tiny: 0/100 steps (0:05 elapsed)"
+    clock.now += 1
     progress.step(10)
     assert read_progress(spec)["done"] == 0  # within the interval: not written
     clock.now += 3
     progress.step(10)
     record = read_progress(spec)
-    assert record["done"] == 20 and record["total"] == 100
-    line = progress_line("dapt tiny", record, now=clock.now + 1)  # 20 steps in 4 s: 5/s, 80 left: 16 s
-    assert line == "  stage dapt tiny: 20/100 steps, 5.0 steps/s, ~0:16 left (0:04 elapsed)"
+    assert record["done"] == 20 and record["updated"] == 1004.0
+    # 20 steps in the stage's 4 s: 5 steps/s, 80 left: 16 s; the elapsed time is the reader's.
+    line = progress_line("dapt tiny", record, now=1010.0)
+    assert line == "  stage dapt tiny: 20/100 steps, 5.00 steps/s, ~0:16 left (0:10 elapsed)"
     progress.finish()
     assert read_progress(spec)["done"] == 100
     assert progress_line("x", None) == "  stage x: starting"
-    assert not list(tmp_path.glob("*.tmp"))  # replaced atomically
+    assert [p.name for p in tmp_path.iterdir()] == ["k1.progress.json"]  # replaced atomically, no temp file left
 
 
-def test_a_real_stage_leaves_its_progress_complete(tmp_path, tiny_models, data_dir):
-    from trainables.eval_sets import load_suite
-    from trainables.layer_embeddings import stage_spec
+@pytest.mark.parametrize("kind", ["dapt", "ws"])
+def test_a_real_stage_reports_every_optimiser_step_and_hides_an_earlier_attempts(kind, tmp_path, tiny_models, data_dir,
+                                                                                  monkeypatch):
+    from trainables import dapt, word_similarity
+    from trainables.stages import make_spec
     from trainables.upstream import execute
 
-    suite = load_suite(["stsb"], data_dir)
-    spec = stage_spec("tiny", tiny_models["bert"], [0, 2], ["mean"], ["stsb"], 64, 256, tmp_path, str(data_dir), suite)
-    execute(spec)
-    record = json.loads(progress_path(spec).read_text())
-    assert record["done"] == record["total"] == -(-len(suite.sentences) // 256)
+    if kind == "dapt":  # 48 sentences, 3 batches of 16, 2 optimiser steps per epoch
+        config = dapt.stage_config(corpus="sick", epochs=2, batch_size=16, accumulation=2, lr=1e-4, head="auto",
+                                   random_init=False, max_sentences=48)
+    else:  # 48 pairs, 3 batches (optimiser steps) of 16 per epoch
+        config = word_similarity.stage_config(1, epochs=2, batch_size=16, lr=1e-4, selection="cosine", random_init=False,
+                                              max_train_samples=48, max_eval_samples=32)
+    spec = make_spec(kind, "tiny-bert", tiny_models["bert"], tmp_path, data_dir, "test-data", config)
+    progress_path(spec).write_text(json.dumps({"done": 7, "total": 9, "started": 0.0, "updated": 1.0}))  # a dead attempt's
+    at_start, written = [], []
+    init, write = StageProgress.__init__, StageProgress._write
+
+    def starting(self, *args, **kwargs):
+        at_start.append(read_progress(spec))
+        init(self, *args, **kwargs)
+
+    def recording(self):
+        write(self)
+        written.append(read_progress(spec)["done"])
+
+    monkeypatch.setattr(StageProgress, "__init__", starting)
+    monkeypatch.setattr(StageProgress, "_write", recording)
+    monkeypatch.setattr(StageProgress, "interval", 0.0)
+    result = execute(spec)["result"]
+    total = result["optimizer_steps"] if kind == "dapt" else 2 * math.ceil(result["train_pairs"] / 16)
+    assert total == (4 if kind == "dapt" else 6)
+    assert at_start == [None], "the driver must not see an earlier attempt's record while the stage prepares"
+    assert written == [*range(total + 1), total]
+    assert read_progress(spec)["done"] == read_progress(spec)["total"] == total
 
 
 def test_a_stage_run_written_while_the_store_is_down_is_spooled_and_replayed(tmp_path, monkeypatch):
@@ -80,4 +109,4 @@ def test_the_driver_prints_a_running_stages_progress(sweep_env, tiny_models, mon
     flags = [f for f in sweep_env["flags"] if f not in ("--max-train-samples", "48", "--max-eval-samples", "60", "--batch-size", "16")]
     assert main(["--models", tiny_models["bert"], "--sets", "sickr_all", "--batch-size", "8", "--name", "watched", *flags]) == 0
     out = capsys.readouterr().out
-    assert "stage embeddings bert: " in out and " steps/s, ~" in out, out[:3000]
+    assert "  stage embeddings bert: starting\n" in out and " steps/s, ~" in out, out[:3000]

@@ -20,6 +20,8 @@ not optimiser steps, so their warm-up ran for 80% of training: METHODS.md ambigu
 Output (in the stage directory): `encoder/`, the encoder part of the MLM model after the last
 epoch (a model folder with the tokenizer; the TMFT trial truncates it to layer l), and the
 per-epoch history (`train_loss`, `masked_accuracy`) returned to the stage store's manifest.
+Progress for the driver: optimiser steps done of `epochs x ceil(batches / accumulation)`
+(trainables/stage_progress.py).
 """
 from __future__ import annotations
 
@@ -127,11 +129,12 @@ def compute(spec: dict, out_dir: Path) -> dict:
     )
     batch_size, accumulation, epochs = int(config["batch_size"]), int(config["accumulation"]), int(config["epochs"])
     batches_per_epoch = math.ceil(len(ids) / batch_size)
-    steps = max(1, epochs * math.ceil(batches_per_epoch / accumulation))
+    steps_per_epoch = math.ceil(batches_per_epoch / accumulation)
+    steps = max(1, epochs * steps_per_epoch)
     optimizer = torch.optim.AdamW(adamw_param_groups(model, float(config["weight_decay"])), lr=float(config["lr"]))
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(float(config["warmup_ratio"]) * steps), steps)
     history = []
-    progress = StageProgress(spec, epochs * batches_per_epoch)
+    progress = StageProgress(spec, epochs * steps_per_epoch)
     for epoch in range(1, epochs + 1):
         model.train()
         order = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).tolist()
@@ -149,7 +152,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
-            progress.step()
+                progress.step()
             if not count:
                 continue
             total_loss += float(output.loss.detach()) * count

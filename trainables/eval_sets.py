@@ -10,7 +10,9 @@
 | sickr_all     | SICK relatedness, train + trial + test (MTEB's)                      | 9927   |
 
 SentEval layout rules: a blank gold line is an unscored pair (skipped); a gold file without its
-input twin (STS13 `SMT`, STS12 `ALL`) is skipped.
+input twin (STS13 `SMT`, STS12 `ALL`) is skipped; input and gold files have as many lines. Files
+are read as UTF-8 (undecodable bytes replaced), split on line feeds only, never with csv quoting.
+Several copies of a year under the data dir must hold the same files.
 
 `load_suite(names, data_dir)` returns an `EvalSuite`: the sets, their unique sentences in a fixed
 order, and `score(embeddings)` (rows aligned with `sentences`) giving, from the cosine of each
@@ -29,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainables.data._io import parse_float
 from trainables.errors import DataFormatError, SweepInputError
 from trainables.evaluation import correlations
 from trainables.registry import Registry
@@ -81,44 +84,72 @@ def _digest(paths) -> str:
 
 
 # --- SemEval STS in the SentEval layout ------------------------------------------------------
+def _layout_hint(folder: str) -> str:
+    return f"the SentEval layout: {folder}/STS.input.<subset>.txt with STS.gs.<subset>.txt"
+
+
+def subset_files(folder: Path) -> dict[str, tuple[Path, Path]]:
+    """{subset: (input file, gold file)}; a gold file without its input twin is left out (STS13
+    `SMT`, withheld by its distributor; STS12 `ALL`, an aggregate)."""
+    pairs = {}
+    for gold_path in sorted(folder.glob("STS.gs.*.txt")):
+        subset = gold_path.name[len("STS.gs."):-len(".txt")]
+        input_path = folder / f"STS.input.{subset}.txt"
+        if input_path.is_file():
+            pairs[subset] = (input_path, gold_path)
+    return pairs
+
+
+def _files_read(folder: Path) -> list[Path]:
+    return [path for pair in subset_files(folder).values() for path in pair]
+
+
 def find_sts_year(data_dir, year: int) -> Path:
+    """The folder `STS<YY>-en-test` anywhere under `data_dir` (identical copies: the first)."""
     folder = f"STS{year:02d}-en-test"
     root = Path(data_dir)
     found = sorted(p for p in root.rglob(folder) if p.is_dir()) if root.is_dir() else []
     if not found:
-        raise SweepInputError(f"evaluation set sts{year:02d}: no folder {folder} under {root}. Put the SemEval STS{year:02d} "
-                              f"English test set there in the SentEval layout ({folder}/STS.input.<subset>.txt with "
-                              f"STS.gs.<subset>.txt), or pass --data-dir")
+        raise SweepInputError(f"evaluation set sts{year:02d}: no folder {folder} under {root}. Put the SemEval "
+                              f"STS{year:02d} English test set there in {_layout_hint(folder)}, or pass --data-dir")
+    if len(found) > 1 and len({_digest(_files_read(path)) for path in found}) > 1:
+        raise SweepInputError(f"evaluation set sts{year:02d}: {len(found)} different folders {folder} under {root} "
+                              f"({', '.join(map(str, found))}); keep one of them")
     return found[0]
 
 
+def read_lines(path: Path) -> list[str]:
+    """The lines of `path`, split on \\n only (a sentence may hold U+2028 or a form feed), decoded
+    as UTF-8 with undecodable bytes replaced, a leading byte-order mark and CRs dropped."""
+    lines = path.read_bytes().decode("utf-8-sig", errors="replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def read_subset(input_path: Path, gold_path: Path) -> Subset:
+    """The scored pairs of one subset (a blank gold line is an unscored pair: skipped)."""
+    gold_lines, input_lines = read_lines(gold_path), read_lines(input_path)
+    if len(gold_lines) != len(input_lines):
+        raise DataFormatError(gold_path, f"{len(gold_lines)} gold lines but {len(input_lines)} sentence pairs "
+                                         f"in {input_path.name}; each line of one must match the same line of the other")
+    s1, s2, gold = [], [], []
+    for line_no, (score, pair) in enumerate(zip(gold_lines, input_lines), start=1):
+        if not score.strip():
+            continue
+        fields = pair.split("\t")
+        if len(fields) < 2:
+            raise DataFormatError(input_path, "expected two tab-separated sentences", line_no)
+        gold.append(parse_float(gold_path, score, line_no, "gold score"))
+        s1.append(fields[0])
+        s2.append(fields[1])
+    return Subset(s1, s2, np.asarray(gold, dtype=np.float64))
+
+
 def read_senteval_folder(folder: Path) -> dict[str, Subset]:
-    subsets = {}
-    for gold_path in sorted(folder.glob("STS.gs.*.txt")):
-        subset = gold_path.name[len("STS.gs."):-len(".txt")]
-        input_path = folder / f"STS.input.{subset}.txt"
-        if not input_path.is_file():
-            continue  # withheld by its distributor (STS13 SMT), or an aggregate (STS12 ALL)
-        gold_lines = gold_path.read_text(encoding="utf-8", errors="replace").splitlines()
-        input_lines = input_path.read_text(encoding="utf-8", errors="replace").splitlines()
-        if len(gold_lines) != len(input_lines):
-            raise DataFormatError(gold_path, f"{len(gold_lines)} gold lines but {len(input_lines)} sentence pairs in {input_path.name}")
-        s1, s2, gold = [], [], []
-        for line_no, (score, pair) in enumerate(zip(gold_lines, input_lines), start=1):
-            if not score.strip():
-                continue  # an unscored pair
-            fields = pair.split("\t")
-            if len(fields) < 2:
-                raise DataFormatError(input_path, "expected two tab-separated sentences", line_no)
-            try:
-                gold.append(float(score))
-            except ValueError:
-                raise DataFormatError(gold_path, f"gold score {score!r} is not a number", line_no) from None
-            s1.append(fields[0])
-            s2.append(fields[1])
-        subsets[subset] = Subset(s1, s2, np.asarray(gold, dtype=np.float64))
+    subsets = {subset: read_subset(*paths) for subset, paths in subset_files(folder).items()}
     if not subsets:
-        raise DataFormatError(folder, "no STS.input.<subset>.txt with its STS.gs.<subset>.txt")
+        raise DataFormatError(folder, f"no subset in {_layout_hint(folder.name)}")
     return subsets
 
 
@@ -127,8 +158,7 @@ class SemEvalSTS(EvalSet):
 
     def load(self, data_dir) -> EvalData:
         folder = find_sts_year(data_dir, self.year)
-        files = sorted(folder.glob("STS.*.txt"))
-        return EvalData(self.name, read_senteval_folder(folder), _digest(files))
+        return EvalData(self.name, read_senteval_folder(folder), _digest(_files_read(folder)))
 
 
 for _year in range(12, 17):
@@ -195,11 +225,13 @@ class EvalSuite:
     """Loaded sets and their unique sentences; picklable (it is shipped to trials)."""
 
     sets: dict[str, EvalData]
-    sentences: list[str] = field(default_factory=list)
-    index: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
+    sentences: list[str] = field(init=False)
+    # set -> subset -> (rows of the first sentences, rows of the second ones) in `sentences`
+    index: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(init=False, repr=False)
 
     def __post_init__(self):
         position: dict[str, int] = {}
+        self.index = {}
         for name, data in self.sets.items():
             self.index[name] = {}
             for subset, pairs in data.subsets.items():

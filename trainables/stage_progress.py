@@ -1,10 +1,16 @@
 """Progress of an upstream stage, readable by the sweep driver while the stage runs elsewhere.
 
-A stage runs as a Ray task (on any node; the driver starts Ray without forwarding workers' logs),
-so its progress crosses processes through the stage store, a shared file system by design:
-`StageProgress` writes `<store>/<key>.progress.json` (steps done, steps in all, start time) at
-most every `interval` seconds and at the end, by atomic replace; the driver reads it with
-`read_progress` and prints `progress_line` for every running stage between completions.
+A stage runs as a Ray task on any node, and the driver starts Ray without forwarding workers'
+output (`log_to_driver=False`), so progress crosses processes and nodes through the stage store,
+a shared file system by design (trainables/stages.py), as `<store>/<key>.progress.json`:
+
+- `clear_progress(spec)`: trainables/upstream.py removes an earlier attempt's record when it
+  starts computing the stage (the driver then says "starting" until the first record);
+- `StageProgress(spec, total)`: the stage creates it once it knows its number of steps, calls
+  `step()` once per optimiser step (per batch, for a stage without an optimiser) and `finish()`
+  at the end; the record (steps done, total, start time, time of writing) is written by atomic
+  replace at the start, at most every `interval` seconds, and at the end;
+- `read_progress(spec)` and `progress_line(label, record)`: what the driver prints.
 """
 from __future__ import annotations
 
@@ -20,12 +26,19 @@ def progress_path(spec: dict) -> Path:
     return Path(spec["root"]) / f"{spec['key']}{SUFFIX}"
 
 
+def clear_progress(spec: dict) -> None:
+    progress_path(spec).unlink(missing_ok=True)
+
+
 class StageProgress:
-    def __init__(self, spec: dict, total: int, interval: float = 2.0, clock=time.time):
-        self.path, self.total, self.interval, self.clock = progress_path(spec), int(total), interval, clock
+    """The progress record of the stage `spec` (its `root` and `key`), `total` steps in all."""
+
+    interval = 2.0  # seconds between writes at most
+
+    def __init__(self, spec: dict, total: int, clock=time.time):
+        self.path, self.total, self.clock = progress_path(spec), int(total), clock
         self.done = 0
         self.started = clock()
-        self._written = float("-inf")
         self._write()
 
     def step(self, count: int = 1) -> None:
@@ -40,12 +53,13 @@ class StageProgress:
     def _write(self) -> None:
         self._written = self.clock()
         record = {"done": self.done, "total": self.total, "started": self.started, "updated": self._written}
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(record))
         os.replace(tmp, self.path)
 
 
 def read_progress(spec: dict) -> dict | None:
+    """The stage's latest record, or None while it has none."""
     try:
         return json.loads(progress_path(spec).read_text())
     except (OSError, ValueError):
@@ -59,14 +73,16 @@ def _clock(seconds: float) -> str:
 
 
 def progress_line(label: str, record: dict | None, now: float | None = None) -> str:
-    """e.g. `stage dapt bert-base-cased: 120/400 steps, 3.1 steps/s, ~1:30 left (0:39 elapsed)`."""
+    """e.g. `  stage dapt bert-base-cased: 120/400 steps, 3.10 steps/s, ~1:30 left (0:39 elapsed)`.
+
+    The rate comes from the stage's own clock (steps done by the time of writing), so a driver
+    on another node with a skewed clock still gets it right; only the elapsed time uses `now`."""
     if not record:
         return f"  stage {label}: starting"
     now = time.time() if now is None else now
-    elapsed = max(now - record["started"], 1e-9)
     done, total = record["done"], record["total"]
     text = f"  stage {label}: {done}/{total} steps"
     if done:
-        rate = done / elapsed
-        text += f", {rate:.1f} steps/s, ~{_clock((total - done) / rate)} left"
-    return text + f" ({_clock(elapsed)} elapsed)"
+        rate = done / max(record["updated"] - record["started"], 1e-9)
+        text += f", {rate:.2f} steps/s, ~{_clock((total - done) / rate)} left"
+    return text + f" ({_clock(now - record['started'])} elapsed)"

@@ -11,7 +11,8 @@ same directory `<root>/<key>/`. `execute(spec, run_id, mlflow_uri)` returns the 
 it computes the stage under the store's lock unless it is already there (one process computes,
 concurrent callers wait and reuse). Each computation appends one line to
 `<root>/executions.jsonl` (key, kind, model, layer, seconds, host, pid): the record of how often
-stages really ran, which the tests and `benchmarks/stage_reuse.py` read.
+stages really ran, which the tests and `benchmarks/stage_reuse.py` read. While it computes, a
+stage reports its steps in `<root>/<key>.progress.json` for the driver (trainables/stage_progress.py).
 
 The MLflow run of a stage is created by the sweep driver (sweeps/engine/stages_plan.py), which passes its
 id in; the manifest's `result` keeps it (`mlflow_run_id`, `mlflow_uri`) with the per-epoch history.
@@ -130,6 +131,7 @@ def execute(spec: dict, run_id: str | None = None, mlflow_uri: str | None = None
     """The stage's manifest, computing the stage first unless the store already holds it."""
     import importlib
 
+    from trainables.stage_progress import clear_progress
     from trainables.stages import StageStore
 
     store = StageStore(spec["root"])
@@ -140,6 +142,7 @@ def execute(spec: dict, run_id: str | None = None, mlflow_uri: str | None = None
         import trainables.tmft  # noqa: F401
 
     def compute(out_dir: Path) -> dict:
+        clear_progress(spec)  # an earlier attempt's, until this one writes its own
         _set_threads()
         started = time.time()
         result = module.compute(spec, out_dir)

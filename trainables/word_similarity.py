@@ -13,7 +13,8 @@ dev Spearman over cosine, Euclidean, Manhattan and dot product). The authors als
 
 Output (in the stage directory): `encoder/`, the layer-l encoder at its best dev epoch (a model
 folder; the TMFT trial loads it with `strict=False`, as the authors did), and the per-epoch history
-returned to the stage store's manifest.
+returned to the stage store's manifest. Progress for the driver: optimiser steps done of
+`epochs x ceil(train pairs / batch size)` (trainables/stage_progress.py).
 """
 from __future__ import annotations
 

@@ -150,7 +150,9 @@ def _stage_resources(plan) -> tuple[float, float]:
 
 
 def prepare_stages(plan, specs: dict) -> None:
-    """Compute missing stages (Ray tasks), record every stage's MLflow run, fill `upstream_run_id`."""
+    """Compute missing stages (Ray tasks), record every stage's MLflow run, fill `upstream_run_id`.
+    A line per stage when it starts and ends, and one per running stage every PROGRESS_INTERVAL_S
+    (its steps, read from the stage store: trainables/stage_progress.py)."""
     import ray
 
     from sweeps.engine.tracking import MlflowWriter, spool_path
@@ -178,16 +180,21 @@ def prepare_stages(plan, specs: dict) -> None:
     limit = plan.args.get("max_concurrent") or len(missing) or 1
     own_runs, waiting, queue = {}, {}, list(missing)
     started = time.time()
+    report_at = started + PROGRESS_INTERVAL_S
     while queue or waiting:
         while queue and len(waiting) < limit:
             spec = queue.pop(0)
             own_runs[spec["key"]] = create_stage_run(writer, parent, plan.name, spec, plan.static_params)
             writer.submit({"op": "status", "parent": parent, "key": spec["key"], "status": "RUNNING"})
             waiting[remote.remote(spec, own_runs[spec["key"]], plan.mlflow_uri)] = spec
-        done, _ = ray.wait(list(waiting), num_returns=1, timeout=PROGRESS_INTERVAL_S)
+            print(progress_line(stage_label(spec), None), flush=True)
+        done, _ = ray.wait(list(waiting), num_returns=1, timeout=max(0.0, report_at - time.time()))
+        if time.time() >= report_at:  # on time even while other stages keep finishing
+            for ref, running in waiting.items():
+                if ref not in done:
+                    print(progress_line(stage_label(running), read_progress(running)), flush=True)
+            report_at = time.time() + PROGRESS_INTERVAL_S
         if not done:
-            for running in waiting.values():
-                print(progress_line(stage_label(running), read_progress(running)), flush=True)
             continue
         spec = waiting.pop(done[0])
         key, own = spec["key"], own_runs[spec["key"]]
