@@ -54,7 +54,7 @@ def make_trial(variant: str, data, config):
                 full = copy.deepcopy(pretrained(data.tasks[cfg["model"]].model_path))
                 full.pooler = None
                 self.model = _Slicing(full, int(cfg["layer"])).to(self.device)
-                from trainables.tmft import adamw_param_groups
+                from trainables.pair_training import adamw_param_groups
 
                 self.optimizer = torch.optim.AdamW(adamw_param_groups(self.model, cfg["weight_decay"]), lr=cfg["lr"])
                 steps = max(1, self.epochs) * -(-len(self.train_data) // self.batch_size)

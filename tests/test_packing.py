@@ -26,12 +26,26 @@ def test_memory_rule_matches_the_documented_formula():
     from trainables.encoders import count_parameters
 
     assert shape.params == count_parameters(BertModel(BERT_BASE, add_pooling_layer=False))
-    activations = 64 * 128 * 12 * (34 * 768 + 5 * 12 * 128) * 2
-    expected = 16 * shape.params + activations + 64 * 128 * 768 * 16 + cost.GIB
-    assert cost.trial_memory_bytes(shape) == expected
-    assert packing.trials_per_gpu(expected, gpu_memory_gb=24) == int(0.9 * 24 * cost.GIB // expected)
-    assert packing.trials_per_gpu(expected, gpu_memory_gb=80, cap=3) == 3
-    assert packing.trials_per_gpu(expected, gpu_memory_gb=1) == 1
+    units = 64 * 128 * 12 * (34 * 768 + 5 * 12 * 128)
+    embeddings_out = 64 * 128 * 768 * 16
+    fp32 = 0.6 * cost.GIB + 1.15 * (16 * shape.params + 2.0 * units + embeddings_out)
+    bf16 = 0.6 * cost.GIB + 1.15 * (16 * shape.params + 2 * shape.layer_params + 1.2 * units + embeddings_out)
+    assert cost.trial_memory_bytes(shape, "fp32") == pytest.approx(fp32)
+    assert cost.trial_memory_bytes(shape, "tf32") == pytest.approx(fp32)
+    assert cost.trial_memory_bytes(shape, "bf16") == pytest.approx(bf16) and bf16 < fp32
+    assert packing.trials_per_gpu(fp32, gpu_memory_gb=24) == int(0.9 * 24 * cost.GIB // fp32)
+    assert packing.trials_per_gpu(fp32, gpu_memory_gb=80, cap=3) == 3
+    assert packing.trials_per_gpu(fp32, gpu_memory_gb=1) == 1
+
+
+def test_time_is_the_larger_of_gpu_work_and_kernel_launches():
+    shape = cost.shape_from_config(BERT_BASE, 12, 32, 20)
+    flops = 6 * shape.layer_params * 200_000 + 2 * shape.layer_params * 80_000
+    launch_bound = cost.trial_seconds(shape, 200_000, 80_000, 1, None, "tf32", train_steps=180, eval_batches=46)
+    assert launch_bound == pytest.approx((3 * 180 + 46) * 13 * cost.LAUNCH_SECONDS["tf32"])
+    gpu_bound = cost.trial_seconds(shape, 200_000, 80_000, 1, 1.0, "tf32", train_steps=180, eval_batches=46)
+    assert gpu_bound == pytest.approx(flops / 1e12)
+    assert cost.trial_seconds(shape, 200_000, 80_000, 1, None, "auto", 180, 46) == launch_bound  # auto is priced as tf32
 
 
 def test_auto_packing_on_logical_gpus(sweep_env, tiny_models, edit_trials, capsys):

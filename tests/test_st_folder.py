@@ -14,7 +14,7 @@ def test_sentence_transformers_loads_the_folder_as_the_project_pools(kind, layer
 
     from trainables.encoders import truncate
     from trainables.st_folder import read_pooling, write_sentence_transformer
-    from trainables.tmft import copy_tokenizer_files
+    from trainables.pair_training import copy_tokenizer_files
     from trainables.zero_shot import encode_sentences
 
     sentences = ["A man is playing a guitar.", "Two dogs run on the beach.", "A woman slices an onion."]

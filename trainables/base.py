@@ -102,6 +102,7 @@ class EpochTrainable(tune.Trainable):
             "params_truncated": self.parameter_count(),
             "wall_time_s": self.elapsed,
             "device": str(self.device),
+            "precision_used": self.precision.name if hasattr(self, "precision") else "fp32",
             **_runtime_info(),
             "progress": self.epoch / self.epochs if self.epochs else 1.0,
             "done": done,

@@ -105,8 +105,9 @@ def compute(spec: dict, out_dir: Path) -> dict:
 
     from trainables.base import pick_device, seed_everything
     from trainables.data.sentences import dapt_corpus
+    from trainables.pair_training import adamw_param_groups
+    from trainables.precision import adamw, resolve
     from trainables.stage_progress import StageProgress
-    from trainables.tmft import adamw_param_groups
     from trainables.tokenized import subset
 
     started = time.perf_counter()
@@ -120,6 +121,8 @@ def compute(spec: dict, out_dir: Path) -> dict:
     ids = tokenizer(sentences, truncation=True, max_length=limit)["input_ids"] if limit else \
         tokenizer(sentences, truncation=True)["input_ids"]
     device = pick_device()
+    precision = resolve(config.get("precision", "fp32"), device)
+    precision.apply_matmul_settings()
     model, head_source = mlm_model(spec["model_path"], config["head"], bool(config.get("random_init")), seed)
     model.to(device)
     collator = DataCollatorForLanguageModeling(
@@ -131,7 +134,8 @@ def compute(spec: dict, out_dir: Path) -> dict:
     batches_per_epoch = math.ceil(len(ids) / batch_size)
     steps_per_epoch = math.ceil(batches_per_epoch / accumulation)
     steps = max(1, epochs * steps_per_epoch)
-    optimizer = torch.optim.AdamW(adamw_param_groups(model, float(config["weight_decay"])), lr=float(config["lr"]))
+    optimizer = adamw(adamw_param_groups(model, float(config["weight_decay"])), float(config["lr"]), device)
+    scaler = precision.grad_scaler()
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(float(config["warmup_ratio"]) * steps), steps)
     history = []
     progress = StageProgress(spec, epochs * steps_per_epoch)
@@ -142,14 +146,16 @@ def compute(spec: dict, out_dir: Path) -> dict:
         optimizer.zero_grad(set_to_none=True)
         for index in range(batches_per_epoch):
             batch = collator([{"input_ids": ids[i]} for i in order[index * batch_size:(index + 1) * batch_size]])
-            batch = {k: v.to(device) for k, v in batch.items()}
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             masked = batch["labels"] != -100
             count = int(masked.sum())
-            output = model(**batch)
+            with precision.autocast():
+                output = model(**batch)
             if count:  # a batch of very short sentences may have no masked token (its loss is NaN)
-                (output.loss / accumulation).backward()
+                scaler.scale(output.loss.float() / accumulation).backward()
             if (index + 1) % accumulation == 0 or index + 1 == batches_per_epoch:
-                optimizer.step()
+                scaler.step(optimizer)
+                scaler.update()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
                 progress.step()
@@ -169,5 +175,5 @@ def compute(spec: dict, out_dir: Path) -> dict:
         "final": {"wall_time_s": time.perf_counter() - started,
                   **({"final_train_loss": history[-1]["train_loss"]} if history else {})},
         "sentences": len(sentences), "corpus": sources, "head_source": head_source,
-        "optimizer_steps": steps if epochs else 0, "device": str(device),
+        "optimizer_steps": steps if epochs else 0, "device": str(device), "precision": precision.name,
     }

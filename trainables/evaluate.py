@@ -27,6 +27,7 @@ from trainables import layer_embeddings
 from trainables.errors import SweepInputError
 from trainables.method import (Method, MethodPlan, MetricContract, TrialCost, model_list, parse_layers, parse_names,
                                register_method)
+from trainables.precision import stage_precision
 from trainables.zero_shot import POOLINGS
 
 PAPER_SETS = ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr")
@@ -156,7 +157,7 @@ class Evaluate(Method):
                 raise SweepInputError(f"--layers: layer {beyond[0]} is beyond {model}'s depth ({depth} layers; valid 0..{depth})")
             max_length = args.max_length or default_max_length(path)
             spec = layer_embeddings.stage_spec(model, path, layers, poolings, sets, max_length, args.batch_size, root,
-                                               args.data_dir, suite)
+                                               args.data_dir, suite, stage_precision(args))
             specs[spec["key"]] = spec
             extra = {"evaluated_run_id": run_id_of(model)} if is_run_reference(model) else {}
             for pooling in poolings:

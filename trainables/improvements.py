@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from trainables.errors import SweepInputError
 from trainables.method import MethodPlan, MetricContract, register_method
+from trainables.precision import stage_precision
 from trainables.stages import stage_root
 from trainables.tmft import TMFT
 from trainables.upstream import STAGES
@@ -119,6 +120,7 @@ class Improvements(TMFT):
                         corpus="+".join(sources), epochs=a["dapt_epochs"], batch_size=a["dapt_batch_size"],
                         accumulation=a["dapt_accumulation"], lr=a["dapt_lr"], head=a["dapt_head"],
                         random_init=a["random_init"], max_sentences=a["dapt_max_sentences"])
+                config.update(stage_precision(args))
                 spec = make_spec(kind, base["model"], paths[base["model"]], root, data_dir, checksums[kind], config)
                 specs.setdefault(spec["key"], spec)
                 configs.append({

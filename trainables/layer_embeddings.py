@@ -24,11 +24,12 @@ def embeddings_file(layer: int, pooling: str) -> str:
 
 
 def stage_spec(model: str, path, layers: list[int], poolings: list[str], sets: list[str], max_length: int,
-               batch_size: int, root, data_dir, suite) -> dict:
+               batch_size: int, root, data_dir, suite, precision: dict | None = None) -> dict:
+    """`precision`: trainables.precision.stage_precision of the sweep's flags."""
     from trainables.stages import make_spec
 
     config = {"stage": "embeddings", "layers": sorted(layers), "poolings": list(poolings), "max_length": int(max_length),
-              "batch_size": int(batch_size), "sets": list(sets)}
+              "batch_size": int(batch_size), "sets": list(sets), **(precision or {})}
     checksum = ",".join(f"{k}={v}" for k, v in sorted(suite.checksums.items()))
     return make_spec("embeddings", model, path, root, data_dir, checksum, config)
 
@@ -46,6 +47,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
 
     from trainables.encoders import count_parameters, truncate
     from trainables.eval_sets import load_suite
+    from trainables.precision import resolve
     from trainables.stage_progress import StageProgress
     from trainables.zero_shot import pooled_layers
 
@@ -56,9 +58,10 @@ def compute(spec: dict, out_dir: Path) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(spec["model_path"])
     started = time.time()
     progress = StageProgress(spec, math.ceil(len(suite.sentences) / config["batch_size"]))
-    pooled = pooled_layers(model, tokenizer, suite.sentences, config["layers"], config["poolings"],
-                           batch_size=config["batch_size"], max_length=config["max_length"], device=device,
-                           on_batch=progress.step)
+    with resolve(config.get("precision", "fp32"), device).autocast():
+        pooled = pooled_layers(model, tokenizer, suite.sentences, config["layers"], config["poolings"],
+                               batch_size=config["batch_size"], max_length=config["max_length"], device=device,
+                               on_batch=progress.step)
     progress.finish()
     for (layer, pooling), embeddings in pooled.items():
         np.save(Path(out_dir) / embeddings_file(layer, pooling), np.asarray(embeddings, dtype=np.float32))

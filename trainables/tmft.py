@@ -25,32 +25,26 @@ The driver (`TMFT.plan`) tokenises each model's data once; it reaches trials as 
 """
 from __future__ import annotations
 
-import math
 import os
-import shutil
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import torch
-
 from trainables import layer_embeddings
 from trainables.base import EpochTrainable
-from trainables.batches import eval_batches, pad, train_batches
-from trainables.encoders import count_parameters, encode, load_pretrained, random_init, truncate
+from trainables.encoders import count_parameters, load_pretrained, random_init, truncate
 from trainables.errors import SweepInputError
 from trainables.faults import maybe_inject_fault
 from trainables.method import (Method, MethodPlan, MetricContract, TrialCost, model_list, parse_int_list,
                                parse_layers, parse_names, register_method)
+from trainables.pair_training import PairFineTuning
 from trainables.tasks import COMPANIONS, get_task, task_names
 
 # Full pretrained models kept in this worker between trials (actors are reused): loading is
 # done once per model per worker, each trial copies only the layers it needs.
 _PRETRAINED: OrderedDict = OrderedDict()
 _PRETRAINED_CAPACITY = 2
-_NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "LayerNorm.bias")
 STAGE_ENCODER_DIR = "encoder"  # a stage's weights: <stage dir>/encoder/ (a model folder)
 ZERO_SHOT_STAGE = "embeddings"  # a zero-epoch trial's scores come from the one-pass embeddings stage
 
@@ -83,108 +77,6 @@ def build_encoder(model_path: str, layer: int, seed: int, random_weights: bool =
     elif upstream_method not in (None, ZERO_SHOT_STAGE):
         raise ValueError(f"unknown upstream method {upstream_method!r}; expected 'ws' or 'dapt'")
     return encoder
-
-
-def adamw_param_groups(model, weight_decay: float) -> list[dict]:
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if param.requires_grad:
-            (no_decay if name.endswith(_NO_DECAY) or "norm" in name.lower() else decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-class PairFineTuning:
-    """The TMFT loop over a tokenised pair task, without Ray: used by the TMFT Trainable and by the
-    word-similarity stage. Attributes: model (encoder), head (the task's, or None), optimizer,
-    scheduler, task (the TokenizedTask), task_def (the Task), train_data, batch_size."""
-
-    def init_fine_tuning(self, encoder, data, config: dict, device, epochs: int) -> None:
-        self.device = device
-        self.task = data
-        self.task_def = get_task(data.task)
-        self.seed = int(config["seed"])
-        self.model = encoder.to(device)
-        self.head = self.task_def.build_head(int(self.model.config.hidden_size))
-        if self.head is not None:
-            self.head = self.head.to(device)
-        self.train_data = data.splits["train"]
-        self.batch_size = int(config["batch_size"])
-        self.eval_batch_size = int(config.get("eval_batch_size", 64))
-        self.length_grouped = bool(config.get("length_grouped", False))
-        steps = max(1, epochs) * math.ceil(len(self.train_data) / self.batch_size)
-        groups = adamw_param_groups(self.model, float(config["weight_decay"]))
-        if self.head is not None:
-            head_groups = adamw_param_groups(self.head, float(config["weight_decay"]))
-            for group, extra in zip(groups, head_groups):
-                group["params"] = group["params"] + extra["params"]
-        self.optimizer = torch.optim.AdamW(groups, lr=float(config["lr"]))
-        from transformers import get_linear_schedule_with_warmup
-
-        self.scheduler = get_linear_schedule_with_warmup(
-            self.optimizer, num_warmup_steps=math.ceil(float(config["warmup_ratio"]) * steps), num_training_steps=steps
-        )
-
-    def trained_parameters(self):
-        return list(self.model.parameters()) + (list(self.head.parameters()) if self.head is not None else [])
-
-    def _embed(self, sequences):
-        ids, mask = pad(sequences, self.task.pad_id)
-        return encode(self.model, ids.to(self.device), mask.to(self.device))
-
-    def on_train_step(self, step: int, epoch: int) -> None:
-        """Hook before each optimiser step (fault injection in tests)."""
-
-    def train_epoch(self, epoch: int) -> dict:
-        self.model.train()
-        if self.head is not None:
-            self.head.train()
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        batches = train_batches(self.train_data.pair_lengths(), self.batch_size, generator, self.length_grouped)
-        total = torch.zeros((), device=self.device)
-        parameters = self.trained_parameters()
-        for step, batch in enumerate(batches, start=1):
-            self.on_train_step(step, epoch)
-            embeddings = self._embed([self.train_data.s1[i] for i in batch] + [self.train_data.s2[i] for i in batch])
-            u, v = embeddings[: len(batch)], embeddings[len(batch):]
-            labels = torch.tensor([self.train_data.labels[i] for i in batch], dtype=torch.float32, device=self.device)
-            loss = self.task_def.loss(u, v, labels, self.head)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(parameters, 1.0)
-            self.optimizer.step()
-            self.scheduler.step()
-            total += loss.detach() * len(batch)
-        return {"train_loss": float(total) / len(self.train_data)}
-
-    @torch.no_grad()
-    def predict(self, split) -> np.ndarray:
-        """The task's per-pair outputs (cosines, logits, ...) in the split's order."""
-        self.model.eval()
-        if self.head is not None:
-            self.head.eval()
-        rows = [None] * len(split)
-        for batch in eval_batches(split.pair_lengths(), self.eval_batch_size):
-            embeddings = self._embed([split.s1[i] for i in batch] + [split.s2[i] for i in batch])
-            outputs = self.task_def.outputs(embeddings[: len(batch)], embeddings[len(batch):], self.head).float().cpu().numpy()
-            for index, row in zip(batch, outputs):
-                rows[index] = row
-        return np.asarray(rows)
-
-    def evaluate(self) -> dict:
-        outputs = {split: np.asarray(self.predict(self.task.splits[split])) for split in ("dev", "test")}
-        labels = {split: np.asarray(self.task.splits[split].labels) for split in ("dev", "test")}
-        return self.task_def.metrics(outputs, labels)
-
-    def save_encoder(self, target: Path, state_dict: dict | None = None) -> None:
-        """A loadable model folder (AutoModel) with the model's tokenizer files."""
-        self.model.save_pretrained(str(target), state_dict=state_dict)
-        copy_tokenizer_files(self.task.model_path, target)
-
-
-def copy_tokenizer_files(source, target) -> None:
-    for tokenizer_file in Path(source).glob("*"):
-        if tokenizer_file.name.startswith(("tokenizer", "vocab", "special_tokens", "spm", "merges")) and tokenizer_file.is_file():
-            shutil.copy(tokenizer_file, Path(target) / tokenizer_file.name)
 
 
 @dataclass
@@ -263,9 +155,10 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
         latest = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
         self.model.load_state_dict(self.best_weights)
         tokenizer = AutoTokenizer.from_pretrained(self.task.model_path)
-        embeddings = encode_sentences(self.model, tokenizer, self.suite.sentences, self.pooling,
-                                      batch_size=self.eval_batch_size, max_length=default_max_length(self.task.model_path),
-                                      device=self.device)
+        with self.precision.autocast():
+            embeddings = encode_sentences(self.model, tokenizer, self.suite.sentences, self.pooling,
+                                          batch_size=self.eval_batch_size, max_length=default_max_length(self.task.model_path),
+                                          device=self.device)
         self.model.load_state_dict(latest)
         return self.suite.score(embeddings)
 
@@ -282,7 +175,7 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
         self.save_encoder(checkpoint_dir / "encoder")
         self.saved_epoch = self.epoch
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "head": self.head.state_dict() if self.head is not None else None}
+                "scaler": self.scaler.state_dict(), "head": self.head.state_dict() if self.head is not None else None}
 
     def load_method_state(self, state: dict, checkpoint_dir: Path) -> None:
         from safetensors.torch import load_file
@@ -292,6 +185,8 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
             self.head.load_state_dict(state["head"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
 
 
 PAPER_MODELS = "google/electra-base-discriminator,google/electra-base-generator,bert-base-cased"
@@ -441,6 +336,7 @@ class TMFT(Method):
         """A zero-epoch sweep: one `embeddings` stage per model (all its layers from one forward
         pass over the task's dev and test sentences), read by every trial of that model."""
         from trainables.eval_sets import load_suite
+        from trainables.precision import stage_precision
         from trainables.stages import stage_root
         from trainables.zero_shot import default_max_length
 
@@ -450,7 +346,8 @@ class TMFT(Method):
         for model, path in paths.items():
             mine = [c for c in planned.configs if c["model"] == model]
             spec = layer_embeddings.stage_spec(model, path, sorted({c["layer"] for c in mine}), [TMFTTrainable.pooling], sets,
-                                               default_max_length(path), args.eval_batch_size, root, args.data_dir, suite)
+                                               default_max_length(path), args.eval_batch_size, root, args.data_dir, suite,
+                                               stage_precision(args))
             planned.stages[spec["key"]] = spec
             for config in mine:
                 config.update({"upstream_method": ZERO_SHOT_STAGE, "stage_key": spec["key"], "upstream_run_id": None,
@@ -467,15 +364,11 @@ class TMFT(Method):
         costs = {}
         for model, task in tasks.items():
             config = load_config(task.model_path)
-            train = task.splits["train"]
-            seq_len = max(max(map(len, train.s1)), max(map(len, train.s2)))
-            train_tokens = sum(map(len, train.s1)) + sum(map(len, train.s2))
-            eval_tokens = sum(sum(map(len, task.splits[s].s1)) + sum(map(len, task.splits[s].s2)) for s in ("dev", "test"))
             for layer in range(int(config.num_hidden_layers) + 1):
-                shape = encoder_cost.shape_from_config(config, layer, int(args.batch_size), seq_len)
-                costs[(model, layer)] = TrialCost(
-                    encoder_cost.trial_memory_bytes(shape),
-                    encoder_cost.trial_seconds(shape, train_tokens, eval_tokens, int(args.epochs), args.gpu_tflops))
+                memory, seconds = encoder_cost.pair_task_cost(config, task, layer, int(args.batch_size), int(args.epochs),
+                                                              args.gpu_tflops, getattr(args, "precision", "auto"),
+                                                              int(args.eval_batch_size))
+                costs[(model, layer)] = TrialCost(memory, seconds)
         return costs
 
     @classmethod

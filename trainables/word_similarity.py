@@ -49,7 +49,8 @@ def compute(spec: dict, out_dir: Path) -> dict:
     from trainables.evaluation import BestTracker
     from trainables.stage_progress import StageProgress
     from trainables.tasks import get_task
-    from trainables.tmft import PairFineTuning, build_encoder
+    from trainables.pair_training import PairFineTuning
+    from trainables.tmft import build_encoder
     from trainables.tokenized import subset, tokenize_task
 
     started = time.perf_counter()
@@ -86,4 +87,5 @@ def compute(spec: dict, out_dir: Path) -> dict:
         "params_truncated": count_parameters(tuner.model),
         "train_pairs": len(data.splits["train"]),
         "device": str(device),
+        "precision": tuner.precision.name,
     }

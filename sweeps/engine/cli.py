@@ -2,8 +2,8 @@
 
 `build_parser(prog, description, method, defaults)` adds the method's own flags
 (`Method.add_arguments`) and the engine's: data, search, storage, MLflow, Ray, resources, resume,
-smoke test. `check_numbers(args)` refuses bad values of the engine's flags (and any flag that is
-NaN or infinite) with a `SweepInputError` naming the flag, before anything is computed.
+smoke test. `check_numbers(args)` refuses bad values of the engine's flags (any flag that is
+NaN or infinite, a --precision the trials' device cannot run) with a `SweepInputError` naming the flag, before anything is computed.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from trainables.errors import SweepInputError
 from trainables.paths import default_data_dir
+from trainables.precision import PRECISIONS, check_request, trials_on_gpu
 
 
 def build_parser(prog: str, description: str, method, defaults: dict | None = None) -> argparse.ArgumentParser:
@@ -36,7 +37,13 @@ def build_parser(prog: str, description: str, method, defaults: dict | None = No
                           "estimate (rule in sweeps/engine/packing.py; 0 when the Ray cluster has no GPUs)")
     run.add_argument("--gpu-memory-gb", type=float, default=24.0, help="memory of one GPU, for --gpus-per-trial auto")
     run.add_argument("--max-trials-per-gpu", type=int, default=4, help="cap on trials sharing one GPU, for --gpus-per-trial auto")
-    run.add_argument("--gpu-tflops", type=float, default=25.0, help="effective GPU throughput for the GPU-hours estimate")
+    run.add_argument("--gpu-tflops", type=float, default=None,
+                     help="effective TFLOP/s of one trial on your GPU, for the GPU-hours estimate (default: the figure measured "
+                          "on an H100 for the precision, in trainables/encoder_cost.py; scale it by your GPU's published "
+                          "throughput against the H100's)")
+    run.add_argument("--precision", default="auto", choices=PRECISIONS,
+                     help="training and evaluation precision: auto = bf16 autocast on GPUs that have it, else fp16 with a "
+                          "gradient scaler, fp32 on the CPU (table in trainables/precision.py)")
     run.add_argument("--cpus-per-trial", type=float, default=1.0)
     run.add_argument("--max-concurrent", type=int, default=None, help="trials running at once (default: as many as resources allow)")
     run.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial, each from its last checkpoint")
@@ -59,10 +66,12 @@ def check_numbers(args) -> None:
     if not args.cpus_per_trial > 0:
         raise SweepInputError(f"--cpus-per-trial must be positive, got {args.cpus_per_trial}")
     args.gpus_per_trial = parse_gpus(args.gpus_per_trial)
-    if not (args.gpu_memory_gb > 0 and args.gpu_tflops > 0) or args.max_trials_per_gpu < 1:
+    if not (args.gpu_memory_gb > 0 and (args.gpu_tflops is None or args.gpu_tflops > 0)) or args.max_trials_per_gpu < 1:
         raise SweepInputError("--gpu-memory-gb and --gpu-tflops must be positive and --max-trials-per-gpu at least 1")
     if args.max_failures < 0:
         raise SweepInputError("--max-failures must be 0 or more")
+    check_request(args.precision, trials_on_gpu(args))
+
 
 
 def parse_gpus(value):

@@ -16,6 +16,7 @@ import time
 from argparse import Namespace
 from dataclasses import dataclass, field
 
+from trainables.encoder_cost import CUDA_ALLOCATOR_ENV
 from trainables.errors import SweepInputError
 from trainables.method import MetricContract, PlanContext, get_method
 from trainables.paths import PROJECT_ROOT
@@ -124,6 +125,8 @@ def plan_sweep(args: Namespace, method: str, prog: str = "sweep") -> SweepPlan:
     default_models = build_parser("x", "", method_cls).get_default("models") or ""
     context = PlanContext(storage_path, mlflow_uri, smoke_test=bool(args.smoke_test), default_models=default_models)
     planned = method_cls.plan(args, context)
+    for config in planned.configs:
+        config["precision"] = args.precision
     if saved and saved.get("data_checksums") not in (None, planned.checksums):
         raise SweepInputError(f"--resume: the data in {args.data_dir} changed since the sweep started (checksums differ); resume with the original data.")
     contract = method_cls.metrics(args)
@@ -163,7 +166,7 @@ def _init_ray(plan: SweepPlan) -> None:
     quiet()
     if ray.is_initialized():
         return
-    runtime_env = {"env_vars": dict(QUIET_ENV)}
+    runtime_env = {"env_vars": {**QUIET_ENV, **CUDA_ALLOCATOR_ENV}}
     address = plan.args.get("address")
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
@@ -267,7 +270,9 @@ class TrialResources:
             f"{count} trials at {share:g} GPU ({max(1, round(1 / share)) if share < 1 else 1} per GPU)" for share, count in sorted(counts.items())))
         repeats = trials / max(1, len(plan.configs)) if plan.args["search"] != "grid" else 1
         hours = sum(self.gpu(c) * self.seconds(c) for c in plan.configs) * repeats / 3600
-        lines.append(f"  estimated {hours:.2f} GPU-hours (the method's cost model, --gpu-tflops {plan.args['gpu_tflops']:g})")
+        tflops = plan.args.get("gpu_tflops")
+        basis = f"--gpu-tflops {tflops:g}" if tflops else "an H100's measured throughput"
+        lines.append(f"  estimated {hours:.2f} GPU-hours (the method's cost model, --precision {plan.args.get('precision', 'auto')}, {basis})")
         return "\n".join(lines)
 
 
