@@ -52,6 +52,12 @@ MODEL_SHAPES = {  # the public checkpoints' configs, with the tokenizer's vocabu
 }
 
 
+def weights_config(folder: str):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(folder)
+
+
 def model_config(name: str, vocab_size: int):
     from transformers import BertConfig, ElectraConfig
 
@@ -78,7 +84,11 @@ def worker(spec_path: str) -> None:
     torch.manual_seed(spec["seed"])
     with open(spec["task"], "rb") as handle:
         task = pickle.load(handle)
-    encoder = truncate(AutoModel.from_config(model_config(spec["model"], spec["vocab_size"])), spec["layer"])
+    if spec.get("weights"):  # a real checkpoint (scores comparable across precisions)
+        full = AutoModel.from_pretrained(spec["weights"], dtype=torch.float32)
+    else:
+        full = AutoModel.from_config(model_config(spec["model"], spec["vocab_size"]))
+    encoder = truncate(full, spec["layer"])
     trial = PairFineTuning()
     config = {"seed": spec["seed"], "batch_size": spec["batch_size"], "eval_batch_size": 64, "lr": 2e-5,
               "weight_decay": 0.01, "warmup_ratio": 0.1, "precision": spec["precision"]}
@@ -101,7 +111,7 @@ def worker(spec_path: str) -> None:
     result = {"startup_s": ready - started, "go": go, "end": time.time(), "train_s": train_s, "eval_s": eval_s,
               "cpu_s": time.process_time() - cpu_started,
               "precision_used": trial.precision.name, "params": count_parameters(trial.model),
-              "dev_spearman": scores.get("dev_spearman"), "device": str(device)}
+              "dev_spearman": scores.get("dev_spearman"), "test_spearman": scores.get("test_spearman"), "device": str(device)}
     if device.type == "cuda":
         result.update(peak_allocated=torch.cuda.max_memory_allocated(), peak_reserved=torch.cuda.max_memory_reserved())
     Path(spec["result"]).write_text(json.dumps(result))
@@ -187,7 +197,7 @@ def run_batch(name: str, spec: dict, n: int, folder: Path) -> dict:
             "peak_reserved": max(r.get("peak_reserved", 0) for r in results),
             "peak_allocated": max(r.get("peak_allocated", 0) for r in results), "cpu_s": results[0]["cpu_s"],
             "device": results[0]["device"],
-            "dev_spearman": [r["dev_spearman"] for r in results]}
+            "dev_spearman": [r["dev_spearman"] for r in results], "test_spearman": [r["test_spearman"] for r in results]}
 
 
 def tokenised_stsb(tokenizer_dir: str, data_dir: str, train_pairs: int | None, eval_pairs: int | None):
@@ -200,11 +210,11 @@ def tokenised_stsb(tokenizer_dir: str, data_dir: str, train_pairs: int | None, e
 
 
 def estimates(name: str, task, vocab_size: int, layer: int, batch_size: int, epochs: int, gpu_tflops: float | None,
-              precision: str) -> dict:
+              precision: str, weights: str | None = None) -> dict:
     """The cost model's memory and seconds for the trial, and its FLOPs."""
     from trainables import encoder_cost
 
-    config = model_config(name, vocab_size)
+    config = weights_config(weights) if weights else model_config(name, vocab_size)
     memory, seconds = encoder_cost.pair_task_cost(config, task, layer, batch_size, epochs, gpu_tflops, precision)
     shape = encoder_cost.shape_from_config(config, layer, batch_size, 1)
     tokens = {s: sum(map(len, task.splits[s].s1)) + sum(map(len, task.splits[s].s2)) for s in ("train", "dev", "test")}
@@ -235,6 +245,8 @@ def main() -> None:
     parser.add_argument("--gpu-memory-gb", type=float, default=None, help="for the packing rule (default: this GPU's)")
     parser.add_argument("--out", default=None, help="also write every figure as JSON here")
     parser.add_argument("--smoke", action="store_true", help="a tiny model, 64 pairs, CPU-able: checks the benchmark")
+    parser.add_argument("--weights", default=None, help="a real model folder instead of --models (its own tokenizer): "
+                                                          "the seeds' scores then compare precisions")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -252,6 +264,8 @@ def main() -> None:
 
         args.models, args.train_pairs, args.eval_pairs, args.concurrency = "tiny", 64, 48, "1,2"
         args.tokenizer = str(build_tiny_model("bert", Path(tempfile.mkdtemp()) / "tiny", layers=2, hidden=32))
+    if args.weights:
+        args.models, args.tokenizer = Path(args.weights).name, args.weights
     tokenizer = args.tokenizer or default_tokenizer()
     if not Path(tokenizer, "vocab.txt").is_file() and not Path(tokenizer, "tokenizer.json").is_file():
         raise SystemExit(f"no tokenizer at {tokenizer}: pass --tokenizer DIR (a BERT-uncased WordPiece tokenizer) or run "
@@ -277,19 +291,21 @@ def main() -> None:
             pickle.dump(task, handle)
         for n in counts:  # every configuration alone first, so a cut-short run still has them
             for name in models:
-                layer = args.layer if args.layer is not None else MODEL_SHAPES[name]["num_hidden_layers"]
+                depth = weights_config(args.weights).num_hidden_layers if args.weights else MODEL_SHAPES[name]["num_hidden_layers"]
+                layer = args.layer if args.layer is not None else depth
                 for precision in precisions:
-                    spec = {"model": name, "vocab_size": vocab_size, "layer": layer, "precision": precision,
+                    spec = {"model": name, "vocab_size": vocab_size, "layer": layer, "precision": precision, "weights": args.weights,
                             "epochs": args.epochs, "batch_size": args.batch_size, "task": str(folder / "task.pkl")}
                     row = run_batch(name, spec, n, folder)
                     if context is not None:  # sampling can miss a short peak; a process holds at least this
                         row["memory_per_trial"] = max(row["memory_per_trial"], row["peak_reserved"] + context)
                     row.update(layer=layer, estimate=estimates(name, task, vocab_size, layer, args.batch_size, args.epochs,
-                                                               args.gpu_tflops, row["precision_used"]))
+                                                               args.gpu_tflops, row["precision_used"], args.weights))
                     row["packing_trials_per_gpu"] = trials_per_gpu(row["estimate"]["memory"], gpu_memory_gb)
                     rows.append(row)
                     print(f"  {name} L{layer} {row['precision_used']} x{n}: {row['wall_s']:.1f} s, "
-                          f"{row['trials_per_hour']:.0f} trials/h, start-up {row['startup_s']:.1f} s", flush=True)
+                          f"{row['trials_per_hour']:.0f} trials/h, start-up {row['startup_s']:.1f} s; dev/test Spearman by seed "
+                          + ", ".join(f"{d:.2f}/{t:.2f}" for d, t in zip(row["dev_spearman"], row["test_spearman"])), flush=True)
                     if args.out:
                         Path(args.out).write_text(json.dumps({"device": gpu, "cuda_context": context, "rows": rows}, indent=1))
     report(rows, gpu, args.gpu_tflops)
