@@ -44,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.mlflow_uri:
+            from trainables.endpoints import mlflow_store
+
+            args.mlflow_uri = mlflow_store(args.mlflow_uri)
         if args.command == "report":
             from analysis.report import build_report
 

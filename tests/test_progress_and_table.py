@@ -54,3 +54,12 @@ def test_end_table_shows_no_spread_for_one_seed_and_picks_by_dev():
     assert "±" not in table and row.split()[:4] == ["m", "6", "80.00", "75.00"], table
     two_seeds = pd.concat([frame, frame.assign(**{"config/seed": 1, "best_dev_spearman": [50.0, 82.0, 70.0]})])
     assert "81.00 ± 1.41" in summary_table(two_seeds, CONTRACT)
+
+
+def test_the_total_counts_trials_not_yet_created_and_failed_trials_are_not_done():
+    """Under --max-concurrent Tune creates trials lazily: 2 of 6 exist, so 4 more are pending."""
+    trials = [FakeTrial(0, "TERMINATED", wall=1.0), FakeTrial(1, "TERMINATED", wall=1.0)]
+    trials[1].last_result["trial_failed"] = "TrialFailure: training diverged"
+    line = ProgressLine(CONTRACT, stream=open("/dev/null", "w"), total=6)
+    text = line.line(trials)
+    assert "trials 1/6 done, 0 running, 4 pending, 1 errored" in text, text

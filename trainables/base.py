@@ -6,7 +6,8 @@ A method's Trainable subclasses `EpochTrainable` and implements `build(config, d
 metrics), `parameter_count()` and the state hooks. Checkpoints hold `state.pt` (optimiser,
 best-dev bookkeeping, RNG states, elapsed time), `trial.json` (the whole config) and `best/`: the
 weights of the best-dev epoch as a loadable model folder (what evaluation, CKA and distillation
-teachers read), beside the latest state that resume needs. Every epoch is safe to repeat.
+teachers read), beside the latest state that resume needs. Every epoch is safe to repeat. A `TrialFailure` (or bad input met on the worker) ends the trial
+with a last result holding `trial_failed` (the reason) instead of an error Tune would retry.
 When the last epoch is done, `final_metrics()` may add scores of the best-dev weights (e.g. the
 evaluation suite, `--eval-sets`) to the trial's last result.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import numpy as np
 import torch
 from ray import tune
 
+from trainables.errors import SweepInputError, TrialFailure
 from trainables.evaluation import BestTracker
 from trainables.faults import maybe_hold
 
@@ -40,15 +43,21 @@ def pick_device() -> torch.device:
 def _assigned_cpus() -> int:
     import ray
 
-    if not ray.is_initialized():  # run outside Ray (benchmarks): use the whole machine
+    if not _in_ray_worker():  # run outside a Ray worker (benchmarks, tests): use the whole machine
         return max(1, os.cpu_count() or 1)
     return max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)))
+
+
+def _in_ray_worker() -> bool:
+    import ray
+
+    return ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
 
 
 def _runtime_info() -> dict:
     import ray
 
-    if not ray.is_initialized():
+    if not _in_ray_worker():
         return {"node_id": "", "gpu_ids": ""}
     return {"node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids())}
 
@@ -60,7 +69,14 @@ class EpochTrainable(tune.Trainable):
 
     def setup(self, config: dict, data=None):
         self._data = data
-        self._start_setup(config)
+        self._guarded_setup(config)
+
+    def _guarded_setup(self, config: dict) -> None:
+        self._failure = None
+        try:
+            self._start_setup(config)
+        except (TrialFailure, SweepInputError) as failure:
+            self._failure = failure
 
     def _start_setup(self, config: dict):
         setup_started = time.perf_counter()
@@ -77,10 +93,20 @@ class EpochTrainable(tune.Trainable):
 
     def reset_config(self, new_config: dict) -> bool:
         """Reuse this actor (and its in-memory caches) for the next trial."""
-        self._start_setup(new_config)
+        self._guarded_setup(new_config)
         return True
 
     def step(self) -> dict:
+        try:
+            if self._failure is not None:
+                raise self._failure
+            return self._step()
+        except (TrialFailure, SweepInputError) as failure:  # deterministic: end the trial, do not retry it
+            self._failure = failure
+            return {"trial_failed": f"{type(failure).__name__}: {failure}", "epoch": getattr(self, "epoch", 0),
+                    "done": True, "progress": 1.0}
+
+    def _step(self) -> dict:
         started = time.perf_counter()
         maybe_hold(self.trial_config)
         if self.epochs == 0:
@@ -109,6 +135,9 @@ class EpochTrainable(tune.Trainable):
         }
 
     def save_checkpoint(self, checkpoint_dir: str):
+        if self._failure is not None:  # nothing to resume from: the trial failed for good
+            (Path(checkpoint_dir) / "failed.txt").write_text(str(self._failure))
+            return None
         state = {
             "epoch": self.epoch,
             "elapsed": self.elapsed,
@@ -117,13 +146,22 @@ class EpochTrainable(tune.Trainable):
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             "method": self.method_state(Path(checkpoint_dir)),
         }
-        torch.save(state, Path(checkpoint_dir) / "state.pt")
+        tmp = Path(checkpoint_dir) / ".state.pt.tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, Path(checkpoint_dir) / "state.pt")  # a state.pt is always whole
         self.save_best(Path(checkpoint_dir) / BEST_DIR)
         (Path(checkpoint_dir) / "trial.json").write_text(json.dumps(self.trial_config, indent=2, default=str))
         return None
 
     def load_checkpoint(self, checkpoint_dir: str):
-        state = torch.load(Path(checkpoint_dir) / "state.pt", map_location="cpu", weights_only=False)
+        path = Path(checkpoint_dir) / "state.pt"
+        try:  # weights_only: a tampered checkpoint on shared storage cannot run code here
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as error:  # damaged (truncated, overwritten): start the trial again rather than fail for ever
+            print(f"warning: checkpoint {path} cannot be read ({type(error).__name__}: {str(error).splitlines()[0][:200]}); "
+                  "this trial starts again from its first epoch", file=sys.stderr, flush=True)
+            self._guarded_setup(self.trial_config)
+            return
         self.epoch, self.elapsed = state["epoch"], state["elapsed"]
         self.tracker.load_state_dict(state["tracker"])
         torch.set_rng_state(state["torch_rng"])

@@ -39,7 +39,13 @@ def _missing_model_message(name: str, reason: str) -> str:
 def resolve_model(name: str, mlflow_uri: str | None = None) -> Path:
     """Map a hub id, a directory or `runs:/<run id>` (a trial's best-dev checkpoint in the MLflow
     store `mlflow_uri`; trainables/run_refs.py) to a local directory holding the model
-    (downloading a hub id if online)."""
+    (downloading a hub id if online), checked by `check_model_folder`."""
+    path = _locate_model(name, mlflow_uri)
+    check_model_folder(path, name)
+    return path
+
+
+def _locate_model(name: str, mlflow_uri: str | None) -> Path:
     from trainables.run_refs import is_run_reference, resolve_run
 
     if is_run_reference(name):
@@ -63,6 +69,54 @@ def resolve_model(name: str, mlflow_uri: str | None = None) -> Path:
     except Exception as error:  # offline, unknown id, gated repo: all mean "cannot get it"
         reason = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
         raise SweepInputError(_missing_model_message(name, reason)) from None
+
+
+def check_model_folder(path, name: str | None = None) -> None:
+    """Refuse, before any compute, a model folder that every trial would fail on or silently get
+    wrong: weights missing or truncated, weights of another vocabulary, or a tokenizer that is not
+    the model's own (transformers falls back to a 5-token vocabulary when the files are missing,
+    and the sweep would train on [UNK]s)."""
+    from transformers import AutoTokenizer
+
+    path, name = Path(path), name or str(path)
+    config = load_config(path)
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    weights = sorted(path.glob("*.safetensors")) or sorted(path.glob("pytorch_model*.bin"))
+    if not weights:
+        raise SweepInputError(f"model {name}: no weights in {path} (model.safetensors or pytorch_model.bin); "
+                              "copy the model's weight files there")
+    for file in (w for w in weights if w.suffix == ".safetensors"):
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(file), "pt") as handle:
+                embeddings = [k for k in handle.keys() if k.endswith("word_embeddings.weight")]
+                rows = handle.get_slice(embeddings[0]).get_shape()[0] if embeddings else None
+        except SafetensorError as error:
+            raise SweepInputError(f"model {name}: the weights file {file} is damaged ({error}); copy it again") from None
+        if rows is not None and vocab and rows != vocab:
+            raise SweepInputError(f"model {name}: {file.name} holds embeddings for {rows} tokens but config.json says "
+                                  f"vocab_size {vocab}; the weights and the config belong to different models")
+    try:
+        tokenizer_size = len(AutoTokenizer.from_pretrained(str(path)))
+    except Exception as error:  # a broken or foreign tokenizer file: every trial would fail the same way
+        raise SweepInputError(f"model {name}: its tokenizer in {path} cannot be loaded "
+                              f"({type(error).__name__}: {str(error).splitlines()[0][:160]})") from None
+    if vocab and not 0.9 * vocab <= tokenizer_size <= vocab:
+        raise SweepInputError(f"model {name}: its tokenizer has {tokenizer_size} tokens but the model has {vocab} "
+                              f"(config.json vocab_size), so the tokenizer files in {path} are missing or another "
+                              "model's; copy the model's own tokenizer files (tokenizer.json, vocab.txt, ...) there")
+
+
+def max_tokens(config, tokenizer) -> int:
+    """The longest input the model takes: the tokenizer's limit, capped by the position embeddings
+    (RoBERTa-style models, whose positions start after the pad id, lose pad id + 1 of them), so a
+    tokenizer without `model_max_length` never yields ids the model cannot embed."""
+    positions = int(getattr(config, "max_position_embeddings", 0) or 0)
+    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert", "mpnet", "longformer"):
+        positions -= int(getattr(config, "pad_token_id", 0) or 0) + 1
+    limit = int(tokenizer.model_max_length or positions)
+    return min(limit, positions) if positions > 0 else limit
 
 
 def load_config(path):

@@ -1,7 +1,10 @@
-"""Errors that mean "the user's input is wrong": raised before any compute starts.
+"""Errors that mean "the user's input is wrong", raised before any compute starts, and failures
+inside a trial that a retry would only repeat.
 
 Each message names the problem and what to do about it; the sweep scripts print the message
-alone (no traceback) and exit with status 2.
+alone (no traceback) and exit with status 2 for bad input. A `TrialFailure` (or bad input found
+only on a worker) ends its trial at once, marked failed with the message, without retries
+(trainables/base.py); the sweep then exits with status 1 and lists it.
 """
 
 
@@ -17,3 +20,7 @@ class DataFormatError(SweepInputError):
         super().__init__(f"{where}: {message}")
         self.path = str(path)
         self.line = line
+
+
+class TrialFailure(RuntimeError):
+    """A trial cannot succeed and retrying would fail the same way (e.g. its loss became NaN)."""

@@ -44,7 +44,11 @@ class BestTracker:
         return out
 
     def state_dict(self) -> dict:
-        return asdict(self)
+        """Plain Python values only (checkpoints are read with torch.load(weights_only=True))."""
+        state = asdict(self)
+        best = state["best_epoch"]
+        return {**state, "best_epoch": None if best is None else int(best),
+                "at_best": {k: float(v) for k, v in state["at_best"].items()}}
 
     def load_state_dict(self, state: dict) -> None:
         self.primary, self.best_epoch, self.at_best = state["primary"], state["best_epoch"], dict(state["at_best"])

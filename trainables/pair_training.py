@@ -18,6 +18,7 @@ import torch
 
 from trainables.batches import eval_batches, pad, train_batches
 from trainables.encoders import encode
+from trainables.errors import TrialFailure
 from trainables.precision import adamw, resolve, to_device
 from trainables.tasks import get_task
 
@@ -106,7 +107,11 @@ class PairFineTuning:
             self.scaler.update()
             self.scheduler.step()
             total += loss.detach() * len(batch)
-        return {"train_loss": float(total) / len(self.train_data)}
+        mean_loss = float(total) / len(self.train_data)
+        if not math.isfinite(mean_loss):
+            raise TrialFailure(f"training diverged: the mean loss of epoch {epoch} is {mean_loss} "
+                               f"(lr {self.optimizer.param_groups[0]['initial_lr']:g}); lower --lr or check the data")
+        return {"train_loss": mean_loss}
 
     @torch.no_grad()
     def predict(self, split) -> np.ndarray:

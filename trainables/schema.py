@@ -45,6 +45,7 @@ TAG_ROLE = "embsweep.role"
 TAG_SWEEP = "embsweep.sweep"
 TAG_CONFIG_HASH = "embsweep.config_hash"
 TAG_PARENT = "mlflow.parentRunId"
+TAG_FAILURE = "embsweep.failure"  # why a trial failed for good (not retried)
 TAG_CHECKPOINT = "embsweep.checkpoint"  # the trial's latest checkpoint; its best-dev model is <checkpoint>/best
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainables.encoders import load_config, max_tokens
 from trainables.tasks import get_task
 
 
@@ -54,12 +55,13 @@ def tokenize_task(task: str, model_path, examples: dict, checksums: dict, max_tr
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    limit = max_tokens(load_config(model_path), tokenizer)
     label = get_task(task).label
     splits = {}
     for split, rows in examples.items():
         if split == "train":
             rows = subset(rows, max_train_samples)
-        encode = lambda texts: tokenizer(texts, truncation=True, add_special_tokens=True)["input_ids"]
+        encode = lambda texts: tokenizer(texts, truncation=True, max_length=limit, add_special_tokens=True)["input_ids"]
         splits[split] = TokenizedPairs(
             s1=encode([r.sentence1 for r in rows]),
             s2=encode([r.sentence2 for r in rows]),

@@ -70,6 +70,8 @@ def check_numbers(args) -> None:
         raise SweepInputError("--gpu-memory-gb and --gpu-tflops must be positive and --max-trials-per-gpu at least 1")
     if args.max_failures < 0:
         raise SweepInputError("--max-failures must be 0 or more")
+    if args.local_gpus is not None and args.local_gpus < 0:
+        raise SweepInputError(f"--local-gpus must be 0 or more, got {args.local_gpus}")
     check_request(args.precision, trials_on_gpu(args))
 
 

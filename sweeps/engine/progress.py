@@ -28,8 +28,10 @@ def _clock(seconds: float) -> str:
 
 
 class ProgressLine(tune.Callback):
-    def __init__(self, contract: MetricContract, estimates: dict | None = None, interval: float = 15.0, stream=None):
+    def __init__(self, contract: MetricContract, estimates: dict | None = None, interval: float = 15.0, stream=None,
+                 total: int | None = None):
         self.contract = contract
+        self.total = total  # trials the sweep will run (Tune creates them lazily under --max-concurrent)
         self.estimates = dict(estimates or {})  # config hash -> estimated seconds (cost model)
         self.interval = interval
         self.stream = stream or sys.stdout
@@ -99,7 +101,10 @@ class ProgressLine(tune.Callback):
     def line(self, trials) -> str:
         counts = {"TERMINATED": 0, "RUNNING": 0, "PENDING": 0, "ERROR": 0, "PAUSED": 0}
         for trial in trials:
-            counts[trial.status] = counts.get(trial.status, 0) + 1
+            failed = trial.status == "TERMINATED" and (trial.last_result or {}).get("trial_failed")
+            key = "ERROR" if failed else trial.status
+            counts[key] = counts.get(key, 0) + 1
+        not_created = max(0, (self.total or 0) - len(trials))
         now = time.time()
         text = f"[{_clock(now - self._start)} elapsed"
         waiting = [t for t in trials if t.status in ("PENDING", "PAUSED", "RUNNING")]
@@ -109,8 +114,8 @@ class ProgressLine(tune.Callback):
             work = sum(self._left(t, now, scale, mean) for t in waiting)
             text += f" | ~{_clock(work / max(1, counts['RUNNING']))} left"
         text += (
-            f"] trials {counts['TERMINATED']}/{len(trials)} done, {counts['RUNNING']} running, "
-            f"{counts['PENDING'] + counts['PAUSED']} pending, {counts['ERROR']} errored"
+            f"] trials {counts['TERMINATED']}/{len(trials) + not_created} done, {counts['RUNNING']} running, "
+            f"{counts['PENDING'] + counts['PAUSED'] + not_created} pending, {counts['ERROR']} errored"
         )
         if self._best:
             text += f" | best {title(self.contract.primary)} {self._best[0]:.2f} ({self._best[1]})"

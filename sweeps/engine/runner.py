@@ -10,12 +10,14 @@ method's axes: it reads `MetricContract` and `TrialCost` (trainables/method.py).
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import time
 from argparse import Namespace
 from dataclasses import dataclass, field
 
+from trainables import endpoints
 from trainables.encoder_cost import CUDA_ALLOCATOR_ENV
 from trainables.errors import SweepInputError
 from trainables.method import MetricContract, PlanContext, get_method
@@ -61,6 +63,7 @@ class SweepPlan:
     method_label: str = ""      # recorded on the parent run (e.g. "ws+tmft,dapt+tmft")
     stages: dict = field(default_factory=dict)  # upstream stage specs by key (sweeps/engine/stages_plan.py)
     failed_stages: dict = field(default_factory=dict)
+    failed_trials: list = field(default_factory=list)
 
 
 def git_commit() -> str:
@@ -93,6 +96,24 @@ def _resolve_resume(args) -> tuple[str, dict]:
     return path, saved
 
 
+def _refuse_changed_flags(args: Namespace, defaults: dict, saved: dict) -> None:
+    """--resume continues a sweep with the flags it started with: a flag given now with another
+    value is refused rather than silently ignored."""
+    def same(a, b) -> bool:
+        try:
+            return a == b or str(a) == str(b) or float(a) == float(b)
+        except (TypeError, ValueError):
+            return False
+
+    changed = [f"--{key.replace('_', '-')} {value} (the sweep has {saved.get(key, defaults.get(key))})"
+               for key, value in vars(args).items()
+               if key not in (*RESUME_KEEPS, "storage_path") and key in defaults and not same(value, defaults[key])
+               and not same(value, saved.get(key, defaults[key]))]
+    if changed:
+        raise SweepInputError("--resume continues a sweep with the flags it started with; these differ: " + "; ".join(changed)
+                              + ". Drop them, or start a new sweep under another --name.")
+
+
 def plan_sweep(args: Namespace, method: str, prog: str = "sweep") -> SweepPlan:
     """Validate everything and prepare the shared data; raises SweepInputError on bad input."""
     saved = None
@@ -101,6 +122,7 @@ def plan_sweep(args: Namespace, method: str, prog: str = "sweep") -> SweepPlan:
         kept = {k: getattr(args, k) for k in RESUME_KEEPS}
         method = saved.get("method_class", method)
         defaults = vars(build_parser("x", "", get_method(method)).parse_args([]))  # flags added since it started
+        _refuse_changed_flags(args, defaults, saved["args"])
         args = Namespace(**{**defaults, **saved["args"], **kept})
     method_cls = get_method(method)
     if args.smoke_test:
@@ -110,6 +132,7 @@ def plan_sweep(args: Namespace, method: str, prog: str = "sweep") -> SweepPlan:
     method_cls.check(args)
 
     storage_path = storage.absolute(args.storage_path)
+    storage.check_writable(storage_path)
     if args.name is not None and not saved:
         check_name(args.name)
     name = saved["name"] if saved else (args.name or default_name(prog))
@@ -121,6 +144,10 @@ def plan_sweep(args: Namespace, method: str, prog: str = "sweep") -> SweepPlan:
         if storage.is_uri(storage_path):
             raise SweepInputError("--storage-path is a URI: pass --mlflow-uri too (an MLflow server, or sqlite:////shared/path/mlflow.db)")
         mlflow_uri = f"sqlite:///{os.path.join(storage_path, 'mlflow.db')}"
+    mlflow_uri = endpoints.mlflow_store(mlflow_uri)
+    if args.mlflow_uri:
+        args.mlflow_uri = mlflow_uri  # never the credentials: they are written to sweep.json and the spool
+    endpoints.check_ray_address(args.address)
 
     default_models = build_parser("x", "", method_cls).get_default("models") or ""
     context = PlanContext(storage_path, mlflow_uri, smoke_test=bool(args.smoke_test), default_models=default_models)
@@ -166,7 +193,7 @@ def _init_ray(plan: SweepPlan) -> None:
     quiet()
     if ray.is_initialized():
         return
-    runtime_env = {"env_vars": {**QUIET_ENV, **CUDA_ALLOCATOR_ENV}}
+    runtime_env = {"env_vars": {**QUIET_ENV, **CUDA_ALLOCATOR_ENV, **endpoints.credentials_env()}}
     address = plan.args.get("address")
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
@@ -198,7 +225,8 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
         name=plan.name, storage_path=plan.storage_path, verbose=0,
         callbacks=[MlflowSweepCallback(plan.mlflow_uri, plan.parent_run_id, plan.static_params, sweep_dir=plan.sweep_dir,
                                        contract=contract),
-                   ProgressLine(contract, estimates=estimates)],
+                   ProgressLine(contract, estimates=estimates,
+                                total=len(plan.configs) if args["search"] == "grid" else args["num_samples"])],
         failure_config=tune.FailureConfig(max_failures=args["max_failures"]),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1, checkpoint_frequency=1, checkpoint_at_end=True),
     )
@@ -307,6 +335,7 @@ def run_sweep(plan: SweepPlan):
     _init_ray(plan)
     _check_resources(plan)
     if plan.parent_run_id is None:
+        storage.claim(plan.sweep_dir, plan.name)
         plan.parent_run_id = start_parent_run(plan.mlflow_uri, plan.experiment, plan.name,
                                               {**plan.static_params, "trials": len(plan.configs), "method": plan.method_label})
         storage.write_json(storage.join(plan.sweep_dir, storage.SWEEP_FILE), {
@@ -331,22 +360,48 @@ def run_sweep(plan: SweepPlan):
     return results
 
 
+def failed_trials(results, contract: MetricContract) -> list[str]:
+    """One line per trial that did not succeed, judged by the trial's own final state: an error,
+    a `trial_failed` reason, or a last result that is not its last epoch (e.g. Ray could not
+    even write the trial's error to storage)."""
+    from sweeps.engine.tracking import run_name
+
+    lines = []
+    for result in results:
+        metrics = result.metrics or {}
+        if result.error is not None:
+            reason = f"{type(result.error).__name__}: {str(result.error).strip().splitlines()[-1][:300]}"
+        elif metrics.get("trial_failed"):
+            reason = str(metrics["trial_failed"])
+        elif not metrics.get("done"):
+            reason = "stopped before its last epoch (no error was recorded: is the storage path writable?)"
+        else:
+            continue
+        lines.append(f"  {run_name(result.config or {}, contract)}: {reason}")
+    return lines
+
+
 def _finish(plan: SweepPlan, results) -> None:
     from sweeps.engine.summary import summary_table
     from sweeps.engine.tracking import finish_parent_run
 
-    errors = [r for r in results if r.error]
-    spooled = finish_parent_run(plan.mlflow_uri, plan.parent_run_id, "FAILED" if errors else "FINISHED", plan.sweep_dir)
-    print(summary_table(results.get_dataframe(), plan.contract))
+    failures = failed_trials(results, plan.contract)
+    plan.failed_trials = failures
+    spooled = finish_parent_run(plan.mlflow_uri, plan.parent_run_id, "FAILED" if failures else "FINISHED", plan.sweep_dir)
+    frame = results.get_dataframe()
+    if "trial_failed" in frame:
+        frame = frame[frame["trial_failed"].isna()]
+    print(summary_table(frame, plan.contract))
     ui_uri = plan.mlflow_uri
     print(f"\nResults: {plan.sweep_dir}")
     if ui_uri.startswith(("http://", "https://")):
         print(f"MLflow:  open {ui_uri}")
     else:
-        print(f"MLflow:  mlflow ui --backend-store-uri {ui_uri} --host 127.0.0.1 --port 5000   (then open http://127.0.0.1:5000)")
-    print(f"Report:  python -m analysis report --mlflow-uri {ui_uri} --out {storage.join(plan.sweep_dir, 'report')}")
-    if errors:
-        print(f"{len(errors)} trial(s) failed; rerun them from their checkpoints with: --resume {plan.sweep_dir}")
+        print(f"MLflow:  mlflow ui --backend-store-uri {shlex.quote(ui_uri)} --host 127.0.0.1 --port 5000   (then open http://127.0.0.1:5000)")
+    print(f"Report:  python -m analysis report --mlflow-uri {shlex.quote(ui_uri)} --out {shlex.quote(storage.join(plan.sweep_dir, 'report'))}")
+    if failures:
+        print(f"{len(failures)} trial(s) failed:", *failures, sep="\n")
+        print(f"Rerun the ones that may succeed now from their checkpoints with: --resume {shlex.quote(str(plan.sweep_dir))}")
     if spooled:
         print(spooled)
 
@@ -372,4 +427,4 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
     except StageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    return 1 if any(r.error for r in results) or plan.failed_stages else 0
+    return 1 if plan.failed_trials or plan.failed_stages else 0

@@ -58,3 +58,63 @@ def latest_sweep(storage_path: str) -> str | None:
         return None
     candidates = [p for p in Path(storage_path).iterdir() if (p / SWEEP_FILE).is_file()]
     return str(max(candidates, key=lambda p: (p / SWEEP_FILE).stat().st_mtime)) if candidates else None
+
+
+CLAIM_FILE = ".claim"
+
+
+def claim(sweep_dir: str, name: str) -> None:
+    """Make this process the one starting the sweep in `sweep_dir` (a local folder): the claim
+    file is created atomically, so the same --name started twice together starts once. A claim
+    left by a process that died on this host is taken over."""
+    if is_uri(sweep_dir):
+        return
+    import socket
+
+    from trainables.errors import SweepInputError
+
+    Path(sweep_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(sweep_dir, CLAIM_FILE)
+    me = f"{socket.gethostname()} {os.getpid()}"
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            host, _, pid = path.read_text().partition(" ")
+            if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+                path.unlink(missing_ok=True)
+                continue
+            raise SweepInputError(f"A sweep named {name!r} is being started by another process ({host}, pid {pid}) "
+                                  f"at {sweep_dir}; pick another --name") from None
+        with os.fdopen(fd, "w") as handle:
+            handle.write(me)
+        return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def check_writable(storage_path: str) -> None:
+    """A local storage path must be a folder this process can write (created if missing)."""
+    if is_uri(storage_path):
+        return
+    from trainables.errors import SweepInputError
+
+    path = Path(storage_path)
+    if path.exists() and not path.is_dir():
+        raise SweepInputError(f"--storage-path {storage_path} is a file; pass a folder (it is created if missing)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise SweepInputError(f"--storage-path {storage_path} cannot be written ({error.strerror or error}); pass a folder "
+                              "you can write") from None

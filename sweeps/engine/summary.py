@@ -52,7 +52,9 @@ def summary_table(frame: pd.DataFrame, contract: MetricContract) -> str:
     for key, rows in groups:
         key = key if isinstance(key, tuple) else (key,)
         if select:
-            means = rows.groupby(config[select])[contract.primary].mean()
+            means = rows.groupby(config[select])[contract.primary].mean().dropna()
+            if means.empty:
+                continue
             best = means.idxmax() if contract.mode == "max" else means.idxmin()
             picks = [(best, rows[rows[config[select]] == best])]
         elif contract.seed:

@@ -18,6 +18,7 @@ times, also after a partial replay.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -100,12 +101,32 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
     return experiment.experiment_id if experiment else client.create_experiment(name)
 
 
+@contextlib.contextmanager
+def store_lock(tracking_uri: str):
+    """Held while a sweep creates or upgrades a local SQLite store and its experiment, so that
+    sweeps started together do not race in MLflow's schema migration (`<db>.lock`, flock)."""
+    if not str(tracking_uri).startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    database = Path(str(tracking_uri)[len("sqlite:///"):])
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{database}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def start_parent_run(tracking_uri: str, experiment: str, sweep_name: str, params: dict) -> str:
     """Create the sweep's parent run. An unreachable store stops the sweep before it starts."""
     configure_http(tracking_uri)
     try:
-        client = _client(tracking_uri)
-        experiment_id = ensure_experiment(tracking_uri, experiment)
+        with store_lock(tracking_uri):  # the first client of a fresh store creates its tables
+            client = _client(tracking_uri)
+            experiment_id = ensure_experiment(tracking_uri, experiment)
         run = client.create_run(
             experiment_id, run_name=sweep_name,
             tags={schema.TAG_ROLE: "sweep", schema.TAG_SWEEP: sweep_name},
@@ -470,6 +491,9 @@ class MlflowSweepCallback(tune.Callback):
         self.run_for(trial.config)
         seen = self._seen[schema.config_hash(trial.config)]
         step = int(result["epoch"])
+        if result.get("trial_failed"):  # its last result: the reason, no metrics
+            self.writer.submit(self._op("log", trial.config, tags={schema.TAG_FAILURE: str(result["trial_failed"])[:4000]}))
+            return
         if step in seen:
             return
         now = int(time.time() * 1000)
@@ -487,7 +511,8 @@ class MlflowSweepCallback(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.run_for(trial.config)
-        self.writer.submit(self._op("status", trial.config, status="FINISHED", time=int(time.time() * 1000)))
+        status = "FAILED" if (trial.last_result or {}).get("trial_failed") else "FINISHED"
+        self.writer.submit(self._op("status", trial.config, status=status, time=int(time.time() * 1000)))
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.run_for(trial.config)

@@ -95,7 +95,15 @@ class ReleaseSplits:
         if str(data_dir) == "hub":
             from datasets import load_dataset
 
-            dataset = load_dataset(self.hub_id)
+            try:
+                dataset = load_dataset(self.hub_id)
+            except Exception as error:  # offline, renamed, gated: the same for every trial
+                from trainables.errors import SweepInputError
+                from trainables.paths import default_data_dir
+
+                raise SweepInputError(f"--data-dir hub: the hub copy {self.hub_id} cannot be loaded ({type(error).__name__}: "
+                                      f"{str(error).splitlines()[0][:160]}); pass --data-dir with the local release instead "
+                                      f"(default {default_data_dir()})") from None
             return {split: [hub_row(row) for row in dataset[HUB_SPLITS[split]]] for split in splits}
         paths = self.paths(data_dir)
         return {split: read_file(paths[split]) for split in splits}

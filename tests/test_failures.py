@@ -1,0 +1,274 @@
+"""Wrong results never pass as success, failures are named, nothing hangs (issue: bad input and
+failures). Bad input is refused before any compute with nothing written; a trial that cannot
+succeed ends at once, marked failed with its reason, and is not retried."""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import torch
+
+from mlflow_helpers import runs_by_role
+from sweeps.electra_layers import main
+from trainables import schema
+
+
+def _copy_model(source: str, target: Path, keep=("config.json", "model.safetensors")) -> Path:
+    target.mkdir(parents=True)
+    for name in keep:
+        shutil.copy(Path(source, name), target / name)
+    return target
+
+
+def _refused(capsys, storage: Path, flags: list[str]) -> str:
+    code = main(["--storage-path", str(storage), "--seeds", "0", "--epochs", "1", *flags])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert not storage.exists() or not any(storage.rglob("*.db")), "bad input must write nothing"
+    return err
+
+
+def test_model_folder_without_its_tokenizer_is_refused(tmp_path, tiny_models, data_dir, capsys):
+    folder = _copy_model(tiny_models["bert"], tmp_path / "no-tokenizer")
+    err = _refused(capsys, tmp_path / "runs", ["--models", str(folder), "--data-dir", str(data_dir)])
+    assert "its tokenizer has 5 tokens but the model has" in err and "copy the model's own tokenizer files" in err
+
+
+def test_damaged_or_foreign_weights_are_refused(tmp_path, tiny_models, data_dir, capsys):
+    full = Path(tiny_models["bert"])
+    truncated = shutil.copytree(full, tmp_path / "truncated")
+    data = (full / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
+    err = _refused(capsys, tmp_path / "runs", ["--models", str(truncated), "--data-dir", str(data_dir)])
+    assert "model.safetensors is damaged" in err
+    missing = shutil.copytree(full, tmp_path / "no-weights")
+    (missing / "model.safetensors").unlink()
+    assert "no weights in" in _refused(capsys, tmp_path / "runs", ["--models", str(missing), "--data-dir", str(data_dir)])
+
+
+def test_unreachable_ray_address_fails_within_seconds(tmp_path, tiny_models, data_dir, capsys):
+    started = time.monotonic()
+    err = _refused(capsys, tmp_path / "runs", ["--models", tiny_models["bert"], "--data-dir", str(data_dir),
+                                               "--address", "127.0.0.1:1"])
+    assert time.monotonic() - started < 30 and "--address 127.0.0.1:1: nothing answers" in err
+
+
+def test_unusable_mlflow_uris_are_refused(tmp_path, tiny_models, data_dir, capsys):
+    flags = ["--models", tiny_models["bert"], "--data-dir", str(data_dir), "--mlflow-uri"]
+    assert "MLflow has no store for the scheme 'bogus'" in _refused(capsys, tmp_path / "runs", [*flags, "bogus://x"])
+    not_a_db = tmp_path / "notes.txt"
+    not_a_db.write_text("hello")
+    assert "is not an SQLite database" in _refused(capsys, tmp_path / "runs", [*flags, f"sqlite:///{not_a_db}"])
+
+
+def test_report_against_a_dead_server_fails_within_seconds(tmp_path, capsys):
+    from analysis.__main__ import main as analysis_main
+
+    started = time.monotonic()
+    assert analysis_main(["report", "--mlflow-uri", "http://127.0.0.1:9", "--out", str(tmp_path / "r")]) == 2
+    assert time.monotonic() - started < 30 and "unreachable" in capsys.readouterr().err
+
+
+def test_credentials_stay_out_of_what_is_written(monkeypatch):
+    from trainables.endpoints import mlflow_store
+
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    monkeypatch.setattr("trainables.endpoints.check_tracking_server", lambda uri, flag="": None)
+    import os
+
+    assert mlflow_store("https://ann:s%40cret@mlflow.example:5000") == "https://mlflow.example:5000"
+    assert os.environ["MLFLOW_TRACKING_USERNAME"] == "ann" and os.environ["MLFLOW_TRACKING_PASSWORD"] == "s@cret"
+
+
+def test_diverged_training_fails_its_trial_once_with_the_reason(sweep_env, tiny_models, capsys):
+    flags = ["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", "--epochs", "2", "--lr", "1e30",
+             "--max-failures", "2", "--name", "nan", *sweep_env["flags"]]
+    assert main(flags) == 1
+    out = capsys.readouterr().out
+    assert "1 trial(s) failed:" in out and "training diverged: the mean loss of epoch 1 is nan" in out
+    parents, children = runs_by_role(sweep_env["uri"])
+    assert parents[0].info.status == "FAILED" and len(children) == 1
+    child = children[0]
+    assert child.info.status == "FAILED" and "training diverged" in child.data.tags[schema.TAG_FAILURE]
+    errors = list(Path(sweep_env["storage"], "nan").rglob("error.txt"))
+    assert not errors, "a deterministic failure is not an error that Tune retries"
+
+
+def test_success_is_judged_by_each_trials_final_state():
+    from sweeps.engine.runner import failed_trials
+    from trainables.tmft import TMFT
+
+    contract = TMFT.metrics(SimpleNamespace(task="stsb", eval_sets="none"))
+    config = {"model": "m", "layer": 1, "seed": 0}
+    results = [
+        SimpleNamespace(error=None, metrics={"done": True, "epoch": 2}, config=config),
+        SimpleNamespace(error=None, metrics={"done": False, "epoch": 1}, config={**config, "seed": 1}),
+        SimpleNamespace(error=None, metrics={}, config={**config, "seed": 2}),
+        SimpleNamespace(error=RuntimeError("boom"), metrics={"done": False}, config={**config, "seed": 3}),
+    ]
+    lines = failed_trials(results, contract)
+    assert len(lines) == 3 and "stopped before its last epoch" in lines[0] and "boom" in lines[2]
+
+
+def test_summary_survives_nan_metrics():
+    from sweeps.engine.summary import summary_table
+    from trainables.tmft import TMFT
+
+    contract = TMFT.metrics(SimpleNamespace(task="stsb", eval_sets="none"))
+    frame = pd.DataFrame({"config/model": ["m", "m"], "config/layer": [0, 1], "config/seed": [0, 0],
+                          contract.primary: [float("nan"), float("nan")], contract.report: [float("nan"), 1.0]})
+    assert summary_table(frame, contract) == "No finished trials."
+    frame.loc[1, contract.primary] = 50.0
+    assert "m" in summary_table(frame, contract)
+
+
+def test_damaged_checkpoint_restarts_the_trial(tmp_path, tiny_task_data, capsys):
+    """A truncated state.pt is named in a warning and the trial starts again from epoch 1."""
+    from trainables.tmft import TMFTData
+
+    config = {"model": "m", "layer": 1, "seed": 0, "epochs": 2, "lr": 2e-5, "batch_size": 16, "weight_decay": 0.01,
+              "warmup_ratio": 0.1, "task": "stsb"}
+    trial = _bound(TMFTData({"m": tiny_task_data}))(config=config)
+    trial.train()
+    trial.save_checkpoint(str(tmp_path))
+    trial.stop()
+    state = tmp_path / "state.pt"
+    state.write_bytes(state.read_bytes()[:100])
+    again = _bound(TMFTData({"m": tiny_task_data}))(config=config)
+    again.load_checkpoint(str(tmp_path))
+    assert again.epoch == 0 and "state.pt cannot be read" in capsys.readouterr().err
+    assert again.train()["epoch"] == 1
+    again.stop()
+
+
+def test_checkpoints_load_without_unpickling_code(tmp_path, tiny_task_data):
+    from trainables.tmft import TMFTData
+
+    config = {"model": "m", "layer": 1, "seed": 0, "epochs": 2, "lr": 2e-5, "batch_size": 16, "weight_decay": 0.01,
+              "warmup_ratio": 0.1, "task": "stsb"}
+    trial = _bound(TMFTData({"m": tiny_task_data}))(config=config)
+    trial.train()
+    trial.save_checkpoint(str(tmp_path))
+    state = torch.load(tmp_path / "state.pt", weights_only=True)  # raises if anything needs arbitrary unpickling
+    assert state["epoch"] == 1
+    again = _bound(TMFTData({"m": tiny_task_data}))(config=config)
+    again.load_checkpoint(str(tmp_path))
+    assert again.epoch == 1
+    trial.stop(), again.stop()
+
+
+def _bound(data):
+    """The TMFT Trainable with its shared data, as tune.with_parameters gives it (no Ray needed)."""
+    from trainables.tmft import TMFTTrainable
+
+    class Bound(TMFTTrainable):
+        def setup(self, config):
+            super().setup(config, data)
+
+    return Bound
+
+
+@pytest.fixture(scope="module")
+def tiny_task_data(tiny_models, data_dir):
+    from trainables.tokenized import load_task, subset, tokenize_task
+
+    examples, checksums = load_task("stsb", data_dir)
+    examples = {s: rows if s == "train" else subset(rows, 40) for s, rows in examples.items()}
+    return tokenize_task("stsb", tiny_models["bert"], examples, checksums, 48)
+
+
+def test_resume_refuses_changed_flags(sweep_env, tiny_models, capsys):
+    assert main(["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", "--epochs", "1", "--name", "r",
+                 *sweep_env["flags"]]) == 0
+    capsys.readouterr()
+    code = main(["--resume", str(Path(sweep_env["storage"], "r")), "--lr", "1e-3"])
+    assert code == 2 and "--lr 0.001 (the sweep has 2e-05)" in capsys.readouterr().err
+
+
+def _create_parent(uri: str, name: str, queue) -> None:
+    from sweeps.engine.tracking import start_parent_run
+
+    try:
+        queue.put(start_parent_run(uri, "together", name, {"a": 1}))
+    except Exception as error:  # reported to the test
+        queue.put(f"error: {type(error).__name__}: {error}")
+
+
+def test_sweeps_started_together_on_a_fresh_store_both_start(tmp_path):
+    import multiprocessing
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    workers = [context.Process(target=_create_parent, args=(uri, f"s{i}", queue)) for i in range(3)]
+    for worker in workers:
+        worker.start()
+    results = [queue.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+    assert not [r for r in results if r.startswith("error")], results
+    assert len(set(results)) == 3
+
+
+def test_one_name_started_twice_together_starts_once(tmp_path):
+    import subprocess
+    import sys
+
+    from sweeps.engine import storage
+    from trainables.errors import SweepInputError
+
+    sweep_dir = str(tmp_path / "same")
+    storage.claim(sweep_dir, "same")
+    with pytest.raises(SweepInputError, match="is being started by another process"):
+        storage.claim(sweep_dir, "same")  # this process is alive: its claim holds
+    Path(sweep_dir, storage.CLAIM_FILE).write_text(f"{__import__('socket').gethostname()} {_dead_pid()}")
+    storage.claim(sweep_dir, "same")  # a dead starter's claim is taken over
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_storage_path_that_is_a_file_or_unwritable_is_refused(tmp_path, tiny_models, data_dir, capsys):
+    flags = ["--models", tiny_models["bert"], "--data-dir", str(data_dir), "--seeds", "0", "--epochs", "1"]
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    assert main(["--storage-path", str(a_file), *flags]) == 2 and "is a file" in capsys.readouterr().err
+    assert main(["--storage-path", "/proc/x", *flags]) == 2 and "cannot be written" in capsys.readouterr().err
+    assert main(["--storage-path", str(tmp_path / "ok"), "--local-gpus", "-1", *flags]) == 2
+    assert "--local-gpus must be 0 or more" in capsys.readouterr().err
+
+
+def test_sentences_beyond_the_position_embeddings_are_truncated(tiny_models, tmp_path, data_dir):
+    """A tokenizer without model_max_length must not yield more ids than the model has positions."""
+    import json
+
+    from trainables.tokenized import load_task, subset, tokenize_task
+
+    folder = shutil.copytree(tiny_models["bert"], tmp_path / "no-limit")
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    settings.pop("model_max_length", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    examples, checksums = load_task("stsb", data_dir)
+    long = examples["train"][0].__class__(**{**examples["train"][0].__dict__, "sentence1": "a man " * 400})
+    examples = {"train": [long], "dev": subset(examples["dev"], 4), "test": subset(examples["test"], 4)}
+    task = tokenize_task("stsb", folder, examples, checksums)
+    positions = json.loads((folder / "config.json").read_text())["max_position_embeddings"]
+    assert len(task.splits["train"].s1[0]) == positions
+
+
+def test_hub_data_while_offline_is_a_message(tmp_path, tiny_models, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("datasets.config.HF_HUB_OFFLINE", True, raising=False)
+    err = _refused(capsys, tmp_path / "runs", ["--models", tiny_models["bert"], "--data-dir", "hub"])
+    assert "--data-dir hub: the hub copy" in err and "pass --data-dir with the local release" in err
