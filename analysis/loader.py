@@ -7,7 +7,7 @@ whatever their status: the summary decides what counts as complete. Columns:
   `embsweep.sweep` tag, else the parent run's name), `experiment`, `run_name`, `status`,
   `start_time`, `end_time` (UTC timestamps), `config_hash`;
 - every param of the run (the schema's `PARAMS` first; `layer`, `seed`, `epochs`, `batch_size`,
-  `params_truncated` as integers, `lr` as a float; any other param kept as text); their names
+  `params_truncated` and `params_paper` as integers, `lr` as a float; any other param kept as text); their names
   are in `frame.attrs["param_columns"]`;
 - every final metric of the run (`best_dev_spearman`, `test_spearman_at_best_dev`, ...). Per-epoch
   metrics (`dev_spearman`, `test_f1`, `train_loss`: `<split>_<name>`) are left out, because a
@@ -32,7 +32,7 @@ from trainables.schema import PARAMS, TAG_CONFIG_HASH, TAG_PARENT, TAG_ROLE, TAG
 
 ROLE_TRIAL = "trial"
 ROLE_SWEEP = "sweep"
-INT_PARAMS = ("layer", "seed", "epochs", "batch_size", "params_truncated")
+INT_PARAMS = ("layer", "seed", "epochs", "batch_size", "params_truncated", "params_paper")
 FLOAT_PARAMS = ("lr",)
 ID_COLUMNS = (
     "run_id", "parent_run_id", "sweep", "experiment", "run_name", "status", "start_time", "end_time", "config_hash",

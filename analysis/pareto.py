@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.summary import selected_layers
+from analysis.summary import params_column, selected_layers
 
 
 def pareto_mask(params, scores) -> np.ndarray:
@@ -37,10 +37,9 @@ def pareto_points(summary: pd.DataFrame) -> pd.DataFrame:
     points["row_kind"] = [kinds.get((r.method, r.task, r.model, r.layer), "layer") for r in points.itertuples()]
     if points.empty:
         return points.assign(params_m=pd.Series(dtype=float), on_front=pd.Series(dtype=bool))
-    if "params_truncated" in points:
-        points["params_m"] = pd.to_numeric(points["params_truncated"], errors="coerce").astype(float) / 1e6
-    else:
-        points["params_m"] = np.nan
+    count = params_column(points)
+    points["params_m"] = pd.to_numeric(points[count], errors="coerce").astype(float) / 1e6 if count else np.nan
+    points["params_count"] = count or ""
     points["on_front"] = False
     for _, group in points.groupby(["method", "task"], sort=False):
         sign = -1.0 if "metric_mode" in group and (group["metric_mode"] == "min").any() else 1.0

@@ -23,6 +23,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from analysis.names import display_names, method_name, metric_name, score_name, task_name
+from analysis.summary import PARAM_LABELS
 
 MARKER_BEST, MARKER_LAST = "o", "s"
 LOG_X_RATIO = 20  # a Pareto plot whose parameter counts span more than this uses a log x axis
@@ -237,7 +238,9 @@ def plot_pareto(points, colors=None, title: str | None = None):
     else:
         xpad = max(np.ptp(x), x.max() * 0.05, 1e-3)
         ax.set_xlim(max(0.0, x.min() - 0.25 * xpad), x.max() + 0.4 * xpad)
-    ax.set_xlabel("Parameters of the truncated model (millions" + (", log scale)" if log_x else ")"))
+    count = points["params_count"].iloc[0] if "params_count" in points and len(points) else "params_truncated"
+    ax.set_xlabel(f"Parameters, {PARAM_LABELS.get(count, PARAM_LABELS['params_truncated'])} (millions"
+                  + (", log scale)" if log_x else ")"))
     ax.set_ylabel(_score_label(metric, "Test") + " (mean over seeds)")
     if title is None:
         row = points.iloc[0]

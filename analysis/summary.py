@@ -47,7 +47,21 @@ CONTRACT = [k for k in CONTRACT_KEYS if k != "metric_columns"]
 CONFIG = ["method", "task", "model", "layer", "seed", "epochs", "lr", "batch_size"]
 HYPER = ["epochs", "lr", "batch_size"]
 # Params that record where a number came from, not what was run: never a reason to split or warn.
-PROVENANCE = {"seed", "git_commit", "config_hash", "sweep", "search", "data_dir", "params_truncated", *CONTRACT_KEYS}
+# Parameter counts a run logs: the paper's (embeddings + the first l layers; trainables/encoders.py)
+# and the whole truncated model's. Tables and the Pareto plot show the paper's where runs have it.
+PARAM_COUNTS = ("params_paper", "params_truncated")
+PARAM_LABELS = {"params_paper": "the paper's count: embeddings and the first l layers",
+                "params_truncated": "the whole truncated model"}
+
+
+def params_column(frame) -> str | None:
+    """The parameter count to show: the paper's where every row has it, else the whole model's."""
+    if "params_paper" in frame and frame["params_paper"].notna().all():
+        return "params_paper"
+    return "params_truncated" if "params_truncated" in frame else None
+
+
+PROVENANCE = {"seed", "git_commit", "config_hash", "sweep", "search", "data_dir", "params_truncated", "params_paper", *CONTRACT_KEYS}
 PROVENANCE_PREFIXES = ("version_", "data_sha_")
 FINISHED = "FINISHED"
 LAYER_FAMILY, TABLE_FAMILY = "layers", "table"
@@ -235,8 +249,9 @@ def _summarize_contract(runs: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"metric": metric_label(contract["metric_primary"]), "n_seeds": groups.size()})
     if seed:
         out["seeds"] = groups[seed].agg(lambda s: ",".join(str(v) for v in sorted(s)))
-    if "params_truncated" in runs:
-        out["params_truncated"] = groups["params_truncated"].max()
+    for count in PARAM_COUNTS:
+        if count in runs:
+            out[count] = groups[count].max()
     for name in [c for c in HYPER if c in runs and c not in keys]:
         out[name] = groups[name].agg(_join_unique)
     out = out.join(_settings(runs, keys, seed)).join(stats)

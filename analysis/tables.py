@@ -19,7 +19,7 @@ import math
 import pandas as pd
 
 from analysis.names import display_names, method_name, method_sort_key, metric_name, score_name
-from analysis.summary import COMPANION, names, row_axes, selected_layers
+from analysis.summary import COMPANION, PARAM_LABELS, names, params_column, row_axes, selected_layers
 
 
 def _metric_labels(primary: str) -> dict[str, str]:
@@ -30,10 +30,11 @@ def _metric_labels(primary: str) -> dict[str, str]:
 
 def _numeric(rows: pd.DataFrame, primary: str) -> pd.DataFrame:
     names = display_names(rows["model"].unique())
+    count = params_column(rows)
     out = pd.DataFrame({
         "model": rows["model"].to_numpy(), "name": rows["model"].map(names).to_numpy(),
         "row_kind": rows["row_kind"].to_numpy(), "layer": rows["layer"].to_numpy(),
-        "params_truncated": rows["params_truncated"].to_numpy() if "params_truncated" in rows else pd.NA,
+        "params": rows[count].to_numpy() if count else pd.NA, "params_count": count or "",
         "n_seeds": rows["n_seeds"].to_numpy(),
     })
     for kind, label in _metric_labels(primary).items():
@@ -95,7 +96,7 @@ def table2_markdown(table: pd.DataFrame, primary: str = "spearman") -> str:
     companion = COMPANION.get(primary, "")
     shown = pd.DataFrame({
         "Model": [n + (" (last layer)" if k == "last" else "") for n, k in zip(table["name"], table["row_kind"])],
-        "Layer": table["layer"].astype(str), "Params": table["params_truncated"].map(_params),
+        "Layer": table["layer"].astype(str), "Params": table["params"].map(_params),
         "Seeds": table["n_seeds"].astype(str),
     })
     for kind, split, metric in (("dev", "Dev", primary), ("dev2", "Dev", companion),
@@ -103,7 +104,7 @@ def table2_markdown(table: pd.DataFrame, primary: str = "spearman") -> str:
         label = labels[kind]
         if table[f"{label}_mean"].notna().any():
             shown[f"{split} {metric_name(metric)}"] = [_fmt(m, s) for m, s in zip(table[f"{label}_mean"], table[f"{label}_std"])]
-    return to_markdown(shown)
+    return to_markdown(shown) + params_note(table)
 
 
 def _pair(table_row, first: str, second: str, bold_first: bool = False) -> str:
@@ -133,12 +134,18 @@ def table1_markdown(table: pd.DataFrame, primary: str = "spearman") -> str:
             r = hit.iloc[0]
             best = table.loc[table["method"] == method, f"{labels['test']}_mean"].max()
             row[f"{tag} layer"] = str(r["layer"])
-            row[f"{tag} params"] = _params(r["params_truncated"])
+            row[f"{tag} params"] = _params(r["params"])
             row[f"{tag} dev {pair}"] = _pair(r, labels["dev"], labels["dev2"])
             row[f"{tag} test {pair}"] = _pair(r, labels["test"], labels["test2"],
                                               bold_first=r[f"{labels['test']}_mean"] == best)
         rows.append(row)
-    return to_markdown(pd.DataFrame(rows))
+    return to_markdown(pd.DataFrame(rows)) + params_note(table)
+
+
+def params_note(table: pd.DataFrame) -> str:
+    """The line under a table that says which parameter count it shows."""
+    counts = [c for c in table["params_count"].unique() if c] if "params_count" in table else []
+    return f"\nParams: {'; '.join(PARAM_LABELS[c] for c in counts)}.\n" if counts else ""
 
 
 def metric_columns(rows: pd.DataFrame) -> list[str]:

@@ -221,7 +221,19 @@ def test_table1_across_methods(store, summary):
     assert header.index("TMFT layer") < header.index("DAPT+TMFT layer")
     mean, std, _ = hand_stats(store, "dapt+tmft", BERT, 12, "test_spearman")
     assert f"**{mean:.2f} ± {std:.2f}**" in markdown  # best test Spearman under DAPT+TMFT is bold
-    assert len(markdown.strip().splitlines()) == 2 + 2  # header, rule, one row per model
+    assert len([line for line in markdown.splitlines() if line.startswith("|")]) == 2 + 2  # header, rule, one row per model
+    assert markdown.strip().endswith("Params: the whole truncated model.")  # runs without the paper's count
+
+
+def test_tables_and_pareto_show_the_papers_count_where_runs_have_it():
+    import pandas as pd
+
+    from analysis.summary import params_column
+
+    both = pd.DataFrame({"params_truncated": [10, 20], "params_paper": [9, 19]})
+    assert params_column(both) == "params_paper"
+    assert params_column(both.assign(params_paper=[9, None])) == "params_truncated"  # older runs lack it
+    assert params_column(pd.DataFrame({"x": [1]})) is None
 
 
 # ---- plots ------------------------------------------------------------------------------------

@@ -5,14 +5,15 @@ import torch
 from transformers import AutoTokenizer
 
 from trainables.encoders import (
-    count_parameters, encode, load_config, load_pretrained, mean_pool, model_depth, resolve_model, truncate,
+    count_parameters, encode, load_config, load_pretrained, mean_pool, model_depth, paper_parameter_count, random_init,
+    resolve_model, truncate,
 )
 from trainables.errors import SweepInputError
 
 SENTENCES = ["A man is playing a guitar.", "Two dogs run.", "A woman is slicing an onion on the table."]
 
 
-@pytest.mark.parametrize("kind", ["bert", "electra-discriminator", "electra-generator", "mpnet"])
+@pytest.mark.parametrize("kind", ["bert", "electra-discriminator", "electra-generator", "mpnet", "deberta-v2"])
 def test_truncated_output_equals_full_hidden_state(tiny_models, kind):
     path = tiny_models[kind]
     full = load_pretrained(path).eval()
@@ -35,6 +36,8 @@ def _hand_count(config, layers: int, kind: str) -> int:
     per_layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
     if kind == "mpnet":
         embeddings = v * h + p * h + 2 * h + config.relative_attention_num_buckets * config.num_attention_heads
+    elif kind == "deberta-v2":  # no absolute positions; relative position embeddings and their LayerNorm
+        embeddings = v * h + 2 * h + 2 * config.position_buckets * h + 2 * h
     elif kind.startswith("electra"):
         e = config.embedding_size
         embeddings = v * e + p * e + config.type_vocab_size * e + 2 * e + (e * h + h if e != h else 0)
@@ -43,7 +46,7 @@ def _hand_count(config, layers: int, kind: str) -> int:
     return embeddings + layers * per_layer
 
 
-@pytest.mark.parametrize("kind", ["bert", "electra-discriminator", "electra-generator", "mpnet"])
+@pytest.mark.parametrize("kind", ["bert", "electra-discriminator", "electra-generator", "mpnet", "deberta-v2"])
 def test_parameter_count_is_the_truncated_model_without_pooler(tiny_models, kind):
     full = load_pretrained(tiny_models[kind])
     config = load_config(tiny_models[kind])
@@ -81,3 +84,46 @@ def test_hub_id_maps_to_installed_local_copy(monkeypatch, tmp_path, tiny_models)
     monkeypatch.setenv("EMBSWEEP_MODELS_DIR", str(tmp_path))
     shutil.copytree(tiny_models["bert"], tmp_path / "org" / "model")
     assert resolve_model("org/model") == tmp_path / "org" / "model"
+
+
+# The public configs of the paper's models (vocabulary, hidden, layers, heads, intermediate, embedding size).
+PAPER_CONFIGS = {
+    "electra-base-generator": ("electra", 30522, 256, 12, 4, 1024, 768),
+    "electra-large-generator": ("electra", 30522, 256, 24, 4, 1024, 1024),
+    "electra-small-discriminator": ("electra", 30522, 256, 12, 4, 1024, 128),
+    "deberta-v3-base": ("deberta-v2", 128100, 768, 12, 12, 3072, 768),
+}
+
+
+@pytest.mark.parametrize("model, layer, published", [
+    ("electra-base-generator", 12, 33.31), ("electra-large-generator", 24, 50.74),
+    ("electra-small-discriminator", 1, 4.76), ("electra-small-discriminator", 12, 13.45), ("deberta-v3-base", 7, 148.00),
+])
+def test_paper_parameter_counts_match_the_published_ones(model, layer, published):
+    """Table 1-2 of the ELECTRA paper count the embeddings and the first l layers only."""
+    from transformers import AutoModel, DebertaV2Config, ElectraConfig
+
+    kind, vocab, hidden, layers, heads, inter, embedding = PAPER_CONFIGS[model]
+    common = dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                  intermediate_size=inter, max_position_embeddings=512)
+    if kind == "electra":
+        config = ElectraConfig(embedding_size=embedding, **common)
+    else:
+        config = DebertaV2Config(**common, type_vocab_size=0, relative_attention=True, position_biased_input=False,
+                                 pos_att_type=["p2c", "c2p"], max_relative_positions=-1, position_buckets=256,
+                                 norm_rel_ebd="layer_norm", share_att_key=True)
+    with torch.device("meta"):  # shapes only: nothing is allocated or initialised
+        full = AutoModel.from_config(config)
+    truncated = truncate(full, layer)
+    assert round(paper_parameter_count(truncated) / 1e6, 2) == published
+    assert count_parameters(truncated) >= paper_parameter_count(truncated)
+
+
+@pytest.mark.parametrize("kind", ["bert", "electra-discriminator", "electra-generator", "mpnet", "deberta-v2"])
+def test_random_init_at_every_layer_runs(tiny_models, kind):
+    batch = AutoTokenizer.from_pretrained(tiny_models[kind])(SENTENCES, padding=True, return_tensors="pt")
+    for layer in (0, 2):
+        model = random_init(tiny_models[kind], layer, seed=0).eval()
+        with torch.no_grad():
+            out = encode(model, batch["input_ids"], batch["attention_mask"])
+        assert out.shape == (3, model.config.hidden_size) and torch.isfinite(out).all()

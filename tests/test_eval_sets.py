@@ -116,7 +116,7 @@ def _tiny(tiny_models, kind):
 SENTENCES = ["A man is playing a guitar.", "Two dogs run.", "A woman is slicing an onion on a board.", "Hi"]
 
 
-@pytest.mark.parametrize("kind", ["bert", "electra-generator", "mpnet"])
+@pytest.mark.parametrize("kind", ["bert", "electra-generator", "mpnet", "deberta-v2"])
 def test_one_pass_equals_each_layers_truncated_forward(kind, tiny_models):
     from trainables.encoders import truncate
     from trainables.zero_shot import pool, pooled_layers

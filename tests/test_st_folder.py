@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 
-@pytest.mark.parametrize("kind", ["bert", "electra-generator"])
+@pytest.mark.parametrize("kind", ["bert", "electra-generator", "deberta-v2"])
 @pytest.mark.parametrize("layer", [0, 2])
 def test_sentence_transformers_loads_the_folder_as_the_project_pools(kind, layer, tiny_models, tmp_path):
     from sentence_transformers import SentenceTransformer

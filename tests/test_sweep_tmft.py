@@ -173,3 +173,16 @@ def test_a_sweep_saved_before_newer_flags_existed_resumes(sweep_env, tiny_models
     assert main(["--resume", str(saved_path.parent)]) == 0
     parents, children = runs_by_role(sweep_env["uri"])
     assert len(parents) == 1 and len(children) == 1
+
+
+def test_deberta_sweeps_from_layer_zero_pretrained_and_random(sweep_env, tiny_models):
+    """DeBERTa-v2's encoder fails with no layers in transformers; the project's layer 0 works."""
+    base = ["--models", tiny_models["deberta-v2"], "--layers", "0,1", "--seeds", "0", "--epochs", "1", *sweep_env["flags"]]
+    assert main([*base, "--name", "deberta"]) == 0
+    assert main([*base, "--name", "deberta-random", "--random-init"]) == 0
+    _, children = runs_by_role(sweep_env["uri"])
+    assert len(children) == 4 and all(c.info.status == "FINISHED" for c in children)
+    for child in children:
+        params = child.data.params
+        assert int(params["params_paper"]) <= int(params["params_truncated"])
+        assert child.data.metrics["best_dev_spearman"] == child.data.metrics["best_dev_spearman"]  # not NaN

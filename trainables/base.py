@@ -126,6 +126,7 @@ class EpochTrainable(tune.Trainable):
             **self.tracker.summary(),
             "epoch": self.epoch,
             "params_truncated": self.parameter_count(),
+            "params_paper": self.paper_parameter_count(),
             "wall_time_s": self.elapsed,
             "device": str(self.device),
             "precision_used": self.precision.name if hasattr(self, "precision") else "fp32",
@@ -187,6 +188,10 @@ class EpochTrainable(tune.Trainable):
 
     def parameter_count(self) -> int:
         raise NotImplementedError
+
+    def paper_parameter_count(self) -> int:
+        """The count the paper's tables use (default: `parameter_count`)."""
+        return self.parameter_count()
 
     def method_state(self, checkpoint_dir: Path) -> dict:
         """State to pickle into state.pt; may also write files (e.g. weights) into checkpoint_dir."""

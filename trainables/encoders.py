@@ -10,6 +10,7 @@ length `num_hidden_layers` (BERT, ELECTRA, MPNet, RoBERTa, DeBERTa-v2/v3, ...).
 from __future__ import annotations
 
 import copy
+import types
 from pathlib import Path
 
 import torch
@@ -145,6 +146,26 @@ def _drop_pooler(model: nn.Module) -> nn.Module:
     return model
 
 
+def _pass_through(self, hidden_states, *args, output_hidden_states=False, output_attentions=False, return_dict=True,
+                  **kwargs):
+    """The forward of an encoder with no layers left: its input is its output."""
+    from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
+
+    states = (hidden_states,) if output_hidden_states else None
+    if not return_dict:
+        return tuple(v for v in (hidden_states, states) if v is not None)
+    return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, hidden_states=states,
+                                                     attentions=() if output_attentions else None)
+
+
+def _zero_layers(model: nn.Module) -> nn.Module:
+    """At layer 0 the encoder passes the embeddings through, for every architecture: some
+    encoders fail with no layers (DeBERTa-v2's returns a variable its layer loop never set)."""
+    parent, _ = layer_list(model)
+    parent.forward = types.MethodType(_pass_through, parent)
+    return model
+
+
 def truncate(full: nn.Module, layer: int) -> nn.Module:
     """A copy of `full` holding only its embeddings and first `layer` layers (no pooler)."""
     depth = model_depth(full.config)
@@ -163,7 +184,7 @@ def truncate(full: nn.Module, layer: int) -> nn.Module:
             full.pooler = pooler
     truncated.config = copy.deepcopy(full.config)
     truncated.config.num_hidden_layers = layer
-    return truncated
+    return _zero_layers(truncated) if layer == 0 else truncated
 
 
 def load_pretrained(path) -> nn.Module:
@@ -179,7 +200,8 @@ def random_init(path, layer: int, seed: int) -> nn.Module:
     config = load_config(path)
     config.num_hidden_layers = layer
     torch.manual_seed(seed)
-    return _drop_pooler(AutoModel.from_config(config))
+    model = _drop_pooler(AutoModel.from_config(config))
+    return _zero_layers(model) if layer == 0 else model
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -195,3 +217,13 @@ def encode(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tens
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def paper_parameter_count(model: nn.Module) -> int:
+    """The ELECTRA paper's count of a truncated model: its embeddings and its layers, without
+    ELECTRA's projection from embedding to hidden size, the pooler, or what an encoder keeps
+    beside its layers (DeBERTa's relative position embeddings, MPNet's relative attention bias)."""
+    if getattr(model, "embeddings", None) is None:
+        return count_parameters(model)
+    parent, attr = layer_list(model)
+    return count_parameters(model.embeddings) + count_parameters(getattr(parent, attr))

@@ -33,7 +33,7 @@ EPOCH_METRICS = ("dev_spearman", "dev_pearson", "test_spearman", "test_pearson",
 FINAL_METRICS = ("best_dev_spearman", "test_spearman_at_best_dev", "test_pearson_at_best_dev", "wall_time_s")
 
 # Result keys logged once as params of the trial's run, not as metrics.
-RESULT_PARAMS = ("params_truncated", "precision_used")
+RESULT_PARAMS = ("params_truncated", "params_paper", "precision_used")
 # Result keys that are bookkeeping (Tune's own, the trial's placement, its progress), never metrics.
 NOT_METRICS = frozenset({
     "done", "progress", "training_iteration", "iterations_since_restore", "time_this_iter_s", "time_total_s",

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-KINDS = ("bert", "electra-discriminator", "electra-generator", "mpnet")
+KINDS = ("bert", "electra-discriminator", "electra-generator", "mpnet", "deberta-v2")
 
 _BASE_WORDS = (
     "a the man woman is are was on in of and to with playing dog cat guitar person people "
@@ -36,7 +36,7 @@ def _vocabulary(sentences=(), size: int = 600) -> list[str]:
 
 
 def _config(kind: str, vocab_size: int, layers: int, hidden: int):
-    from transformers import BertConfig, ElectraConfig, MPNetConfig
+    from transformers import BertConfig, DebertaV2Config, ElectraConfig, MPNetConfig
 
     common = dict(
         vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
@@ -51,6 +51,10 @@ def _config(kind: str, vocab_size: int, layers: int, hidden: int):
         return ElectraConfig(**{**common, "hidden_size": hidden // 2, "intermediate_size": hidden}, embedding_size=hidden)
     if kind == "mpnet":
         return MPNetConfig(**common)
+    if kind == "deberta-v2":  # DeBERTa-v3's architecture: relative attention, no absolute positions
+        return DebertaV2Config(**common, type_vocab_size=0, relative_attention=True, position_biased_input=False,
+                               pos_att_type=["p2c", "c2p"], max_relative_positions=-1, position_buckets=16,
+                               norm_rel_ebd="layer_norm", share_att_key=True)
     raise ValueError(f"unknown tiny model kind {kind!r}; choose from {KINDS}")
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from trainables import layer_embeddings
 from trainables.base import EpochTrainable
-from trainables.encoders import count_parameters, load_pretrained, random_init, truncate
+from trainables.encoders import count_parameters, load_pretrained, paper_parameter_count, random_init, truncate
 from trainables.errors import SweepInputError
 from trainables.faults import maybe_inject_fault
 from trainables.method import (Method, MethodPlan, MetricContract, TrialCost, model_list, parse_int_list,
@@ -169,6 +169,9 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
     def parameter_count(self) -> int:
         return count_parameters(self.model)
 
+    def paper_parameter_count(self) -> int:
+        return paper_parameter_count(self.model)
+
     def method_state(self, checkpoint_dir: Path) -> dict:
         """Weights go to `encoder/` (a model folder with its tokenizer, loadable with AutoModel,
         e.g. for CKA); the task head, optimiser and scheduler into state.pt."""
@@ -189,7 +192,7 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
             self.scaler.load_state_dict(state["scaler"])
 
 
-PAPER_MODELS = "google/electra-base-discriminator,google/electra-base-generator,bert-base-cased"
+PAPER_MODELS = "google/electra-base-discriminator,google/electra-base-generator,bert-base-cased,microsoft/deberta-v3-base"
 LABELS = {"spearman": "Spearman", "f1": "F1"}
 
 
