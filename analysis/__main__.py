@@ -3,7 +3,7 @@
     python -m analysis report --mlflow-uri sqlite:////abs/mlflow.db [--experiment NAME]
                               [--where PARAM=VALUE ...] --out DIR
     python -m analysis cka --models A,B [--checkpoints DIR] [--data-dir D] [--max-sentences N]
-                           [--all-sentences] --out DIR [--mlflow-uri URI] [--experiment cka]
+                           [--unique-sentences] --out DIR [--mlflow-uri URI] [--experiment cka]
 
 Bad input (no store, no experiment, no runs, unknown model) prints one message and exits 2.
 """
@@ -29,11 +29,11 @@ def _parser() -> argparse.ArgumentParser:
     cka = commands.add_parser("cka", help="linear CKA per layer index between two models")
     cka.add_argument("--models", required=True, help="two hub ids or model folders, comma-separated: A,B")
     cka.add_argument("--checkpoints", default=None,
-                     help="a finished sweep's checkpoint folder (searched for */trial.json with encoder/)")
+                     help="a finished sweep's checkpoint folder (its trials' best-dev weights, */trial.json with best/)")
     cka.add_argument("--data-dir", default=None, help="data root holding stsbenchmark/ (default: ../shared/data)")
     cka.add_argument("--max-sentences", type=int, default=None, help="use only the first N test sentences")
-    cka.add_argument("--all-sentences", action="store_true",
-                     help="all 2,758 test sentences with duplicates, as the authors' code (default: unique ones)")
+    cka.add_argument("--unique-sentences", action="store_true",
+                     help="the 2,552 unique test sentences (default: all 2,758 with duplicates, as the authors' code)")
     cka.add_argument("--batch-size", type=int, default=64)
     cka.add_argument("--out", required=True, help="output folder (created)")
     cka.add_argument("--mlflow-uri", default=None, help="log the CSV and plot as artifacts of a run here")
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
             models = [m.strip() for m in args.models.split(",") if m.strip()]
             frame, files, run_id = run_cka(
                 models, args.out, data_dir=args.data_dir, checkpoints=args.checkpoints,
-                max_sentences=args.max_sentences, unique=not args.all_sentences, tracking_uri=args.mlflow_uri,
+                max_sentences=args.max_sentences, unique=args.unique_sentences, tracking_uri=args.mlflow_uri,
                 experiment=args.experiment, batch_size=args.batch_size)
             print(frame.to_string(index=False))
             print("wrote " + ", ".join(str(f) for f in files) + (f"; MLflow run {run_id}" if run_id else ""))

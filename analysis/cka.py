@@ -9,11 +9,13 @@ matrix (the two agree to rounding: tests check it).
 
 `compare_models` embeds the STS-B test sentences (mean pooling of every hidden state,
 `trainables.encoders.mean_pool`) with two pretrained models and, optionally, with the TMFT
-checkpoints of a finished sweep (directories holding `trial.json` and `encoder/`), and returns
-one CKA per layer index (0 = embedding output) up to the shallower model's depth.
-By default the sentences are the *unique* sentences of the test split, in order of first
-appearance (2,552); `unique=False` takes all 2,758 (sentence1 and sentence2 of every pair,
-duplicates included), as the authors' code does.
+checkpoints of a finished sweep at their best-dev epoch (the `best/` folder beside each
+`trial.json`, as the authors compared them; `encoder/`, the last epoch, only for checkpoints
+written before `best/` existed, with a warning), and returns one CKA per layer index
+(0 = embedding output) up to the shallower model's depth.
+By default the sentences are all 2,758 of the test split (sentence1 and sentence2 of every pair,
+duplicates included), as the authors' code does; `unique=True` takes the 2,552 unique ones in
+order of first appearance.
 """
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
 
 
 # ---- sentences and embeddings ---------------------------------------------------------------
-def stsb_test_sentences(data_dir, max_sentences: int | None = None, unique: bool = True) -> list[str]:
+def stsb_test_sentences(data_dir, max_sentences: int | None = None, unique: bool = False) -> list[str]:
     """The STS-B test sentences (sentence1, sentence2 of each pair in file order)."""
     from trainables.data.stsb import load_stsb
 
@@ -108,21 +110,26 @@ def hidden_state_embeddings(model_dir, sentences: list[str], batch_size: int = 6
 
 # ---- checkpoints of a finished sweep ------------------------------------------------------
 def find_checkpoints(directory) -> pd.DataFrame:
-    """Every trial checkpoint under `directory`: one row per `trial.json` with an `encoder/` beside
-    it (columns model, layer, seed, method, task, encoder)."""
+    """Every trial checkpoint under `directory`: one row per `trial.json` with its best-dev `best/`
+    (else its last-epoch `encoder/`) beside it (columns model, layer, seed, method, task, encoder,
+    weights: "best-dev" or "last epoch")."""
     directory = Path(directory)
     if not directory.is_dir():
         raise SweepInputError(f"Checkpoint directory {directory} does not exist.")
     rows = []
     for path in sorted(directory.rglob("trial.json")):
-        encoder = path.parent / "encoder"
+        encoder, weights = path.parent / "best", "best-dev"
         if not (encoder / "config.json").is_file():
-            log.warning("skipping %s: no encoder/ model folder beside it", path)
-            continue
+            encoder, weights = path.parent / "encoder", "last epoch"
+            if not (encoder / "config.json").is_file():
+                log.warning("skipping %s: no best/ or encoder/ model folder beside it", path)
+                continue
+            log.warning("%s has no best-dev weights (best/): using its last epoch (encoder/)", path.parent)
         trial = json.loads(path.read_text())
         rows.append({"model": str(trial.get("model")), "layer": int(trial["layer"]), "seed": trial.get("seed"),
-                     "method": trial.get("method", "tmft"), "task": trial.get("task"), "encoder": str(encoder)})
-    columns = ["model", "layer", "seed", "method", "task", "encoder"]
+                     "method": trial.get("method", "tmft"), "task": trial.get("task"), "encoder": str(encoder),
+                     "weights": weights})
+    columns = ["model", "layer", "seed", "method", "task", "encoder", "weights"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -260,7 +267,7 @@ def log_to_mlflow(frame: pd.DataFrame, files, tracking_uri: str, experiment: str
     return run_id
 
 
-def run_cka(models: list[str], out_dir, data_dir=None, checkpoints=None, max_sentences=None, unique=True,
+def run_cka(models: list[str], out_dir, data_dir=None, checkpoints=None, max_sentences=None, unique=False,
             tracking_uri=None, experiment="cka", batch_size=64) -> tuple[pd.DataFrame, list[Path], str | None]:
     """The `python -m analysis cka` command: compute, write, and log if `tracking_uri` is given."""
     from trainables.paths import default_data_dir

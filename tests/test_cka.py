@@ -64,8 +64,8 @@ def test_cka_on_a_tiny_matrix_by_hand():
 
 def test_test_sentences_unique_or_all():
     data = default_data_dir()
-    assert len(stsb_test_sentences(data)) == 2552
-    assert len(stsb_test_sentences(data, unique=False)) == 2758
+    assert len(stsb_test_sentences(data)) == 2758  # the authors' default: every sentence of every pair
+    assert len(stsb_test_sentences(data, unique=True)) == 2552
     assert len(stsb_test_sentences(data, max_sentences=7)) == 7
 
 
@@ -158,3 +158,17 @@ def test_cka_command_rejects_bad_input(tiny_models, tmp_path, capsys):
     assert "exactly two models" in capsys.readouterr().err
     assert main(["cka", "--models", f"{models['bert']},{tmp_path / 'nope'}", "--out", str(tmp_path)]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_checkpoints_are_compared_at_their_best_dev_epoch(tmp_path):
+    from analysis.cka import find_checkpoints
+
+    for name, folders in (("with-best", ("encoder", "best")), ("older", ("encoder",))):
+        trial = tmp_path / name / "checkpoint_000003"
+        for folder in folders:
+            (trial / folder).mkdir(parents=True)
+            (trial / folder / "config.json").write_text("{}")
+        (trial / "trial.json").write_text(json.dumps({"model": "m", "layer": 1, "seed": 0 if name == "older" else 1}))
+    found = find_checkpoints(tmp_path).set_index("seed")
+    assert found.loc[1, "weights"] == "best-dev" and found.loc[1, "encoder"].endswith("/best")
+    assert found.loc[0, "weights"] == "last epoch" and found.loc[0, "encoder"].endswith("/encoder")

@@ -117,3 +117,46 @@ def test_ws_selection_is_recorded_and_keys_the_stage(sweep_env, tiny_models):
     args = parser().parse_args(["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", "--improvement", "ws",
                                 *STAGE_FLAGS, *sweep_env["flags"]])
     assert plan_improvements(args).configs[0]["stage_key"] != plan.configs[0]["stage_key"]  # the rule is in the key
+
+
+def test_authors_variants_of_the_stages_are_flags_recorded_in_params_and_keys(sweep_env, tiny_models):
+    """--dapt-schedule authors, --dapt-clip none and --ws-split sklearn-compat reach the stage
+    configs (the stages' params) and their keys, and every downstream trial's params."""
+    from sweeps.engine.runner import parser_for, plan_sweep
+
+    def plan(*flags):
+        args = parser_for("improvements").parse_args(["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0",
+                                                      *STAGE_FLAGS, *sweep_env["flags"], *flags])
+        return plan_sweep(args, method="improvements")
+
+    paper = plan()
+    authors = plan("--dapt-schedule", "authors", "--dapt-clip", "none", "--ws-split", "sklearn-compat")
+    by_kind = {kind: {s["kind"]: s for s in p.stages.values()} for kind, p in (("paper", paper), ("authors", authors))}
+    assert by_kind["paper"]["dapt"]["config"]["schedule"] == "steps" and by_kind["paper"]["dapt"]["config"]["clip"] == 1.0
+    assert by_kind["authors"]["dapt"]["config"]["schedule"] == "authors" and by_kind["authors"]["dapt"]["config"]["clip"] is None
+    assert by_kind["paper"]["ws"]["config"]["split_method"] == "numpy"
+    assert by_kind["authors"]["ws"]["config"]["split_method"] == "sklearn-compat"
+    assert set(paper.stages).isdisjoint(authors.stages)
+    dapt_trial = next(c for c in authors.configs if c["upstream_method"] == "dapt")
+    assert dapt_trial["dapt_schedule"] == "authors" and dapt_trial["dapt_clip"] == "none"
+
+
+def test_authors_dapt_schedule_peaks_at_80_percent_of_training():
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    from trainables.dapt import schedule_steps
+
+    config = {"epochs": 10, "warmup_ratio": 0.1}
+    batches, steps = 80, 10 * 10  # accumulation 8: 10 optimiser steps per epoch
+    assert schedule_steps({**config, "schedule": "steps"}, batches, steps) == (10, 100)
+    warmup, total = schedule_steps({**config, "schedule": "authors"}, batches, steps)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total)
+    rates = []
+    for _ in range(steps):
+        optimizer.step()
+        scheduler.step()
+        rates.append(optimizer.param_groups[0]["lr"])
+    assert max(range(steps), key=rates.__getitem__) == 79  # the peak after 80 of 100 optimiser steps
+    assert rates[-1] > 0.95  # and it ends near the peak (METHODS.md: ~97%)

@@ -14,8 +14,10 @@ does what the authors' code does for every model: a new head, decoder tied to th
 embeddings, and the head's other parameters (transform, bias) left out of the optimiser.
 Loss: cross-entropy on the masked positions of the last layer. AdamW lr 2e-5, weight decay 0.01
 (not on LayerNorm/bias), batch 32 x gradient accumulation 8 (256 effective), 10 epochs, seed 0,
-warm-up over 10% of the optimiser steps then linear decay (the authors' scheduler counted batches,
-not optimiser steps, so their warm-up ran for 80% of training: METHODS.md ambiguity 8).
+warm-up over 10% of the optimiser steps then linear decay, gradient clipping 1.0 (the paper).
+Variants (stage config, hence params): `schedule = "authors"`, the authors' scheduler, which counted
+batches, not optimiser steps, so their warm-up ran for 80% of training and the rate ended near
+its peak (METHODS.md ambiguity 8); `clip = None`, the authors' code, which does not clip.
 
 Output (in the stage directory): `encoder/`, the encoder part of the MLM model after the last
 epoch (a model folder with the tokenizer; the TMFT trial truncates it to layer l), and the
@@ -36,21 +38,36 @@ from trainables.errors import SweepInputError
 STAGE_DEFAULTS = {
     "epochs": 10, "batch_size": 32, "accumulation": 8, "lr": 2e-5, "weight_decay": 0.01, "warmup_ratio": 0.1,
     "mlm_probability": 0.15, "mask_replace_prob": 0.8, "random_replace_prob": 0.1, "seed": 0, "head": "auto",
-    "max_length": None,
+    "max_length": None, "schedule": "steps", "clip": 1.0,
 }
 HEADS = ("auto", "authors")
+# steps: warm-up over 10% of the optimiser steps; authors: warm-up and decay counted in batches
+# while the scheduler steps once per optimiser step, so the rate peaks at 80% of training with
+# accumulation 8 (METHODS.md ambiguity 8).
+SCHEDULES = ("steps", "authors")
 
 
 def stage_config(*, corpus: str, epochs: int, batch_size: int, accumulation: int, lr: float, head: str,
-                 random_init: bool, max_sentences: int | None, max_length: int | None = None) -> dict:
+                 random_init: bool, max_sentences: int | None, max_length: int | None = None, schedule: str = "steps",
+                 clip: float | None = 1.0) -> dict:
     """The stage config that, with the model and the corpus checksum, keys a DAPT stage."""
     if head not in HEADS:
         raise SweepInputError(f"unknown --dapt-head {head!r}; valid: {', '.join(HEADS)}")
+    if schedule not in SCHEDULES:
+        raise SweepInputError(f"unknown --dapt-schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
     return {
         **STAGE_DEFAULTS, "stage": "dapt", "corpus": corpus, "epochs": int(epochs), "batch_size": int(batch_size),
         "accumulation": int(accumulation), "lr": float(lr), "head": head, "random_init": bool(random_init),
-        "max_sentences": max_sentences, "max_length": max_length,
+        "max_sentences": max_sentences, "max_length": max_length, "schedule": schedule,
+        "clip": None if clip is None else float(clip),
     }
+
+
+def schedule_steps(config: dict, batches_per_epoch: int, optimizer_steps: int) -> tuple[int, int]:
+    """(warm-up steps, training steps) of the linear schedule, which steps once per optimiser step."""
+    epochs = max(1, int(config["epochs"]))
+    counted = epochs * batches_per_epoch if config.get("schedule", "steps") == "authors" else optimizer_steps
+    return math.ceil(float(config["warmup_ratio"]) * counted), counted
 
 
 def check_model(model_path) -> None:
@@ -136,7 +153,8 @@ def compute(spec: dict, out_dir: Path) -> dict:
     steps = max(1, epochs * steps_per_epoch)
     optimizer = adamw(adamw_param_groups(model, float(config["weight_decay"])), float(config["lr"]), device)
     scaler = precision.grad_scaler()
-    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(float(config["warmup_ratio"]) * steps), steps)
+    scheduler = get_linear_schedule_with_warmup(optimizer, *schedule_steps(config, batches_per_epoch, steps))
+    clip = config.get("clip")
     history = []
     progress = StageProgress(spec, epochs * steps_per_epoch)
     for epoch in range(1, epochs + 1):
@@ -154,6 +172,9 @@ def compute(spec: dict, out_dir: Path) -> dict:
             if count:  # a batch of very short sentences may have no masked token (its loss is NaN)
                 scaler.scale(output.loss.float() / accumulation).backward()
             if (index + 1) % accumulation == 0 or index + 1 == batches_per_epoch:
+                if clip is not None:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), float(clip))
                 scaler.step(optimizer)
                 scaler.update()
                 scheduler.step()

@@ -11,6 +11,9 @@ and fills each trial's `upstream_run_id`.
 """
 from __future__ import annotations
 
+import math
+
+from trainables.data.word_similarity import SPLIT_METHODS as WS_SPLITS
 from trainables.errors import SweepInputError
 from trainables.method import MethodPlan, MetricContract, register_method
 from trainables.precision import stage_precision
@@ -56,6 +59,14 @@ class Improvements(TMFT):
         group.add_argument("--dapt-max-sentences", type=int, default=None, help="a deterministic subset of the corpus (quick runs)")
         group.add_argument("--dapt-head", choices=dapt.HEADS, default=dp["head"],
                            help="auto: the checkpoint's MLM head, or a new tied one if it has none; authors: always a new head, only its tied decoder trained")
+        group.add_argument("--dapt-schedule", choices=dapt.SCHEDULES, default=dp["schedule"],
+                           help="steps: warm-up over 10%% of the optimiser steps (the paper); authors: counted in batches, "
+                                "so the rate peaks at 80%% of training (the authors' code)")
+        group.add_argument("--dapt-clip", default="1.0",
+                           help="gradient clipping norm of the DAPT stage (the paper: 1.0), or 'none' (the authors' code)")
+        group.add_argument("--ws-split", choices=WS_SPLITS, default="numpy",
+                           help="word-pair split: numpy (seeded, this project's), sklearn-compat (the authors' "
+                                "train_test_split with np.random.seed(0))")
         group.add_argument("--stage-dir", default=None, help="the stage store (default: <storage-path>/stages; must be a local or shared file system)")
         group.add_argument("--stage-cpus", type=float, default=None, help="CPUs per stage task (default: --cpus-per-trial)")
         group.add_argument("--stage-gpus", type=float, default=None, help="GPUs per stage task (default: 1 when trials use GPUs, else 0)")
@@ -76,6 +87,7 @@ class Improvements(TMFT):
         for flag in ("ws_max_train_samples", "dapt_max_sentences"):
             if a[flag] is not None and a[flag] <= 0:
                 raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {a[flag]}")
+        parse_clip(a["dapt_clip"])
         if a["search"] == "optuna" and a["improvement"] == "both":
             raise SweepInputError("--search optuna tunes one method: pass --improvement ws or --improvement dapt")
 
@@ -114,12 +126,14 @@ class Improvements(TMFT):
                     config = word_similarity.stage_config(
                         base["layer"], epochs=a["ws_epochs"], batch_size=a["ws_batch_size"], lr=a["ws_lr"],
                         selection=a["ws_selection"], random_init=a["random_init"],
-                        max_train_samples=a["ws_max_train_samples"], max_eval_samples=a["max_eval_samples"])
+                        max_train_samples=a["ws_max_train_samples"], max_eval_samples=a["max_eval_samples"],
+                        split_method=a["ws_split"])
                 else:
                     config = dapt.stage_config(
                         corpus="+".join(sources), epochs=a["dapt_epochs"], batch_size=a["dapt_batch_size"],
                         accumulation=a["dapt_accumulation"], lr=a["dapt_lr"], head=a["dapt_head"],
-                        random_init=a["random_init"], max_sentences=a["dapt_max_sentences"])
+                        random_init=a["random_init"], max_sentences=a["dapt_max_sentences"],
+                        schedule=a["dapt_schedule"], clip=parse_clip(a["dapt_clip"]))
                 config.update(stage_precision(args))
                 spec = make_spec(kind, base["model"], paths[base["model"]], root, data_dir, checksums[kind], config)
                 specs.setdefault(spec["key"], spec)
@@ -138,9 +152,23 @@ def downstream_params(kind: str, a: dict) -> dict:
     """Stage settings recorded in every downstream trial's params."""
     if kind == "ws":
         return {"ws_selection": a["ws_selection"], "ws_epochs": a["ws_epochs"], "ws_batch_size": a["ws_batch_size"],
-                "ws_lr": a["ws_lr"], "ws_max_train_samples": a["ws_max_train_samples"]}
+                "ws_lr": a["ws_lr"], "ws_max_train_samples": a["ws_max_train_samples"], "ws_split": a["ws_split"]}
     from trainables.data.sentences import parse_sources
 
     return {"dapt_corpus": "+".join(parse_sources(a["dapt_corpus"])), "dapt_epochs": a["dapt_epochs"],
             "dapt_batch_size": a["dapt_batch_size"], "dapt_accumulation": a["dapt_accumulation"], "dapt_lr": a["dapt_lr"],
-            "dapt_max_sentences": a["dapt_max_sentences"], "dapt_head": a["dapt_head"]}
+            "dapt_max_sentences": a["dapt_max_sentences"], "dapt_head": a["dapt_head"],
+            "dapt_schedule": a["dapt_schedule"], "dapt_clip": a["dapt_clip"]}
+
+
+def parse_clip(text) -> float | None:
+    """--dapt-clip: a positive norm, or 'none'."""
+    if str(text).strip().lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise SweepInputError(f"--dapt-clip must be a positive number or 'none', got {text!r}")
+    return value

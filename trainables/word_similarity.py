@@ -31,7 +31,8 @@ SELECTIONS = ("cosine", "max4")
 
 
 def stage_config(layer: int, *, epochs: int, batch_size: int, lr: float, selection: str, random_init: bool,
-                 max_train_samples: int | None, max_eval_samples: int | None) -> dict:
+                 max_train_samples: int | None, max_eval_samples: int | None, split_method: str = "numpy",
+                 split_seed: int = 0) -> dict:
     """The stage config that, with the model and the data checksum, keys a WS stage."""
     if selection not in SELECTIONS:
         raise ValueError(f"unknown word-similarity selection {selection!r}; valid: {', '.join(SELECTIONS)}")
@@ -39,6 +40,7 @@ def stage_config(layer: int, *, epochs: int, batch_size: int, lr: float, selecti
         **STAGE_DEFAULTS, "stage": "ws", "layer": int(layer), "epochs": int(epochs), "batch_size": int(batch_size),
         "lr": float(lr), "selection": selection, "random_init": bool(random_init),
         "max_train_samples": max_train_samples, "max_eval_samples": max_eval_samples,
+        "split_method": split_method, "split_seed": int(split_seed),
     }
 
 
