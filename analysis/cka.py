@@ -80,13 +80,13 @@ def hidden_state_embeddings(model_dir, sentences: list[str], batch_size: int = 6
     n x h arrays, for the HF model folder `model_dir` (its own tokenizer; truncation at the
     model's maximum length; batches sorted by length, results in the input order)."""
     import torch
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    from trainables.encoders import mean_pool
+    from trainables.encoders import load_pretrained, mean_pool
 
     model_dir = str(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModel.from_pretrained(model_dir).to(_device()).eval()
+    model = load_pretrained(model_dir).to(_device()).eval()
     max_length = min(int(tokenizer.model_max_length), int(getattr(model.config, "max_position_embeddings", 512)))
     depth = int(model.config.num_hidden_layers)
     lengths = [len(ids) for ids in tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"]]

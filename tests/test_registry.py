@@ -31,6 +31,6 @@ def test_cli_choices_come_from_the_registries():
     from trainables.tasks import task_names
 
     task_action = next(a for a in parser_for("tmft")._actions if a.dest == "task")
-    assert list(task_action.choices) == task_names() == ["stsb", "mrpc", "sick"]
+    assert list(task_action.choices) == task_names() == ["stsb", "korsts", "stsb-de", "stsb-es", "mrpc", "sick"]
     with pytest.raises(SweepInputError, match="unknown method 'nope'"):
         parser_for("nope")

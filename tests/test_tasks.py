@@ -105,7 +105,7 @@ def test_primary_metric_per_task_and_the_method_contract_agrees():
     for task, primary in (("stsb", "spearman"), ("mrpc", "f1"), ("sick", "f1")):
         contract = TMFT.metrics(parser_for("tmft").parse_args(["--task", task]))
         assert (contract.primary, contract.report, contract.epoch) == (f"best_dev_{primary}", f"test_{primary}_at_best_dev", f"dev_{primary}")
-    assert set(task_names()) == {"stsb", "mrpc", "sick"}
+    assert set(task_names()) == {"stsb", "mrpc", "sick", "korsts", "stsb-de", "stsb-es"}
 
 
 def test_tokenised_labels_of_the_real_mrpc_and_sick(data_dir, tiny_models):

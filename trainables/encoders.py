@@ -188,9 +188,12 @@ def truncate(full: nn.Module, layer: int) -> nn.Module:
 
 
 def load_pretrained(path) -> nn.Module:
+    """A model folder as AutoModel; one saved with no layers (a layer-0 checkpoint) passes its
+    embeddings through, as `truncate` makes it."""
     from transformers import AutoModel
 
-    return AutoModel.from_pretrained(str(path))
+    model = AutoModel.from_pretrained(str(path))
+    return _zero_layers(model) if model_depth(model.config) == 0 else model
 
 
 def random_init(path, layer: int, seed: int) -> nn.Module:

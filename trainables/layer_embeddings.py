@@ -43,9 +43,9 @@ def load(stage_dir, layer: int, pooling: str) -> tuple[np.ndarray, int]:
 
 def compute(spec: dict, out_dir: Path) -> dict:
     import torch
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    from trainables.encoders import count_parameters, truncate
+    from trainables.encoders import count_parameters, load_pretrained, truncate
     from trainables.eval_sets import load_suite
     from trainables.precision import resolve
     from trainables.stage_progress import StageProgress
@@ -54,7 +54,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
     config = spec["config"]
     suite = load_suite(config["sets"], spec["data_dir"])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = AutoModel.from_pretrained(spec["model_path"])
+    model = load_pretrained(spec["model_path"])
     tokenizer = AutoTokenizer.from_pretrained(spec["model_path"])
     started = time.time()
     progress = StageProgress(spec, math.ceil(len(suite.sentences) / config["batch_size"]))

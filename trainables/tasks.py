@@ -171,6 +171,43 @@ class STSB(CosineRegression):
         return load_stsb(data_dir), stsb_checksums(data_dir)
 
 
+class TranslatedSTSB(STSB):
+    """A machine-translated STS-B (the paper's Appendix B): STS-B's loss and metrics, its own data
+    (trainables/data/multilingual_stsb.py) and the paper's models for its language."""
+
+    language = ""
+    zero_shot_sets: dict = {}
+
+    @property
+    def paper_models(self) -> str:
+        from trainables.data.multilingual_stsb import PAPER_MODELS
+
+        return PAPER_MODELS[self.language]
+
+    def load(self, data_dir):
+        from trainables.data.multilingual_stsb import load_translated
+
+        return load_translated(self.language, data_dir)
+
+
+@TASKS.register("korsts")
+class KorSTS(TranslatedSTSB):
+    name, language = "korsts", "ko"
+    description = "KorSTS (Korean STS-B, kakaobrain), as stsb"
+
+
+@TASKS.register("stsb-de")
+class GermanSTSB(TranslatedSTSB):
+    name, language = "stsb-de", "de"
+    description = "German STS-B (stsb_multi_mt), as stsb"
+
+
+@TASKS.register("stsb-es")
+class SpanishSTSB(TranslatedSTSB):
+    name, language = "stsb-es", "es"
+    description = "Spanish STS-B (stsb_multi_mt), as stsb"
+
+
 @TASKS.register("wordsim")
 class WordSimilarity(CosineRegression):
     """Word pairs (M2): outputs (cos, -euclidean, -manhattan, dot) so the authors' max rule can be scored."""

@@ -300,6 +300,9 @@ class TMFT(Method):
 
         seeds = parse_int_list(args.seeds, "--seeds")
         layers = parse_layers(args.layers)
+        language_models = getattr(get_task(args.task), "paper_models", None)
+        if language_models and args.models == context.default_models and not context.smoke_test:
+            args.models = language_models  # a translated STS-B: the paper's models for its language
         model_ids = model_list(args, context)
         paths, depths = {}, {}
         for model in model_ids:
