@@ -30,6 +30,7 @@ def _wait_for(predicate, timeout=240, what="condition"):
 
 def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_models, ray_session):
     address = ray_session.get_runtime_context().gcs_address
+    MlflowClient(sweep_env["uri"]).search_experiments()  # the store exists before the driver starts: this test polls it
     sweep = ["--models", tiny_models["bert"], "--layers", "0,2", "--seeds", "0,1", "--epochs", "3", "--max-concurrent", "1",
              "--max-train-samples", "160", *sweep_env["flags"]]
     driver = subprocess.Popen([sys.executable, "sweeps/electra_layers.py", *sweep, "--name", "killed", "--address", address],

@@ -272,3 +272,23 @@ def test_hub_data_while_offline_is_a_message(tmp_path, tiny_models, monkeypatch,
     monkeypatch.setattr("datasets.config.HF_HUB_OFFLINE", True, raising=False)
     err = _refused(capsys, tmp_path / "runs", ["--models", tiny_models["bert"], "--data-dir", "hub"])
     assert "--data-dir hub: the hub copy" in err and "pass --data-dir with the local release" in err
+
+
+def test_a_store_created_by_another_program_meanwhile_is_tried_again(tmp_path, monkeypatch):
+    """An MLflow UI or a script opening a fresh SQLite store takes no lock: a creation that fails
+    while it does is tried again."""
+    from sweeps.engine import tracking
+
+    calls = []
+    real = tracking.ensure_experiment
+
+    def flaky(uri, name):
+        calls.append(name)
+        if len(calls) == 1:
+            raise RuntimeError("alembic: expected to match one row when updating")
+        return real(uri, name)
+
+    monkeypatch.setattr(tracking, "ensure_experiment", flaky)
+    monkeypatch.setattr(tracking.time, "sleep", lambda seconds: None)
+    run_id = tracking.start_parent_run(f"sqlite:///{tmp_path / 'mlflow.db'}", "e", "s", {})
+    assert run_id and len(calls) == 2

@@ -80,7 +80,7 @@ def check_sqlite_store(uri: str, flag: str = "--mlflow-uri") -> None:
     path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
     if path and os.path.isfile(path):
         with open(path, "rb") as handle:
-            if handle.read(16) not in (b"SQLite format 3\x00", b""):
+            if handle.read(16) not in (b"SQLite format 3\x00", b""):  # (empty: being created right now)
                 raise SweepInputError(f"{flag} {uri}: {path} is not an SQLite database; point at the mlflow.db of a sweep")
     elif path and os.path.isdir(path):
         raise SweepInputError(f"{flag} {uri}: {path} is a folder; point at a database file inside it (e.g. {path}/mlflow.db)")

@@ -120,13 +120,26 @@ def store_lock(tracking_uri: str):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _open_store(tracking_uri: str, experiment: str, attempts: int = 3):
+    """(client, experiment id), the store created or upgraded under `store_lock`. Another program
+    that opens a fresh SQLite store at the same moment (an MLflow UI, a script) does not take the
+    lock, so a failed creation is tried again once that one has finished."""
+    for attempt in range(1, attempts + 1):
+        try:
+            with store_lock(tracking_uri):  # the first client of a fresh store creates its tables
+                client = _client(tracking_uri)
+                return client, ensure_experiment(tracking_uri, experiment)
+        except Exception as error:
+            if is_transient(error) or attempt == attempts or not str(tracking_uri).startswith("sqlite:"):
+                raise
+            time.sleep(2.0 * attempt)
+
+
 def start_parent_run(tracking_uri: str, experiment: str, sweep_name: str, params: dict) -> str:
     """Create the sweep's parent run. An unreachable store stops the sweep before it starts."""
     configure_http(tracking_uri)
     try:
-        with store_lock(tracking_uri):  # the first client of a fresh store creates its tables
-            client = _client(tracking_uri)
-            experiment_id = ensure_experiment(tracking_uri, experiment)
+        client, experiment_id = _open_store(tracking_uri, experiment)
         run = client.create_run(
             experiment_id, run_name=sweep_name,
             tags={schema.TAG_ROLE: "sweep", schema.TAG_SWEEP: sweep_name},
