@@ -67,6 +67,8 @@ def config_of(name: str):
 
 
 def trial_seconds(config, task, layer: int, precision: str, tflops: float | None, authors: bool) -> float:
+    if not authors:
+        return encoder_cost.pair_task_cost(config, task, layer, BATCH, EPOCHS, tflops, precision)[1]
     train, splits = task.splits["train"], task.splits
     tokens = sum(map(len, train.s1)) + sum(map(len, train.s2))
     eval_tokens = sum(sum(map(len, splits[s].s1)) + sum(map(len, splits[s].s2)) for s in ("dev", "test"))
@@ -74,9 +76,7 @@ def trial_seconds(config, task, layer: int, precision: str, tflops: float | None
     eval_batches = sum(math.ceil(len(splits[s]) / 64) for s in ("dev", "test"))
     depth = int(config.num_hidden_layers)
     shape = encoder_cost.shape_from_config(config, layer, BATCH, 1)
-    if not authors:
-        return encoder_cost.trial_seconds(shape, tokens, eval_tokens, EPOCHS, tflops, precision, steps, eval_batches)
-    per_layer = shape.layer_params / layer if layer else encoder_cost.shape_from_config(config, 1, BATCH, 1).layer_params
+    per_layer = encoder_cost.shape_from_config(config, 1, BATCH, 1).layer_params
     upper = (depth - layer) * per_layer  # run forward only, in training and in evaluation
     flops = EPOCHS * (6 * shape.layer_params * tokens + 2 * upper * tokens + 2 * (shape.layer_params + upper) * eval_tokens)
     gpu = flops / ((tflops or encoder_cost.GPU_TFLOPS[precision]) * 1e12)

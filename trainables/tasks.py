@@ -190,22 +190,11 @@ class TranslatedSTSB(STSB):
         return load_translated(self.language, data_dir)
 
 
-@TASKS.register("korsts")
-class KorSTS(TranslatedSTSB):
-    name, language = "korsts", "ko"
-    description = "KorSTS (Korean STS-B, kakaobrain), as stsb"
-
-
-@TASKS.register("stsb-de")
-class GermanSTSB(TranslatedSTSB):
-    name, language = "stsb-de", "de"
-    description = "German STS-B (stsb_multi_mt), as stsb"
-
-
-@TASKS.register("stsb-es")
-class SpanishSTSB(TranslatedSTSB):
-    name, language = "stsb-es", "es"
-    description = "Spanish STS-B (stsb_multi_mt), as stsb"
+for _name, _language, _what in (("korsts", "ko", "KorSTS (Korean STS-B, kakaobrain)"),
+                                ("stsb-de", "de", "German STS-B (stsb_multi_mt)"),
+                                ("stsb-es", "es", "Spanish STS-B (stsb_multi_mt)")):
+    TASKS.register(_name)(type(f"TranslatedSTSB_{_language}", (TranslatedSTSB,),
+                               {"name": _name, "language": _language, "description": f"{_what}, as stsb"}))
 
 
 @TASKS.register("wordsim")
