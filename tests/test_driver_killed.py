@@ -16,7 +16,7 @@ from sweeps.electra_layers import main
 from trainables.paths import PROJECT_ROOT
 
 
-def _wait_for(predicate, timeout=240, what="condition"):
+def _wait_for(predicate, driver, log, timeout=240, what="condition"):
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
@@ -24,17 +24,22 @@ def _wait_for(predicate, timeout=240, what="condition"):
                 return
         except Exception:
             pass
-        time.sleep(1)
-    pytest.fail(f"timed out waiting for {what}")
+        if driver.poll() is not None:
+            break
+        time.sleep(0.2)
+    ended = "timed out" if driver.poll() is None else f"the driver ended (exit code {driver.poll()})"
+    pytest.fail(f"{ended} before {what}; its output ends:\n" + log.read_text()[-4000:])
 
 
 def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_models, ray_session):
     address = ray_session.get_runtime_context().gcs_address
     MlflowClient(sweep_env["uri"]).search_experiments()  # the store exists before the driver starts: this test polls it
-    sweep = ["--models", tiny_models["bert"], "--layers", "0,2", "--seeds", "0,1", "--epochs", "3", "--max-concurrent", "1",
-             "--max-train-samples", "160", *sweep_env["flags"]]
-    driver = subprocess.Popen([sys.executable, "sweeps/electra_layers.py", *sweep, "--name", "killed", "--address", address],
-                              cwd=PROJECT_ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sweep = ["--models", tiny_models["bert"], "--layers", "1,2", "--seeds", "0,1", "--epochs", "4", "--max-concurrent", "1",
+             "--max-train-samples", "320", *sweep_env["flags"]]
+    log = sweep_env["tmp"] / "driver.log"
+    with open(log, "w") as out:
+        driver = subprocess.Popen([sys.executable, "sweeps/electra_layers.py", *sweep, "--name", "killed", "--address", address],
+                                  cwd=PROJECT_ROOT, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
     uri = sweep_env["uri"]
 
     def one_finished_and_one_started():
@@ -44,10 +49,11 @@ def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_
         return finished and started
 
     try:
-        _wait_for(one_finished_and_one_started, what="the first trial to finish and the second to log an epoch")
+        _wait_for(one_finished_and_one_started, driver, log, what="the first trial to finish and the second to log an epoch")
     finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
     killed_at = time.time() * 1000
     _, before = runs_by_role(uri)
     finished_before = {c.info.run_id for c in before if c.info.status == "FINISHED"}
@@ -61,7 +67,7 @@ def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_
     for child in children:
         assert child.info.status == "FINISHED"
         history = client.get_metric_history(child.info.run_id, "dev_spearman")
-        assert sorted(m.step for m in history) == [1, 2, 3], child.info.run_name
+        assert sorted(m.step for m in history) == [1, 2, 3, 4], child.info.run_name
         if child.info.run_id in finished_before:
             assert all(m.timestamp < killed_at for m in history), "a finished trial was rerun"
     # the concurrency limit (1) held after the resume: no two trials' epochs interleave
