@@ -12,6 +12,8 @@ Writes into OUT:
   "all">.md|csv (every value of its axes, a column per score: each evaluation set, then their
   mean) and, when the layer is an axis, figures/curves_<method>_<task>_<other axes' values>.png|svg
   (e.g. per model and pooling: one line per evaluation set against the layer);
+- for runs of a paper's preset (param `preset`): a section naming the table or figure, and
+  tables/paper_<preset>.csv with the paper's published numbers beside the sweep's (analysis/published.py);
 - README.md: the index that shows all of it, including the excluded runs.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pandas as pd
 
+from analysis import published
 from analysis.loader import AnalysisError, load_runs
 from analysis.names import display_names, method_name, method_sort_key, task_name
 from analysis.pareto import pareto_points
@@ -191,6 +194,7 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
                   "with `--where PARAM=VALUE`:", "", to_markdown(mixed[shown].astype(str).replace({"<NA>": ""})), ""]
     if summary.empty and others.empty:
         lines += ["", "No complete runs yet: nothing to plot or tabulate.", ""]
+    lines += published.sections(runs, tables, write_csv)
     colors = model_colors(summary["model"].unique()) if not summary.empty else {}
 
     for task in sorted(summary["task"].unique()) if not summary.empty else []:

@@ -61,7 +61,7 @@ def params_column(frame) -> str | None:
     return "params_truncated" if "params_truncated" in frame else None
 
 
-PROVENANCE = {"seed", "git_commit", "config_hash", "sweep", "search", "data_dir", "params_truncated", "params_paper", *CONTRACT_KEYS}
+PROVENANCE = {"seed", "git_commit", "config_hash", "sweep", "search", "data_dir", "preset", "params_truncated", "params_paper", *CONTRACT_KEYS}
 PROVENANCE_PREFIXES = ("version_", "data_sha_")
 FINISHED = "FINISHED"
 LAYER_FAMILY, TABLE_FAMILY = "layers", "table"

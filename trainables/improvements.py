@@ -1,7 +1,8 @@
 """WS+TMFT and DAPT+TMFT (ELECTRA paper, Table 1; METHODS.md M2, M3): an upstream stage per model
 (DAPT) or per model and layer (WS, seed 0 as the paper), then TMFT trials that start from it.
 
-The method is TMFT's grid and trainable with more flags (`--improvement ws|dapt|both` and the
+The method is TMFT's grid and trainable with more flags (`--improvement`, a list of ws, dapt and
+none, the plain TMFT beside them, for Table 1 from one sweep; `both` = ws,dapt; and the
 stage settings `--ws-*`, `--dapt-*`, `--stage-*`) and with stage specs in its plan: for every
 (model, layer, seed) and improvement a trial with method `ws+tmft` or `dapt+tmft`, the key of the
 stage it starts from (`stage_key`), the stage settings as params and the stage's directory
@@ -21,7 +22,8 @@ from trainables.stages import stage_root
 from trainables.tmft import TMFT
 from trainables.upstream import STAGES
 
-IMPROVEMENTS = {"ws": ("ws",), "dapt": ("dapt",), "both": ("ws", "dapt")}
+IMPROVEMENTS = ("none", "ws", "dapt")  # none: plain TMFT, no stage
+ALIASES = {"both": ("ws", "dapt")}
 # --smoke-test also shrinks the stages.
 STAGE_SMOKE = {"ws_epochs": 2, "ws_max_train_samples": 256, "dapt_epochs": 1, "dapt_max_sentences": 384,
                "dapt_batch_size": 16, "dapt_accumulation": 2}
@@ -40,8 +42,9 @@ class Improvements(TMFT):
 
         super().add_arguments(parser, defaults)
         group = parser.add_argument_group("improvements (upstream stages)")
-        group.add_argument("--improvement", choices=sorted(IMPROVEMENTS), default="both",
-                           help="ws: word-similarity TMFT at layer l, then STS TMFT; dapt: MLM pre-training, then TMFT; both")
+        group.add_argument("--improvement", default="both",
+                           help="comma-separated: ws (word-similarity TMFT at layer l, then STS TMFT), dapt (MLM "
+                                "pre-training, then TMFT), none (plain TMFT beside them); both = ws,dapt")
         ws = word_similarity.STAGE_DEFAULTS
         group.add_argument("--ws-epochs", type=int, default=ws["epochs"], help="word-similarity stage epochs (best dev epoch kept)")
         group.add_argument("--ws-batch-size", type=int, default=ws["batch_size"])
@@ -88,8 +91,15 @@ class Improvements(TMFT):
             if a[flag] is not None and a[flag] <= 0:
                 raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {a[flag]}")
         parse_clip(a["dapt_clip"])
-        if a["search"] == "optuna" and a["improvement"] == "both":
+        if a["search"] == "optuna" and len(parse_improvements(a["improvement"])) > 1:
             raise SweepInputError("--search optuna tunes one method: pass --improvement ws or --improvement dapt")
+
+    @classmethod
+    def estimate(cls, args):
+        from trainables import electra_paper
+
+        models = [m.strip() for m in args.models.split(",") if m.strip()]
+        return electra_paper.estimate(args, models, stages=len(parse_improvements(args.improvement)))
 
     @classmethod
     def metrics(cls, args) -> MetricContract:
@@ -107,7 +117,7 @@ class Improvements(TMFT):
 
         planned = super().plan(args, context)
         a = vars(args)
-        kinds = IMPROVEMENTS[a["improvement"]]
+        kinds = parse_improvements(a["improvement"])
         root = stage_root(a.get("stage_dir"), context.storage_path)
         paths = {model: task.model_path for model, task in planned.data.tasks.items()}
         data_dir = a["data_dir"]
@@ -122,6 +132,9 @@ class Improvements(TMFT):
         specs, configs = {}, []
         for base in planned.configs:
             for kind in kinds:
+                if kind == "none":
+                    configs.append({**base, "method": TMFT.name})
+                    continue
                 if kind == "ws":
                     config = word_similarity.stage_config(
                         base["layer"], epochs=a["ws_epochs"], batch_size=a["ws_batch_size"], lr=a["ws_lr"],
@@ -143,9 +156,17 @@ class Improvements(TMFT):
                 })
         planned.configs = configs
         planned.stages = specs
-        planned.method_label = ",".join(STAGES.get(k).downstream for k in kinds)
+        planned.method_label = ",".join("tmft" if k == "none" else STAGES.get(k).downstream for k in kinds)
         planned.static_params["stage_dir"] = str(root)
         return planned
+
+
+def parse_improvements(text: str) -> tuple[str, ...]:
+    """--improvement: the kinds in IMPROVEMENTS (aliases expanded), in the order given."""
+    from trainables.method import parse_names
+
+    names = parse_names(text, "--improvement", [*IMPROVEMENTS, *ALIASES])
+    return tuple(dict.fromkeys(kind for name in names for kind in ALIASES.get(name, (name,))))
 
 
 def downstream_params(kind: str, a: dict) -> dict:

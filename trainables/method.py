@@ -17,6 +17,10 @@ It declares:
   the selection, the companion, the per-epoch metric that schedulers see, the axes the sweep
   varies and the axis a table selects over (e.g. the best layer per model by mean dev score);
 - optionally `search_space(args, base_config)`: the Optuna space of `--search optuna`;
+- optionally `presets` (name -> `Preset`: the flags of one table or figure of a paper, what it
+  reproduces and the paper's published numbers; `--preset NAME`, `--list-presets`) and
+  `estimate(args) -> Estimate` (trials and GPU-hours of a grid from public configs alone, without
+  loading any model, for `--list-presets`);
 - `trainable`: the Ray Tune Trainable class a trial runs.
 
 The contract is logged on the sweep's parent run and on every trial run (`MetricContract.params`),
@@ -110,6 +114,57 @@ class MetricContract:
         return b is None or (a > b if self.mode == "max" else a < b)
 
 
+@dataclass(frozen=True)
+class PublishedScore:
+    """One row of a paper's table: the score of `model` under `method` on `task` at the layer the
+    paper selected (scores x100; `params_m` in millions, as the paper counts them)."""
+
+    method: str
+    model: str
+    layer: int
+    params_m: float
+    dev_spearman: float
+    dev_pearson: float
+    test_spearman: float
+    test_pearson: float
+    selection: str = "best"   # "best": the layer with the best dev score; "last": the model's last layer
+    task: str = "stsb"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """The grid of one table or figure of a paper, by name.
+
+    method:     the registered method that runs it (its script is `script`)
+    reproduces: what it reproduces, e.g. "Table 1: TMFT, WS+TMFT and DAPT+TMFT on STS-B"
+    flags:      flag values (argparse dests) the preset sets; flags given on the command line win
+    source:     the citation of the published numbers
+    published:  the paper's numbers for the report to put beside the sweep's (empty: plot only)
+    note:       what else the reader needs (e.g. "the paper gives only a plot")
+    follow_up:  commands to run after the sweep ({sweep_dir}, {mlflow_uri} filled in)
+    """
+
+    name: str
+    method: str
+    script: str
+    reproduces: str
+    flags: dict
+    source: str = ""
+    published: tuple[PublishedScore, ...] = ()
+    note: str = ""
+    follow_up: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a grid costs, priced without loading any model: trials and GPU-hours on one GPU."""
+
+    trials: int
+    gpu_hours: float | None
+    note: str = ""    # what this grid's figure leaves out or approximates
+    basis: str = ""   # how every figure of the method is priced
+
+
 @dataclass
 class PlanContext:
     """What the engine hands a method at planning time."""
@@ -142,6 +197,7 @@ class Method:
     description: ClassVar[str] = ""
     smoke: ClassVar[dict] = {}
     cost_axes: ClassVar[tuple[str, ...]] = ()  # the config keys a trial's cost depends on
+    presets: ClassVar[dict[str, Preset]] = {}
 
     @classmethod
     def add_arguments(cls, parser: ArgumentParser, defaults: dict) -> None:
@@ -164,6 +220,11 @@ class Method:
         raise SweepInputError(f"--search optuna is not available for method {cls.name!r}")
 
     @classmethod
+    def estimate(cls, args: Namespace) -> Estimate | None:
+        """Trials and GPU-hours of the grid `args` describe, from public configs alone (None: unknown)."""
+        return None
+
+    @classmethod
     def trainable_class(cls) -> type:
         if cls.trainable is None:
             raise NotImplementedError(f"method {cls.name!r} declares no trainable")
@@ -178,6 +239,16 @@ def get_method(name: str) -> type[Method]:
     """The method class registered under `name`, importing the method modules first."""
     import_methods()
     return METHODS.get(name)
+
+
+def find_preset(name: str) -> Preset | None:
+    """The preset called `name` among every method's, or None."""
+    import_methods()
+    for key in METHODS.names():
+        preset = METHODS.get(key).presets.get(name)
+        if preset is not None:
+            return preset
+    return None
 
 
 def import_methods() -> None:

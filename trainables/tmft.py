@@ -31,12 +31,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainables import layer_embeddings
+from trainables import electra_paper, layer_embeddings
 from trainables.base import EpochTrainable
 from trainables.encoders import count_parameters, load_pretrained, paper_parameter_count, random_init, truncate
 from trainables.errors import SweepInputError
 from trainables.faults import maybe_inject_fault
-from trainables.method import (Method, MethodPlan, MetricContract, TrialCost, model_list, parse_int_list,
+from trainables.method import (Estimate, Method, MethodPlan, MetricContract, TrialCost, model_list, parse_int_list,
                                parse_layers, parse_names, register_method)
 from trainables.pair_training import PairFineTuning
 from trainables.tasks import COMPANIONS, get_task, task_names
@@ -192,7 +192,7 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
             self.scaler.load_state_dict(state["scaler"])
 
 
-PAPER_MODELS = "google/electra-base-discriminator,google/electra-base-generator,bert-base-cased,microsoft/deberta-v3-base"
+PAPER_MODELS = ",".join(electra_paper.BASE_MODELS)
 LABELS = {"spearman": "Spearman", "f1": "F1"}
 
 
@@ -223,6 +223,18 @@ class TMFT(Method):
     smoke = {"layers": "0,2", "seeds": "0,1", "epochs": 1, "max_train_samples": 64, "max_eval_samples": 200, "batch_size": 16}
     cost_axes = ("model", "layer")
     one_pass_zero_shot = True  # --epochs 0 reads every layer from one forward pass (not after a stage)
+    presets = electra_paper.PRESETS
+
+    @classmethod
+    def estimate(cls, args) -> Estimate:
+        models = cls.models_for_task(args, PAPER_MODELS)
+        return electra_paper.estimate(args, [m.strip() for m in models.split(",") if m.strip()])
+
+    @staticmethod
+    def models_for_task(args, default_models: str) -> str:
+        """--models as given; for a translated STS-B left at the default models, the paper's models for its language."""
+        language_models = getattr(get_task(args.task), "paper_models", None)
+        return language_models if language_models and args.models == default_models else args.models
 
     @classmethod
     def add_arguments(cls, parser, defaults: dict) -> None:
@@ -300,9 +312,8 @@ class TMFT(Method):
 
         seeds = parse_int_list(args.seeds, "--seeds")
         layers = parse_layers(args.layers)
-        language_models = getattr(get_task(args.task), "paper_models", None)
-        if language_models and args.models == context.default_models and not context.smoke_test:
-            args.models = language_models  # a translated STS-B: the paper's models for its language
+        if not context.smoke_test:
+            args.models = cls.models_for_task(args, context.default_models)
         model_ids = model_list(args, context)
         paths, depths = {}, {}
         for model in model_ids:

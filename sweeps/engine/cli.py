@@ -12,6 +12,7 @@ import math
 import time
 from pathlib import Path
 
+from sweeps.engine import presets
 from trainables.errors import SweepInputError
 from trainables.paths import default_data_dir
 from trainables.precision import PRECISIONS, check_request, trials_on_gpu
@@ -21,6 +22,7 @@ def build_parser(prog: str, description: str, method, defaults: dict | None = No
     parser = argparse.ArgumentParser(prog=prog, description=description,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     method.add_arguments(parser, dict(defaults or {}))
+    presets.add_arguments(parser, method)
     data = parser.add_argument_group("data")
     data.add_argument("--data-dir", default=str(default_data_dir()), help="folder holding stsbenchmark/ etc. ($EMBSWEEP_DATA_DIR), or 'hub' for the hub copy")
     search = parser.add_argument_group("search")

@@ -23,7 +23,7 @@ from trainables.errors import SweepInputError
 from trainables.method import MetricContract, PlanContext, get_method
 from trainables.paths import PROJECT_ROOT
 from trainables.schema import config_hash
-from sweeps.engine import storage
+from sweeps.engine import presets, storage
 from sweeps.engine.cli import build_parser, check_name, check_numbers, default_name
 
 QUIET_ENV = {
@@ -167,7 +167,7 @@ def plan_sweep(args: Namespace, method: str, prog: str = "sweep") -> SweepPlan:
     plan.static_params = {
         "git_commit": git_commit(), "sweep": name, "search": args.search, "data_dir": str(args.data_dir),
         **{f"data_sha_{k}": v for k, v in planned.checksums.items()}, **package_versions(),
-        **contract.params(), **planned.static_params,
+        **contract.params(), **planned.static_params, **({"preset": args.preset} if getattr(args, "preset", None) else {}),
     }
     plan.args["data_checksums"] = planned.checksums
     return plan
@@ -399,6 +399,9 @@ def _finish(plan: SweepPlan, results) -> None:
     else:
         print(f"MLflow:  mlflow ui --backend-store-uri {shlex.quote(ui_uri)} --host 127.0.0.1 --port 5000   (then open http://127.0.0.1:5000)")
     print(f"Report:  python -m analysis report --mlflow-uri {shlex.quote(ui_uri)} --out {shlex.quote(storage.join(plan.sweep_dir, 'report'))}")
+    preset = get_method(plan.method).presets.get(plan.args.get("preset") or "")
+    for command in presets.follow_up(preset, shlex.quote(str(plan.sweep_dir)), shlex.quote(ui_uri)):
+        print(f"Then:    {command}")
     if failures:
         print(f"{len(failures)} trial(s) failed:", *failures, sep="\n")
         print(f"Rerun the ones that may succeed now from their checkpoints with: --resume {shlex.quote(str(plan.sweep_dir))}")
@@ -417,8 +420,13 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
     from sweeps.engine.stages_plan import StageError
 
     quiet()
-    args = parser_for(method, prog, description, defaults).parse_args(argv)
+    parser = parser_for(method, prog, description, defaults)
+    args = parser.parse_args(argv)
     try:
+        if getattr(args, "list_presets", False):
+            print(presets.listing(get_method(method), args.data_dir))
+            return 0
+        args = presets.apply(parser, argv, args, get_method(method))
         plan = plan_sweep(args, method=method, prog=prog)
         results = run_sweep(plan)
     except SweepInputError as error:
