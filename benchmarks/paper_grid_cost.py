@@ -30,19 +30,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.gpu import default_tokenizer  # noqa: E402
-from trainables import encoder_cost  # noqa: E402
+from trainables import electra_paper, encoder_cost  # noqa: E402
 
-# Public configs (hidden, layers, heads, intermediate, embedding size, vocabulary).
-MODELS = {
-    "bert-tiny": (128, 2, 2, 512, 128, 30522), "bert-mini": (256, 4, 4, 1024, 256, 30522),
-    "bert-small": (512, 4, 8, 2048, 512, 30522), "bert-medium": (512, 8, 8, 2048, 512, 30522),
-    "bert-base-cased": (768, 12, 12, 3072, 768, 28996), "bert-large-cased": (1024, 24, 16, 4096, 1024, 28996),
-    "electra-small-discriminator": (256, 12, 4, 1024, 128, 30522), "electra-base-discriminator": (768, 12, 12, 3072, 768, 30522),
-    "electra-large-discriminator": (1024, 24, 16, 4096, 1024, 30522), "electra-small-generator": (256, 12, 4, 1024, 128, 30522),
-    "electra-base-generator": (256, 12, 4, 1024, 768, 30522), "electra-large-generator": (256, 24, 4, 1024, 1024, 30522),
-    "deberta-v3-base": (768, 12, 12, 3072, 768, 128100),
-}
-BASE_MODELS = ("bert-base-cased", "electra-base-discriminator", "electra-base-generator", "deberta-v3-base")
+MODELS = electra_paper.CONFIGS  # public configs of the 13 English models
+BASE_MODELS = electra_paper.BASE_MODELS
 SEEDS, EPOCHS, BATCH = 5, 10, 32
 H100_FP32, RTX3090_FP32 = 67.0, 35.6  # published dense FP32 TFLOP/s
 PAPER_HOURS = 300
@@ -56,14 +47,7 @@ def grid() -> list[tuple[str, str]]:
     return cells
 
 
-def config_of(name: str):
-    from transformers import BertConfig
-
-    hidden, layers, heads, inter, embedding, vocab = MODELS[name]
-    config = BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                        intermediate_size=inter, max_position_embeddings=512)
-    config.embedding_size = embedding
-    return config
+config_of = electra_paper.public_config
 
 
 def trial_seconds(config, task, layer: int, precision: str, tflops: float | None, authors: bool) -> float:
