@@ -24,9 +24,12 @@ def test_progress_is_written_at_most_every_interval_and_formatted(tmp_path):
     assert read_progress(spec) == {"done": 0, "total": 100, "started": 1000.0, "updated": 1000.0}
     assert progress_line("dapt tiny", read_progress(spec), now=1005.0) == "  stage dapt tiny: 0/100 steps (0:05 elapsed)"
     clock.now += 1
-    progress.step(10)
-    assert read_progress(spec)["done"] == 0  # within the interval: not written
-    clock.now += 3
+    progress.step(5)
+    assert read_progress(spec)["done"] == 5  # the first step is written at once: the driver has a rate
+    clock.now += 0.5
+    progress.step(5)
+    assert read_progress(spec)["done"] == 5  # within the interval: not written
+    clock.now += 2.5
     progress.step(10)
     record = read_progress(spec)
     assert record["done"] == 20 and record["updated"] == 1004.0
@@ -110,3 +113,4 @@ def test_the_driver_prints_a_running_stages_progress(sweep_env, tiny_models, mon
     assert main(["--models", tiny_models["bert"], "--sets", "sickr_all", "--batch-size", "8", "--name", "watched", *flags]) == 0
     out = capsys.readouterr().out
     assert "  stage embeddings bert: starting\n" in out and " steps/s, ~" in out, out[:3000]
+    assert out.count("  stage embeddings bert: starting\n") == 1, out[:3000]  # a line only when there is news

@@ -9,7 +9,7 @@ a shared file system by design (trainables/stages.py), as `<store>/<key>.progres
 - `StageProgress(spec, total)`: the stage creates it once it knows its number of steps, calls
   `step()` once per optimiser step (per batch, for a stage without an optimiser) and `finish()`
   at the end; the record (steps done, total, start time, time of writing) is written by atomic
-  replace at the start, at most every `interval` seconds, and at the end;
+  replace at the start, after the first step, at most every `interval` seconds, and at the end;
 - `read_progress(spec)` and `progress_line(label, record)`: what the driver prints.
 """
 from __future__ import annotations
@@ -42,8 +42,9 @@ class StageProgress:
         self._write()
 
     def step(self, count: int = 1) -> None:
+        first = self.done == 0
         self.done += count
-        if self.clock() - self._written >= self.interval:
+        if first or self.clock() - self._written >= self.interval:  # the first step gives the driver a rate at once
             self._write()
 
     def finish(self) -> None:

@@ -178,7 +178,7 @@ def prepare_stages(plan, specs: dict) -> None:
     cpus, gpus = _stage_resources(plan)
     remote = ray.remote(execute).options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
     limit = plan.args.get("max_concurrent") or len(missing) or 1
-    own_runs, waiting, queue = {}, {}, list(missing)
+    own_runs, waiting, queue, shown = {}, {}, list(missing), {}
     started = time.time()
     report_at = started + PROGRESS_INTERVAL_S
     while queue or waiting:
@@ -191,8 +191,10 @@ def prepare_stages(plan, specs: dict) -> None:
         done, _ = ray.wait(list(waiting), num_returns=1, timeout=max(0.0, report_at - time.time()))
         if time.time() >= report_at:  # on time even while other stages keep finishing
             for ref, running in waiting.items():
-                if ref not in done:
-                    print(progress_line(stage_label(running), read_progress(running)), flush=True)
+                record = read_progress(running)
+                if ref not in done and record != shown.get(ref):  # nothing new: no line
+                    print(progress_line(stage_label(running), record), flush=True)
+                    shown[ref] = record
             report_at = time.time() + PROGRESS_INTERVAL_S
         if not done:
             continue
