@@ -5,7 +5,7 @@ import pytest
 from mlflow_helpers import metric_steps, runs_by_role
 from sweeps.electra_layers import main
 
-F1_METRICS = {"dev_f1", "dev_accuracy", "test_f1", "test_accuracy", "best_dev_f1", "test_f1_at_best_dev",
+F1_METRICS = {"dev_f1", "dev_accuracy", "best_dev_f1", "test_f1_at_best_dev",
               "test_accuracy_at_best_dev", "dev_accuracy_at_best_dev", "train_loss", "wall_time_s"}
 
 

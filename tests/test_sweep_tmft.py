@@ -3,6 +3,7 @@ import json
 from pathlib import Path
 
 import pytest
+from mlflow import MlflowClient
 
 from sweeps.electra_layers import main
 from sweep_helpers import hold_all
@@ -90,7 +91,7 @@ def test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_dup
     _, clean = runs_by_role(sweep_env["uri"], "clean")
     assert len(faulty) == 1 and faulty[0].info.status == "FINISHED"
     assert metric_steps(sweep_env["uri"], faulty[0].info.run_id, "dev_spearman") == [1, 2, 3]
-    for key in ("dev_spearman", "test_spearman", "train_loss", "best_dev_spearman"):
+    for key in ("dev_spearman", "test_spearman_at_best_dev", "train_loss", "best_dev_spearman"):
         assert faulty[0].data.metrics[key] == pytest.approx(clean[0].data.metrics[key], abs=1e-4), key
 
 
@@ -186,3 +187,24 @@ def test_deberta_sweeps_from_layer_zero_pretrained_and_random(sweep_env, tiny_mo
         params = child.data.params
         assert int(params["params_paper"]) <= int(params["params_truncated"])
         assert child.data.metrics["best_dev_spearman"] == child.data.metrics["best_dev_spearman"]  # not NaN
+
+
+@pytest.mark.parametrize("task", ["stsb", "sick"])
+def test_the_test_set_scored_once_at_the_end_equals_its_score_at_the_best_dev_epoch(sweep_env, tiny_models, task):
+    """By default the test set is scored once, with the best-dev weights (and head); with
+    --test-every-epoch after every epoch. The reported numbers are the same."""
+    common = ["--models", tiny_models["bert"], "--layers", "2", "--seeds", "0", "--epochs", "3", "--task", task,
+              *sweep_env["flags"]]
+    assert main([*common, "--name", "once"]) == 0
+    assert main([*common, "--name", "every", "--test-every-epoch", "--experiment", "every"]) == 0
+    (once,), (every,) = runs_by_role(sweep_env["uri"])[1], runs_by_role(sweep_env["uri"], "every")[1]
+    primary, companion = ("spearman", "pearson") if task == "stsb" else ("f1", "accuracy")
+    assert metric_steps(sweep_env["uri"], every.info.run_id, f"test_{primary}") == [1, 2, 3]
+    assert f"test_{primary}" not in once.data.metrics
+    assert metric_steps(sweep_env["uri"], once.info.run_id, f"test_{primary}_at_best_dev") == [3]
+    history = {m.step: m.value for m in MlflowClient(sweep_env["uri"]).get_metric_history(every.info.run_id, f"test_{primary}")}
+    best_epoch = int(every.data.metrics["best_epoch"])
+    assert once.data.metrics["best_epoch"] == best_epoch
+    for metric in (primary, companion):
+        assert once.data.metrics[f"test_{metric}_at_best_dev"] == pytest.approx(every.data.metrics[f"test_{metric}_at_best_dev"], abs=1e-4)
+    assert once.data.metrics[f"test_{primary}_at_best_dev"] == pytest.approx(history[best_epoch], abs=1e-4)

@@ -127,9 +127,11 @@ class PairFineTuning:
                 rows[index] = row
         return np.asarray(rows)
 
-    def evaluate(self) -> dict:
-        outputs = {split: np.asarray(self.predict(self.task.splits[split])) for split in ("dev", "test")}
-        labels = {split: np.asarray(self.task.splits[split].labels) for split in ("dev", "test")}
+    def evaluate(self, splits: tuple[str, ...] = ("dev", "test")) -> dict:
+        """The task's metrics on `splits` (dev is always among them: MRPC's thresholds come from it)."""
+        splits = tuple(dict.fromkeys(("dev", *splits)))
+        outputs = {split: np.asarray(self.predict(self.task.splits[split])) for split in splits}
+        labels = {split: np.asarray(self.task.splits[split].labels) for split in splits}
         return self.task_def.metrics(outputs, labels)
 
     def save_encoder(self, target: Path, state_dict: dict | None = None) -> None:

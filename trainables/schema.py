@@ -6,7 +6,9 @@ tag `embsweep.role` = "trial", tag `embsweep.config_hash` = `config_hash(config)
 the trial is retried or resumed.
 
 Per-epoch metrics are logged with `step = epoch` (1-based; step 0 is the untrained encoder when
-`epochs = 0`). Classification tasks (MRPC, SICK) replace the `spearman`/`pearson` metrics with
+`epochs = 0`): dev scores, the loss and the best dev score so far every epoch; the test scores of
+the best-dev weights once, at the last epoch (every epoch, with per-epoch test scores beside them,
+when the trial runs with `test_every_epoch`). Classification tasks (MRPC, SICK) replace the `spearman`/`pearson` metrics with
 `f1`/`accuracy` (e.g. `dev_f1`, `test_f1_at_best_dev`).
 
 Chained methods (`ws+tmft`, `dapt+tmft`; sweeps/engine/stages_plan.py): each upstream stage is a run with
@@ -29,8 +31,11 @@ PARAMS = (
     "method", "model", "layer", "seed", "task", "epochs", "lr", "batch_size",
     "params_truncated", "git_commit",
 )
-EPOCH_METRICS = ("dev_spearman", "dev_pearson", "test_spearman", "test_pearson", "train_loss")
-FINAL_METRICS = ("best_dev_spearman", "test_spearman_at_best_dev", "test_pearson_at_best_dev", "wall_time_s")
+EPOCH_METRICS = ("dev_spearman", "dev_pearson", "train_loss")
+TEST_EPOCH_METRICS = ("test_spearman", "test_pearson")  # per epoch only with test_every_epoch
+RUNNING_METRICS = ("best_dev_spearman", "wall_time_s")  # every epoch: the best so far
+REPORT_METRICS = ("test_spearman_at_best_dev", "test_pearson_at_best_dev")  # the best-dev weights' test scores, at the end
+FINAL_METRICS = RUNNING_METRICS + REPORT_METRICS
 
 # Result keys logged once as params of the trial's run, not as metrics.
 RESULT_PARAMS = ("params_truncated", "params_paper", "precision_used")

@@ -7,7 +7,8 @@ mean of the last hidden state; the task's loss on (u, v) (STS-B: MSE(cos(u, v), 
 BCE-with-logits on the cosine; SICK: cross-entropy of a Linear(3h, 3) head on [u; v; |u - v|]).
 AdamW (lr 2e-5, weight decay 0.01 except LayerNorm and bias), linear warm-up over 10% of steps
 then linear decay to 0, gradient clipping 1.0, batch 32, 10 epochs; after every epoch the task's
-dev and test metrics (x100).
+dev metrics (x100), and the test metrics once, of the best-dev weights, at the end (every epoch
+with `test_every_epoch`): the same reported `test_*_at_best_dev`, a test pass per epoch fewer.
 
 Upstream stages (WS+TMFT, DAPT+TMFT; trainables/improvements.py): a config with
 `upstream_method` = "ws" or "dapt" and `_upstream_path` (the stage's directory in the stage store)
@@ -20,7 +21,8 @@ checkpoint, mean pooling); with `--eval-sets` the trial scores them on the evalu
 (trainables/eval_sets.py) at its end, into its own run (`<set>_spearman`, ...).
 
 Config keys: model, layer, seed, epochs, lr, batch_size, weight_decay, warmup_ratio,
-eval_batch_size, length_grouped, random_init, task (+ eval_sets; upstream_method, _upstream_path).
+eval_batch_size, length_grouped, random_init, test_every_epoch, task (+ eval_sets; upstream_method,
+_upstream_path).
 The driver (`TMFT.plan`) tokenises each model's data once; it reaches trials as `TMFTData`.
 """
 from __future__ import annotations
@@ -101,16 +103,19 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
         task = data.tasks[config["model"]]
         self.suite = data.suite if config.get("eval_sets") else None
         self.zero_shot = data.zero_shot if config.get("upstream_method") == ZERO_SHOT_STAGE else None
-        self.best_weights, self.best_weights_epoch, self.saved_epoch = None, None, None
+        self.best_weights, self.best_weights_epoch, self.saved_epoch, self.best_head = None, None, None, None
+        self.test_each_epoch = bool(config.get("test_every_epoch", True)) or self.epochs == 0
         encoder = build_encoder(task.model_path, int(config["layer"]), int(config["seed"]),
                                 bool(config.get("random_init", False)),
                                 config.get("upstream_method"), config.get("_upstream_path"))
         self.init_fine_tuning(encoder, task, config, self.device, self.epochs)
 
     def evaluate(self) -> dict:
-        """At epoch 0 of a zero-epoch sweep, the task's dev/test scores from the one-pass stage."""
+        """Dev scores each epoch, and test scores too with `test_every_epoch` or at epoch 0 (else the
+        test set is scored once, with the best-dev weights, in `final_metrics`); at epoch 0 of a
+        zero-epoch sweep, the task's dev/test scores from the one-pass stage."""
         if self.zero_shot is None or self.epoch > 0:
-            return super().evaluate()
+            return super().evaluate(("dev", "test") if self.test_each_epoch else ("dev",))
         embeddings, _ = layer_embeddings.load(self.trial_config["_upstream_path"], self.trial_config["layer"], self.pooling)
         scores = self.zero_shot.score(embeddings)
         return {f"{split}_{metric}": scores[f"{name}_{metric}"] for split, name in self.task_def.zero_shot_sets.items()
@@ -120,6 +125,8 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
     def remember_best(self) -> None:
         self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
         self.best_weights_epoch = self.epoch
+        if self.head is not None:
+            self.best_head = {k: v.detach().to("cpu", copy=True) for k, v in self.head.state_dict().items()}
 
     def save_best(self, target: Path) -> None:
         """`best/`: a sentence-transformers folder of the best-dev weights (hard links to `encoder/`
@@ -145,21 +152,36 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
         self.best_weights_epoch = self.tracker.best_epoch
 
     def final_metrics(self) -> dict:
-        """The evaluation suite's scores of the best-dev weights (`--eval-sets`)."""
-        if self.suite is None:
+        """With the best-dev weights: the test scores (`<metric>_at_best_dev`, unless every epoch
+        scored test) and the evaluation suite's scores (`--eval-sets`)."""
+        if self.test_each_epoch and self.suite is None:
             return {}
+        latest = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        latest_head = None if self.head is None else {k: v.detach().to("cpu", copy=True) for k, v in self.head.state_dict().items()}
+        self.model.load_state_dict(self.best_weights)
+        if self.head is not None and self.best_head is not None:
+            self.head.load_state_dict(self.best_head)
+        out = {}
+        if not self.test_each_epoch:
+            scores = super().evaluate(("dev", "test"))
+            out.update({f"{name}_at_best_dev": value for name, value in scores.items() if name.startswith("test_")})
+        if self.suite is not None:
+            out.update(self._suite_scores())
+        self.model.load_state_dict(latest)
+        if latest_head is not None:
+            self.head.load_state_dict(latest_head)
+        return out
+
+    def _suite_scores(self) -> dict:
         from transformers import AutoTokenizer
 
         from trainables.zero_shot import default_max_length, encode_sentences
 
-        latest = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        self.model.load_state_dict(self.best_weights)
         tokenizer = AutoTokenizer.from_pretrained(self.task.model_path)
         with self.precision.autocast():
             embeddings = encode_sentences(self.model, tokenizer, self.suite.sentences, self.pooling,
                                           batch_size=self.eval_batch_size, max_length=default_max_length(self.task.model_path),
                                           device=self.device)
-        self.model.load_state_dict(latest)
         return self.suite.score(embeddings)
 
     def on_train_step(self, step: int, epoch: int) -> None:
@@ -178,7 +200,8 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
         self.save_encoder(checkpoint_dir / "encoder")
         self.saved_epoch = self.epoch
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict(), "head": self.head.state_dict() if self.head is not None else None}
+                "scaler": self.scaler.state_dict(), "head": self.head.state_dict() if self.head is not None else None,
+                "best_head": self.best_head}
 
     def load_method_state(self, state: dict, checkpoint_dir: Path) -> None:
         from safetensors.torch import load_file
@@ -186,6 +209,7 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
         self.model.load_state_dict(load_file(str(checkpoint_dir / "encoder" / "model.safetensors")))
         if self.head is not None and state.get("head") is not None:
             self.head.load_state_dict(state["head"])
+        self.best_head = state.get("best_head")
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if state.get("scaler"):
@@ -255,6 +279,10 @@ class TMFT(Method):
         train.add_argument("--warmup-ratio", type=float, default=0.1, help="linear warm-up share of all steps, then linear decay")
         train.add_argument("--eval-batch-size", type=int, default=64)
         train.add_argument("--length-grouped", action="store_true", help="group training pairs of similar length into batches (faster; departs from the paper's random batches)")
+        train.add_argument("--test-every-epoch", action="store_true",
+                           help="score the test set after every epoch too (per-epoch test curves in MLflow); by default it "
+                                "is scored once, with the best-dev weights, at the end: the same reported numbers, less "
+                                "evaluation time (always on with --search optuna, whose scheduler stops trials early)")
         train.add_argument("--max-train-samples", type=int, default=None, help="train on a deterministic subset of this many pairs")
         train.add_argument("--max-eval-samples", type=int, default=None, help="evaluate on a deterministic subset of dev and test (quick runs only)")
         add_eval_sets_argument(train, d["eval_sets"])
@@ -298,6 +326,7 @@ class TMFT(Method):
             "method": cls.name, "task": args.task, "epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size,
             "weight_decay": args.weight_decay, "warmup_ratio": args.warmup_ratio, "eval_batch_size": args.eval_batch_size,
             "length_grouped": bool(args.length_grouped), "random_init": bool(args.random_init),
+            "test_every_epoch": bool(args.test_every_epoch) or args.search == "optuna",
             "max_train_samples": args.max_train_samples, "max_eval_samples": args.max_eval_samples,
         }
         sets = parse_eval_sets(args.eval_sets)

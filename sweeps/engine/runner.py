@@ -243,8 +243,9 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
         )
         return tune.Tuner(trainable, param_space=space, tune_config=tune_config, run_config=run_config)
     placeholders = {key: None for config in plan.configs for key in config}
+    costliest_first = sorted(plan.configs, key=lambda c: -estimates[config_hash(c)])  # no long trial left alone at the end
     tune_config = tune.TuneConfig(
-        search_alg=BasicVariantGenerator(points_to_evaluate=plan.configs, max_concurrent=args["max_concurrent"] or 0),
+        search_alg=BasicVariantGenerator(points_to_evaluate=costliest_first, max_concurrent=args["max_concurrent"] or 0),
         num_samples=len(plan.configs), reuse_actors=not args.get("no_reuse_actors"),
     )
     return tune.Tuner(trainable, param_space=placeholders, tune_config=tune_config, run_config=run_config)
