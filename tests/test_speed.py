@@ -54,3 +54,59 @@ def test_the_costliest_trials_start_first(sweep_env, tiny_models):
     _, children = runs_by_role(sweep_env["uri"])
     started = sorted(children, key=lambda c: c.info.start_time)
     assert [c.data.params["layer"] for c in started] == ["2", "1", "0"]
+
+
+@pytest.mark.parametrize("kind", ["bert", "electra-generator", "mpnet", "deberta-v2"])
+def test_the_mlm_decoder_at_masked_positions_only_gives_the_full_logits_there(kind, tiny_models):
+    from transformers import AutoModelForMaskedLM
+
+    from trainables.dapt import masked_positions_only
+
+    torch.manual_seed(0)
+    model = AutoModelForMaskedLM.from_pretrained(tiny_models[kind]).eval()
+    ids = torch.randint(5, 50, (3, 9))
+    mask = torch.ones_like(ids)
+    mask[2, 6:] = 0
+    rows = torch.zeros_like(ids, dtype=torch.bool)
+    rows[0, 1], rows[1, 4], rows[2, 2], rows[2, 5] = True, True, True, True
+    with torch.no_grad():
+        full = model(input_ids=ids, attention_mask=mask).logits[rows]
+        with masked_positions_only(model) as head:
+            selected = head.select(rows)
+            logits = head.masked_logits(model(input_ids=ids, attention_mask=mask).logits, selected)
+    assert logits.shape == full.shape == (4, model.config.vocab_size)
+    torch.testing.assert_close(logits, full, rtol=1e-5, atol=1e-5)
+    if kind == "bert":
+        assert head.fired  # the vocabulary projection really ran on the 4 rows alone
+
+
+def test_a_dapt_batch_in_length_sorted_chunks_trains_as_one_batch(tiny_models, data_dir, tmp_path):
+    """Without dropout, the stage's losses and weights are those of one forward per batch."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from trainables import dapt
+
+    model_dir = tmp_path / "no-dropout"
+    shutil.copytree(tiny_models["bert"], model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (model_dir / "config.json").write_text(json.dumps(config))
+    results = {}
+    for chunks in (1, 4):
+        stage = dapt.stage_config(corpus="sick+stsb-train", epochs=2, batch_size=16, accumulation=2, lr=1e-3, head="auto",
+                                  random_init=False, max_sentences=160)
+        out = tmp_path / f"chunks{chunks}"
+        spec = {"model_path": str(model_dir), "data_dir": str(data_dir), "config": {**stage, "chunks": chunks},
+                "root": str(out), "key": "k"}
+        out.mkdir()
+        results[chunks] = (dapt.compute(spec, out), load_file(str(out / "encoder" / "model.safetensors")))
+    (one, weights_one), (four, weights_four) = results[1], results[4]
+    assert one["length_chunks"] == 1 and four["length_chunks"] == 4
+    for a, b in zip(one["history"], four["history"]):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-4)
+        assert a["masked_accuracy"] == pytest.approx(b["masked_accuracy"], abs=1e-6)
+    for name, tensor in weights_one.items():
+        torch.testing.assert_close(weights_four[name], tensor, rtol=1e-4, atol=1e-5)
