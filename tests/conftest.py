@@ -10,6 +10,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if "EMBSWEEP_CACHE_DIR" not in os.environ:  # the tokenised-data cache of this test session, not the user's
+    import tempfile
+
+    os.environ["EMBSWEEP_CACHE_DIR"] = tempfile.mkdtemp(prefix="embsweep-test-cache-")
 
 from trainables.paths import default_data_dir  # noqa: E402
 

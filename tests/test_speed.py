@@ -110,3 +110,41 @@ def test_a_dapt_batch_in_length_sorted_chunks_trains_as_one_batch(tiny_models, d
         assert a["masked_accuracy"] == pytest.approx(b["masked_accuracy"], abs=1e-6)
     for name, tensor in weights_one.items():
         torch.testing.assert_close(weights_four[name], tensor, rtol=1e-4, atol=1e-5)
+
+
+def test_tokenised_data_is_cached_across_sweeps_and_keyed_by_what_changes_it(tiny_models, data_dir, tmp_path, monkeypatch):
+    import shutil
+
+    import transformers
+
+    from trainables import tokenized
+    from trainables.tokenized import load_task, tokenize_task, tokenized_cache_dir
+
+    monkeypatch.setenv("EMBSWEEP_CACHE_DIR", str(tmp_path / "cache"))
+    examples, checksums = load_task("stsb", data_dir)
+    first = tokenize_task("stsb", tiny_models["bert"], examples, checksums, 200)
+    assert len(list(tokenized_cache_dir().glob("*.json"))) == 1
+
+    def no_tokenizer(*args, **kwargs):
+        raise AssertionError("tokenised again although cached")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(transformers.AutoTokenizer, "from_pretrained", no_tokenizer)
+        again = tokenize_task("stsb", tiny_models["bert"], examples, checksums, 200)
+    assert again.splits["train"].s1 == first.splits["train"].s1 and again.splits["test"].labels == first.splits["test"].labels
+    assert again.pad_id == first.pad_id and again.model_path == first.model_path
+
+    tokenize_task("stsb", tiny_models["bert"], examples, checksums, 100)  # another subset
+    other = tmp_path / "other-vocab"
+    shutil.copytree(tiny_models["bert"], other)
+    vocab = (other / "vocab.txt").read_text().splitlines()
+    (other / "vocab.txt").write_text("\n".join(vocab[:-1] + ["zzzz"]) + "\n")  # a changed tokenizer file
+    tokenize_task("stsb", other, examples, checksums, 200)
+    files = sorted(tokenized_cache_dir().glob("*.json"))
+    assert len(files) == 3
+    for file in files:
+        file.write_text("{broken")
+    rebuilt = tokenize_task("stsb", tiny_models["bert"], examples, checksums, 200)  # a damaged file is replaced
+    assert rebuilt.splits["dev"].s2 == first.splits["dev"].s2
+    assert tokenized._read_cache(files[0]) is not None or tokenized._read_cache(files[1]) is not None or \
+        tokenized._read_cache(files[2]) is not None
