@@ -1,0 +1,118 @@
+"""A whole TMFT layer sweep the authors' way against the project's sweep, in one run.
+
+- authors: trials one after another in this process; each loads the full model, runs it whole
+  with hidden states on and trains on `hidden_states[l]` (benchmarks/truncation.py's `authors`
+  trial), scoring dev and test after every epoch;
+- project: `sweeps/electra_layers.py` on a local Ray (its start-up included): truncated encoders,
+  costliest trials first, the test set scored once with the best-dev weights; once with plain
+  shuffled batches and once with `--length-grouped`.
+
+Same model, layers 0..L, seeds, epochs, training subset and full STS-B dev and test. Printed: the
+whole-sweep wall time of each and its ratio to the authors', and per layer the mean test
+Spearman at the best dev epoch over seeds with the seed std, and whether each of the project's
+means is within two seed standard deviations of the authors' (the larger of the two stds).
+
+    python benchmarks/layer_sweep.py                                   # all-MiniLM-L6-v2, 3 seeds, 1 epoch, 1,000 pairs
+    python benchmarks/layer_sweep.py --model sentence-transformers/all-mpnet-base-v2 --seeds 0,1,2
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+from benchmarks.truncation import make_trial  # noqa: E402
+from trainables.encoders import load_config, model_depth, resolve_model  # noqa: E402
+from trainables.paths import default_data_dir  # noqa: E402
+from trainables.tmft import TMFTData  # noqa: E402
+from trainables.tokenized import load_task, tokenize_task  # noqa: E402
+
+
+def authors_sweep(args, layers, seeds) -> tuple[float, dict]:
+    """(seconds, {(layer, seed): test Spearman at the best dev epoch})."""
+    started = time.perf_counter()
+    examples, checksums = load_task("stsb", args.data_dir)
+    path = resolve_model(args.model)
+    data = TMFTData({args.model: tokenize_task("stsb", path, examples, checksums, args.train_samples)})
+    base = {"method": "tmft", "task": "stsb", "model": args.model, "epochs": args.epochs, "lr": 2e-5,
+            "batch_size": 32, "weight_decay": 0.01, "warmup_ratio": 0.1, "eval_batch_size": 64, "test_every_epoch": True}
+    scores = {}
+    for layer in layers:
+        for seed in seeds:
+            trial = make_trial("authors", data, {**base, "layer": layer, "seed": seed})
+            result = {"done": False}
+            while not result["done"]:
+                result = trial.step()
+            scores[(layer, seed)] = result["test_spearman_at_best_dev"]
+    return time.perf_counter() - started, scores
+
+
+def project_sweep(args, layers, seeds, grouped: bool) -> tuple[float, dict]:
+    from mlflow import MlflowClient
+
+    from sweeps.electra_layers import main
+
+    root = Path(tempfile.mkdtemp(prefix="layer-sweep-"))
+    argv = ["--models", args.model, "--layers", ",".join(map(str, layers)), "--seeds", ",".join(map(str, seeds)),
+            "--epochs", str(args.epochs), "--max-train-samples", str(args.train_samples), "--storage-path", str(root),
+            "--data-dir", args.data_dir, "--name", "bench", "--cpus-per-trial", str(args.cpus_per_trial),
+            *(["--length-grouped"] if grouped else [])]
+    started = time.perf_counter()
+    if main(argv) != 0:
+        raise SystemExit("the project's sweep failed")
+    seconds = time.perf_counter() - started
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])
+            if "test_spearman_at_best_dev" in r.data.metrics]
+    return seconds, {(int(r.data.params["layer"]), int(r.data.params["seed"])): r.data.metrics["test_spearman_at_best_dev"]
+                     for r in runs}
+
+
+def _stats(scores: dict, layer: int, seeds) -> tuple[float, float]:
+    values = [scores[(layer, s)] for s in seeds]
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="sentence-transformers/all-MiniLM-L6-v2")
+    parser.add_argument("--data-dir", default=str(default_data_dir()))
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--train-samples", type=int, default=1000)
+    parser.add_argument("--cpus-per-trial", type=float, default=1.0)
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    layers = list(range(model_depth(load_config(resolve_model(args.model))) + 1))
+    print(f"{args.model}: layers 0..{layers[-1]}, seeds {args.seeds}, {args.epochs} epoch(s) on {args.train_samples} "
+          f"training pairs, full STS-B dev and test, {os.cpu_count()} CPUs\n", flush=True)
+    results = {"authors": authors_sweep(args, layers, seeds)}
+    print(f"authors: {results['authors'][0]:.0f} s", flush=True)
+    for name, grouped in (("project", False), ("project grouped", True)):
+        results[name] = project_sweep(args, layers, seeds, grouped)
+        print(f"{name}: {results[name][0]:.0f} s", flush=True)
+
+    authors_s = results["authors"][0]
+    print("\nwhole sweep: " + ", ".join(f"{n} {s:.0f} s ({authors_s / s:.2f}x)" for n, (s, _) in results.items()))
+    print(f"\n{'layer':>5}" + "".join(f"{n + ' test rho':>26}" for n in results) + "   within 2 std of the authors'")
+    for layer in layers:
+        cells, verdicts = [], []
+        reference = _stats(results["authors"][1], layer, seeds)
+        for name, (_, scores) in results.items():
+            mean, std = _stats(scores, layer, seeds)
+            cells.append(f"{mean:>17.2f} ± {std:>5.2f} ")
+            if name != "authors":
+                verdicts.append("yes" if abs(mean - reference[0]) <= 2 * max(std, reference[1]) else "NO")
+        print(f"{layer:>5}" + "".join(cells) + "   " + " / ".join(verdicts))
+
+
+if __name__ == "__main__":
+    main()
