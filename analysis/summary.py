@@ -16,8 +16,8 @@ without one.
 `split_runs(runs)` separates complete runs (status FINISHED, the contract's axes as params, its
 primary and report metrics, not an older duplicate of a configuration) from the rest, each
 excluded run with its reason. `summarize(runs)` gives one row per (method, task, the contract's
-axes but the seed axis): `n_seeds` (the runs averaged), mean and sample std (ddof=1) of every
-contract metric under its own name (`best_dev_spearman_mean`, `sts12_spearman_std`, ...) and
+axes but the seed axis): `n_seeds` (the runs averaged), mean, sample std (ddof=1) and maximum of
+every contract metric under its own name (`best_dev_spearman_mean`, `sts12_spearman_std`, ...) and
 as generic columns: `dev_*` the primary, `test_*` the report, `test2_*` the companion, `dev2_*`
 the companion's dev twin when the report is a test-at-best-dev score (`dev_pearson_at_best_dev`).
 `is_best` marks the selected value of the select axis in each group of the other axes: the best
@@ -244,7 +244,7 @@ def _summarize_contract(runs: pd.DataFrame) -> pd.DataFrame:
     columns = list(dict.fromkeys(c for text in runs["metric_columns"].unique() for c in names(text)))
     measured = [c for c in dict.fromkeys([*scores.values(), *columns, "wall_time_s"]) if c in runs]
     groups = runs.groupby(keys, sort=True)
-    stats = groups[measured].agg(["mean", "std"])  # pandas' std is the sample std (ddof=1)
+    stats = groups[measured].agg(["mean", "std", "max"])  # pandas' std is the sample std (ddof=1)
     stats.columns = [f"{metric}_{stat}" for metric, stat in stats.columns]
     out = pd.DataFrame({"metric": metric_label(contract["metric_primary"]), "n_seeds": groups.size()})
     if seed:

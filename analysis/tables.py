@@ -7,7 +7,8 @@
   WS+TMFT, DAPT+TMFT, then any other), side by side in Markdown, long format in CSV. In Markdown,
   the highest mean test score of each method is bold, as in the paper.
 - Scores (`scores_table`): per (method, task) of any other contract, every value of its axes
-  (e.g. a zero-shot evaluation's model x pooling x layer) with each score: its metric columns
+  (e.g. a zero-shot evaluation's model x pooling x layer) with each score (over seeds: mean ± std
+  and the maximum, as the SED paper's stability table): its metric columns
   (one per evaluation set, headed as the papers' zero-shot tables: STS12 ... SICK-R), then the
   primary ("Avg." for the mean over the sets), report and companion. In Markdown, the selected
   value of the contract's select axis is bold.
@@ -176,6 +177,7 @@ def scores_table(rows: pd.DataFrame) -> pd.DataFrame:
         table[score] = rows[f"{score}_mean"].to_numpy()
         if seeded:
             table[f"{score}_std"] = rows[f"{score}_std"].to_numpy()
+            table[f"{score}_max"] = rows[f"{score}_max"].to_numpy() if f"{score}_max" in rows else float("nan")
     if seeded:
         table["n_seeds"] = rows["n_seeds"].to_numpy()
     if (rows["select_axis"] != "").any():
@@ -195,7 +197,9 @@ def scores_markdown(table: pd.DataFrame, axes: list[str], scores: list[str], sel
         shown[axis] = values
     for score in scores:
         stds = table[f"{score}_std"] if f"{score}_std" in table else [None] * len(table)
-        shown[score_name(score)] = [_fmt(mean, std) for mean, std in zip(table[score], stds)]
+        maxima = table[f"{score}_max"] if f"{score}_max" in table else [None] * len(table)
+        shown[score_name(score)] = [_fmt(mean, std) + ("" if pd.isna(std) or top is None or pd.isna(top) else f" (max {top:.2f})")
+                                    for mean, std, top in zip(table[score], stds, maxima)]
     if "n_seeds" in table:
         shown["Seeds"] = table["n_seeds"].astype(str)
     return to_markdown(shown)

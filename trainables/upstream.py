@@ -76,6 +76,16 @@ class DaptStage(StageKind):
         return {"dapt_corpus": config["corpus"], "dapt_head": config["head"]}
 
 
+@STAGES.register("sed-targets")
+class SedTargetsStage(StageKind):
+    module, downstream, task = "trainables.sed", "sed", "distillation"
+
+    @staticmethod
+    def params(config: dict) -> dict:
+        return {"sed_corpus": config["corpus"], "sed_teachers": len(config["teachers"]),
+                "train_pool_layers": config["train_pool_layers"], "eval_pool_layers": config["eval_pool_layers"]}
+
+
 @STAGES.register("embeddings")
 class EmbeddingsStage(StageKind):
     module, downstream, task = "trainables.layer_embeddings", "evaluate", "zero-shot"
