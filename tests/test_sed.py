@@ -6,7 +6,6 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from mlflow_helpers import runs_by_role
 from sweeps import electra_layers, sed
 from trainables import schema
 from trainables.upstream import read_executions

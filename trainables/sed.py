@@ -35,7 +35,6 @@ mean, std and max over replicas) is the paper's stability table.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from dataclasses import dataclass

@@ -429,7 +429,7 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
             return 0
         args = presets.apply(parser, argv, args, get_method(method))
         plan = plan_sweep(args, method=method, prog=prog)
-        results = run_sweep(plan)
+        run_sweep(plan)
     except SweepInputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
