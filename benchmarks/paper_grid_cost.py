@@ -79,7 +79,7 @@ def main() -> None:
         tasks[name] = tokenize_task(name, tokenizer, examples, checksums)
     rtx3090 = encoder_cost.GPU_TFLOPS["fp32"] * RTX3090_FP32 / H100_FP32
     columns = [("H100 fp32", "fp32", None), ("H100 tf32", "tf32", None), ("H100 bf16", "bf16", None),
-               (f"RTX 3090 fp32", "fp32", rtx3090)]
+               ("RTX 3090 fp32", "fp32", rtx3090)]
     cells = grid()
     trials = sum((MODELS[m][1] + 1) * SEEDS for _, m in cells)
     print(f"the paper's English TMFT grid: {len(cells)} model x task families, {trials} trials "
