@@ -216,7 +216,6 @@ def test_sweeps_started_together_on_a_fresh_store_both_start(tmp_path):
 
 
 def test_one_name_started_twice_together_starts_once(tmp_path):
-
     from sweeps.engine import storage
     from trainables.errors import SweepInputError
 
