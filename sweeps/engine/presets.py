@@ -43,10 +43,9 @@ def apply(parser: argparse.ArgumentParser, argv, args: argparse.Namespace, metho
     return parser.parse_args(argv)
 
 
-def listing(method: type[Method], data_dir: str | None = None) -> str:
-    """The presets of `method`'s paper as a table: name, script, trials, GPU-hours, what it reproduces."""
-    from sweeps.engine.cli import build_parser
-
+def listing(method: type[Method], build_parser, data_dir: str | None = None) -> str:
+    """The presets of `method`'s paper as a table: name, script, trials, GPU-hours, what it reproduces
+    (`build_parser(prog, description, method)`: the engine's parser of a method's script)."""
     lines = [f"{'preset':<8} {'script':<26} {'trials':>7} {'GPU-h':>8}  reproduces"]
     bases = []
     for preset in sorted(method.presets.values(), key=lambda p: _order(p.name)):

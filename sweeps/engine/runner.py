@@ -425,7 +425,7 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
     args = parser.parse_args(argv)
     try:
         if getattr(args, "list_presets", False):
-            print(presets.listing(get_method(method), args.data_dir))
+            print(presets.listing(get_method(method), build_parser, args.data_dir))
             return 0
         args = presets.apply(parser, argv, args, get_method(method))
         plan = plan_sweep(args, method=method, prog=prog)
