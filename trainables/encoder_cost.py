@@ -105,9 +105,13 @@ def pair_task_cost(config, task, layer: int, batch_size: int, epochs: int, gpu_t
     train = task.splits["train"]
     seq_len = max(max(map(len, train.s1)), max(map(len, train.s2)))
     train_tokens = sum(map(len, train.s1)) + sum(map(len, train.s2))
-    eval_tokens = sum(sum(map(len, task.splits[s].s1)) + sum(map(len, task.splits[s].s2)) for s in ("dev", "test"))
+    tokens = {s: sum(map(len, task.splits[s].s1)) + sum(map(len, task.splits[s].s2)) for s in ("dev", "test")}
+    batches = {s: math.ceil(len(task.splits[s]) / eval_batch_size) for s in ("dev", "test")}
+    # dev after every epoch; dev and test once more with the best-dev weights at the end, spread over the epochs
+    share = 1 / max(1, epochs)
+    eval_tokens = tokens["dev"] + share * (tokens["dev"] + tokens["test"])
+    eval_batches = math.ceil(batches["dev"] + share * (batches["dev"] + batches["test"]))
     steps = math.ceil(len(train) / batch_size)
-    eval_batches = sum(math.ceil(len(task.splits[s]) / eval_batch_size) for s in ("dev", "test"))
     shape = shape_from_config(config, layer, batch_size, seq_len)
     return (trial_memory_bytes(shape, precision),
             trial_seconds(shape, train_tokens, eval_tokens, epochs, gpu_tflops, precision, steps, eval_batches))
