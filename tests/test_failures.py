@@ -57,6 +57,26 @@ def test_unreachable_ray_address_fails_within_seconds(tmp_path, tiny_models, dat
     assert time.monotonic() - started < 30 and "--address 127.0.0.1:1: nothing answers" in err
 
 
+def test_an_address_where_something_else_answers_is_refused_not_a_traceback(tmp_path, tiny_models, data_dir):
+    import socket
+    import subprocess
+    import sys
+
+    from trainables.paths import PROJECT_ROOT
+
+    with socket.socket() as server:  # a TCP port that accepts connections but speaks no Ray
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        done = subprocess.run([sys.executable, "sweeps/electra_layers.py", "--models", tiny_models["bert"], "--seeds", "0",
+                               "--data-dir", str(data_dir), "--storage-path", str(tmp_path / "runs"), "--address", address],
+                              cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"--address {address}: something answers at" in done.stderr and "not a Ray head" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.db"))
+
+
 def test_unusable_mlflow_uris_are_refused(tmp_path, tiny_models, data_dir, capsys):
     flags = ["--models", tiny_models["bert"], "--data-dir", str(data_dir), "--mlflow-uri"]
     assert "MLflow has no store for the scheme 'bogus'" in _refused(capsys, tmp_path / "runs", [*flags, "bogus://x"])

@@ -1,7 +1,8 @@
 """Checks of the places a sweep (sweeps/engine) or a report (analysis) talks to, made before anything starts, each failing
 within seconds with a message instead of a hang or a traceback:
 
-- `check_ray_address(address)`: something answers at a Ray head's `host:port` (or `ray://`);
+- `check_ray_address(address)`: a gRPC server (what a Ray head's GCS and Ray Client are) answers at
+  `host:port` (or `ray://`): it returns an HTTP/2 SETTINGS frame to the HTTP/2 client preface;
 - `mlflow_store(uri)`: a scheme MLflow can use; an HTTP tracking server answers its /health; the
   credentials of an `http(s)://user:password@host` URI go to MLflow's own environment variables
   (MLFLOW_TRACKING_USERNAME / _PASSWORD) and the URI kept, written and printed is the one
@@ -21,10 +22,31 @@ MLFLOW_SCHEMES = ("sqlite", "http", "https", "file", "postgresql", "mysql", "mss
 CREDENTIAL_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
 
 
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + an empty SETTINGS frame
+HTTP2_SETTINGS = 4
+
+
 def _answers(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=TIMEOUT_S):
             return True
+    except OSError:
+        return False
+
+
+def _speaks_grpc(host: str, port: int) -> bool:
+    """The server at host:port answers the HTTP/2 preface with a SETTINGS frame (9-byte header, type 4)."""
+    try:
+        with socket.create_connection((host, port), timeout=TIMEOUT_S) as connection:
+            connection.settimeout(TIMEOUT_S)
+            connection.sendall(HTTP2_PREFACE)
+            header = b""
+            while len(header) < 9:
+                chunk = connection.recv(9 - len(header))
+                if not chunk:
+                    return False
+                header += chunk
+            return header[3] == HTTP2_SETTINGS
     except OSError:
         return False
 
@@ -42,6 +64,10 @@ def check_ray_address(address: str | None) -> None:
     if not _answers(host, port):
         raise SweepInputError(f"--address {address}: nothing answers at {host}:{port} within {TIMEOUT_S:g} s; start the "
                               "Ray head there (ray start --head, or ray up cluster.yaml) or fix the address")
+    if not _speaks_grpc(host, port):
+        raise SweepInputError(f"--address {address}: something answers at {host}:{port}, but not a Ray head (no gRPC "
+                              f"server there within {TIMEOUT_S:g} s); pass the head's GCS address (port 6379 by default) "
+                              "or its Ray Client address ray://host:10001")
 
 
 def mlflow_store(uri: str, flag: str = "--mlflow-uri") -> str:

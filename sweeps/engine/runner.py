@@ -196,7 +196,12 @@ def _init_ray(plan: SweepPlan) -> None:
     runtime_env = {"env_vars": {**QUIET_ENV, **CUDA_ALLOCATOR_ENV, **endpoints.credentials_env()}}
     address = plan.args.get("address")
     if address:
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
+        try:
+            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
+        except ConnectionError as error:  # something answers there, but not a Ray head
+            raise SweepInputError(f"--address {address}: no Ray cluster answers there ({str(error).strip()[:200]}); "
+                                  "start the Ray head there (ray start --head, or ray up cluster.yaml) or fix the "
+                                  "address") from None
     else:
         ray.init(address="local", num_gpus=plan.args.get("local_gpus"), include_dashboard=False, runtime_env=runtime_env,
                  log_to_driver=False, logging_level=logging.WARNING)
