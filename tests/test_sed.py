@@ -27,6 +27,7 @@ def _sed_flags(sweep_env, tiny_models):
             "--cpus-per-trial", "0.5", "--gpus-per-trial", "0", "--batch-size", "16"]
 
 
+@pytest.mark.slow
 def test_targets_run_once_for_every_student_and_not_again_in_a_later_sweep(sweep_env, tiny_models, teacher_sweep):
     flags = _sed_flags(sweep_env, tiny_models)
     assert sed.main(["--teachers", f"sweep:{teacher_sweep}:layer=2", "--seeds", "0,1,2", "--lr", "1e-3", "--epochs", "2",

@@ -189,7 +189,7 @@ def test_deberta_sweeps_from_layer_zero_pretrained_and_random(sweep_env, tiny_mo
         assert child.data.metrics["best_dev_spearman"] == child.data.metrics["best_dev_spearman"]  # not NaN
 
 
-@pytest.mark.parametrize("task", ["stsb", "sick"])
+@pytest.mark.parametrize("task", ["stsb", pytest.param("sick", marks=pytest.mark.slow)])
 def test_the_test_set_scored_once_at_the_end_equals_its_score_at_the_best_dev_epoch(sweep_env, tiny_models, task):
     """By default the test set is scored once, with the best-dev weights (and head); with
     --test-every-epoch after every epoch. The reported numbers are the same."""
