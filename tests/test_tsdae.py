@@ -1,0 +1,57 @@
+"""TSDAE and its baselines (trainables/tsdae.py): every objective through the real sweep script,
+refusal of encoders without a causal-LM decoder, decoder weight tying, and learning on a tiny BERT."""
+import pytest
+
+from mlflow_helpers import runs_by_role
+from trainables.errors import SweepInputError
+
+
+def _flags(sweep_env):
+    return ["--storage-path", str(sweep_env["storage"]), "--mlflow-uri", sweep_env["uri"], "--experiment", "test",
+            "--data-dir", sweep_env["flags"][sweep_env["flags"].index("--data-dir") + 1],
+            "--cpus-per-trial", "0.5", "--gpus-per-trial", "0"]
+
+
+def test_every_objective_runs_through_the_sweep_script(sweep_env):
+    from sweeps import tsdae
+
+    assert tsdae.main(["--smoke-test", "--name", "smoke-tsdae", *_flags(sweep_env)]) == 0
+    parents, children = runs_by_role(sweep_env["uri"])
+    assert len(parents) == 1
+    assert sorted(c.data.params["objective"] for c in children) == ["ct", "mlm", "simcse", "tsdae"]
+    for child in children:
+        assert child.info.status == "FINISHED"
+        assert "best_dev_spearman" in child.data.metrics
+        params = child.data.params
+        assert (params["noise"], params["pooling"], params["lr"], params["batch_size"]) == ("delete", "cls", "3e-05", "8")
+
+
+@pytest.mark.parametrize("kind", ["mpnet"])
+def test_encoders_without_a_causal_decoder_are_refused(kind, tiny_models):
+    from trainables.tsdae import check_decoder
+
+    with pytest.raises(SweepInputError, match="no causal-LM decoder.*--method mlm,simcse,ct"):
+        check_decoder(tiny_models[kind], "my-mpnet")
+    check_decoder(tiny_models["bert"], "bert")
+
+
+def test_decoder_weights_are_tied_after_a_step(tiny_models):
+    import torch
+    from sentence_transformers import losses
+
+    from trainables.tsdae import sentence_model
+
+    model = sentence_model(tiny_models["bert"], "cls", 32)
+    loss = losses.DenoisingAutoEncoderLoss(model, tie_encoder_decoder=True)
+    encoder, decoder = model[0].auto_model, loss.decoder
+    shared = decoder.bert.embeddings.word_embeddings.weight
+    assert shared.data_ptr() == encoder.embeddings.word_embeddings.weight.data_ptr()
+    assert decoder.bert.encoder.layer[0].attention.self.query.weight is encoder.encoder.layer[0].attention.self.query.weight
+    optimizer = torch.optim.AdamW(loss.parameters(), lr=1e-3)
+    before = encoder.encoder.layer[0].attention.self.query.weight.detach().clone()
+    features = [model.tokenize(["a cat sat"]), model.tokenize(["a cat sat on the mat"])]
+    loss(features, None).backward()
+    optimizer.step()
+    after = decoder.bert.encoder.layer[0].attention.self.query.weight
+    assert not torch.equal(before, after)
+    assert torch.equal(after, encoder.encoder.layer[0].attention.self.query.weight)
