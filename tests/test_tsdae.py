@@ -55,3 +55,18 @@ def test_decoder_weights_are_tied_after_a_step(tiny_models):
     after = decoder.bert.encoder.layer[0].attention.self.query.weight
     assert not torch.equal(before, after)
     assert torch.equal(after, encoder.encoder.layer[0].attention.self.query.weight)
+
+
+def test_deletion_noise_drops_the_ratio_and_keeps_a_word():
+    import numpy as np
+
+    from trainables.tsdae import DELETE_RATIOS, noisy
+
+    rng = np.random.default_rng(0)
+    words = " ".join(f"w{i}" for i in range(1000))
+    for variant, ratio in DELETE_RATIOS.items():
+        kept = noisy(words, ratio, rng).split()
+        assert abs(len(kept) / 1000 - (1 - ratio)) < 0.05, variant
+        assert kept == [w for w in words.split() if w in set(kept)]  # order kept
+    assert noisy("one", 0.999, rng) == "one"
+
