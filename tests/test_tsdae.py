@@ -12,6 +12,7 @@ def _flags(sweep_env):
             "--cpus-per-trial", "0.5", "--gpus-per-trial", "0"]
 
 
+@pytest.mark.slow  # the default run has the script's --smoke-test in tests/test_sweep_scripts.py
 def test_every_objective_runs_through_the_sweep_script(sweep_env):
     from sweeps import tsdae
 
