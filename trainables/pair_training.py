@@ -130,8 +130,12 @@ class PairFineTuning:
     def evaluate(self, splits: tuple[str, ...] = ("dev", "test")) -> dict:
         """The task's metrics on `splits` (dev is always among them: MRPC's thresholds come from it)."""
         splits = tuple(dict.fromkeys(("dev", *splits)))
-        outputs = {split: np.asarray(self.predict(self.task.splits[split])) for split in splits}
-        labels = {split: np.asarray(self.task.splits[split].labels) for split in splits}
+        self.last_outputs = {split: np.asarray(self.predict(self.task.splits[split])) for split in splits}
+        return self.metrics_of(self.last_outputs)
+
+    def metrics_of(self, outputs: dict) -> dict:
+        """The task's metrics of per-split outputs (dev among them)."""
+        labels = {split: np.asarray(self.task.splits[split].labels) for split in outputs}
         return self.task_def.metrics(outputs, labels)
 
     def save_encoder(self, target: Path, state_dict: dict | None = None) -> None:

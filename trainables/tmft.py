@@ -33,6 +33,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from trainables import electra_paper, layer_embeddings
 from trainables.base import EpochTrainable
 from trainables.encoders import count_parameters, load_pretrained, paper_parameter_count, random_init, truncate
@@ -104,6 +107,7 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
         self.suite = data.suite if config.get("eval_sets") else None
         self.zero_shot = data.zero_shot if config.get("upstream_method") == ZERO_SHOT_STAGE else None
         self.best_weights, self.best_weights_epoch, self.saved_epoch, self.best_head = None, None, None, None
+        self.best_dev_outputs = None  # the best epoch's dev outputs: the test score at the end needs no dev pass
         self.test_each_epoch = bool(config.get("test_every_epoch", True)) or self.epochs == 0
         encoder = build_encoder(task.model_path, int(config["layer"]), int(config["seed"]),
                                 bool(config.get("random_init", False)),
@@ -127,6 +131,8 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
         self.best_weights_epoch = self.epoch
         if self.head is not None:
             self.best_head = {k: v.detach().to("cpu", copy=True) for k, v in self.head.state_dict().items()}
+        outputs = getattr(self, "last_outputs", None)
+        self.best_dev_outputs = None if outputs is None or "dev" not in outputs else np.array(outputs["dev"])
 
     def save_best(self, target: Path) -> None:
         """`best/`: a sentence-transformers folder of the best-dev weights (hard links to `encoder/`
@@ -153,23 +159,28 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
 
     def final_metrics(self) -> dict:
         """With the best-dev weights: the test scores (`<metric>_at_best_dev`, unless every epoch
-        scored test) and the evaluation suite's scores (`--eval-sets`)."""
+        scored test; the best epoch's dev outputs are kept, so only the test set is run) and the
+        evaluation suite's scores (`--eval-sets`). The latest weights are put back afterwards."""
         if self.test_each_epoch and self.suite is None:
             return {}
-        latest = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        latest_head = None if self.head is None else {k: v.detach().to("cpu", copy=True) for k, v in self.head.state_dict().items()}
-        self.model.load_state_dict(self.best_weights)
-        if self.head is not None and self.best_head is not None:
-            self.head.load_state_dict(self.best_head)
+        swap = self.best_weights_epoch != self.epoch  # the model holds the latest epoch's weights
+        if swap:
+            latest = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+            latest_head = None if self.head is None else {k: v.detach().to("cpu", copy=True) for k, v in self.head.state_dict().items()}
+            self.model.load_state_dict(self.best_weights)
+            if self.head is not None and self.best_head is not None:
+                self.head.load_state_dict(self.best_head)
         out = {}
         if not self.test_each_epoch:
-            scores = super().evaluate(("dev", "test"))
+            dev = self.best_dev_outputs if self.best_dev_outputs is not None else self.predict(self.task.splits["dev"])
+            scores = self.metrics_of({"dev": np.asarray(dev), "test": np.asarray(self.predict(self.task.splits["test"]))})
             out.update({f"{name}_at_best_dev": value for name, value in scores.items() if name.startswith("test_")})
         if self.suite is not None:
             out.update(self._suite_scores())
-        self.model.load_state_dict(latest)
-        if latest_head is not None:
-            self.head.load_state_dict(latest_head)
+        if swap:
+            self.model.load_state_dict(latest)
+            if latest_head is not None:
+                self.head.load_state_dict(latest_head)
         return out
 
     def _suite_scores(self) -> dict:
@@ -201,7 +212,8 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
         self.saved_epoch = self.epoch
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(), "head": self.head.state_dict() if self.head is not None else None,
-                "best_head": self.best_head}
+                "best_head": self.best_head,
+                "best_dev_outputs": None if self.best_dev_outputs is None else torch.from_numpy(self.best_dev_outputs)}
 
     def load_method_state(self, state: dict, checkpoint_dir: Path) -> None:
         from safetensors.torch import load_file
@@ -210,6 +222,8 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
         if self.head is not None and state.get("head") is not None:
             self.head.load_state_dict(state["head"])
         self.best_head = state.get("best_head")
+        outputs = state.get("best_dev_outputs")
+        self.best_dev_outputs = None if outputs is None else outputs.numpy()
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if state.get("scaler"):
