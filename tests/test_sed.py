@@ -96,6 +96,7 @@ def test_teachers_of_different_sizes_are_refused_before_any_compute(sweep_env, t
     assert not (sweep_env["storage"] / "stages").exists()
 
 
+@pytest.mark.slow
 def test_a_sweep_of_several_layers_asks_for_one(sweep_env, tiny_models, teacher_sweep, capsys):
     code = sed.main(["--teachers", f"sweep:{teacher_sweep}", "--name", "which", *_sed_flags(sweep_env, tiny_models)])
     assert code == 2 and "layers 1, 2" in capsys.readouterr().err
