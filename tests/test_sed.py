@@ -101,3 +101,15 @@ def test_a_sweep_of_several_layers_asks_for_one(sweep_env, tiny_models, teacher_
     code = sed.main(["--teachers", f"sweep:{teacher_sweep}", "--name", "which", *_sed_flags(sweep_env, tiny_models)])
     assert code == 2 and "layers 1, 2" in capsys.readouterr().err
     assert sed.main(["--teachers", "sweep:nowhere", "--name", "none", *_sed_flags(sweep_env, tiny_models)]) == 2
+
+
+@pytest.mark.slow
+def test_optuna_tunes_the_students_lr_batch_and_warmup(sweep_env, tiny_models):
+    flags = [f for f in _sed_flags(sweep_env, tiny_models) if f not in ("--student", tiny_models["bert"])]
+    assert sed.main(["--smoke-test", "--search", "optuna", "--num-samples", "2", "--name", "tuned", "--experiment", "sed",
+                     *flags]) == 0
+    client = MlflowClient(sweep_env["uri"])
+    runs = [r for r in client.search_runs([client.get_experiment_by_name("sed").experiment_id])
+            if r.data.tags.get(schema.TAG_ROLE) == "trial"]
+    assert len(runs) == 2 and {r.data.params["member"] for r in runs} == {"student"}
+    assert len({(r.data.params["lr"], r.data.params["batch_size"], r.data.params["warmup_ratio"]) for r in runs}) == 2

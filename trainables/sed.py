@@ -445,6 +445,15 @@ class SED(Method):
                           static_params={"teacher_list": " | ".join(label for label, _ in teachers)[:5000]},
                           method_label=cls.name)
 
+    @classmethod
+    def search_space(cls, args, base: dict) -> dict:
+        """Optuna over the student's lr, batch size and warm-up (one seed), as TMFT's."""
+        from ray import tune
+
+        seed = parse_int_list(args.seeds, "--seeds")[0]
+        return {**base, "member": "student", "replica": seed, "seed": seed, "lr": tune.loguniform(1e-6, 1e-4),
+                "batch_size": tune.choice([16, 32, 64]), "warmup_ratio": tune.uniform(0.0, 0.2)}
+
     @staticmethod
     def _tokenise(path, sentences: list[str]) -> tuple[list, int]:
         from transformers import AutoTokenizer
