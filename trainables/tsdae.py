@@ -47,7 +47,7 @@ def sentence_model(model_path: str, pooling: str, max_length: int):
     from sentence_transformers import SentenceTransformer, models
 
     transformer = models.Transformer(str(model_path), max_seq_length=max_length)
-    pool = models.Pooling(transformer.get_word_embedding_dimension(), pooling)
+    pool = models.Pooling(transformer.get_embedding_dimension(), pooling)
     return SentenceTransformer(modules=[transformer, pool])
 
 
