@@ -158,26 +158,18 @@ def pooled(model, input_ids, attention_mask, layers: int) -> torch.Tensor:
     return torch.stack([mean_pool(state, attention_mask) for state in states]).mean(0)
 
 
-@torch.inference_mode()
 def encode(model, tokenizer, sentences: list[str], layers: int, batch_size: int = 64, device="cpu",
            max_length: int | None = None, on_batch=None) -> np.ndarray:
-    """float32 [n, hidden], rows in the order of `sentences` (batched longest first)."""
-    from trainables.zero_shot import default_max_length
+    """float32 [n, hidden]: the mean over the last `layers` layers of their mean pooling, from one
+    forward pass per batch (trainables/zero_shot.pooled_layers), rows in the order of `sentences`."""
+    from trainables.encoders import model_depth
+    from trainables.zero_shot import pooled_layers
 
-    max_length = max_length or default_max_length(model.name_or_path, tokenizer)
-    was_training = model.training
-    model.eval()
-    out = np.zeros((len(sentences), int(model.config.hidden_size)), dtype=np.float32)
-    order = sorted(range(len(sentences)), key=lambda i: -len(sentences[i]))
-    for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
-        batch = tokenizer([sentences[i] for i in rows], padding=True, truncation=True, max_length=max_length,
-                          return_tensors="pt")
-        out[rows] = pooled(model, batch["input_ids"].to(device), batch["attention_mask"].to(device), layers).float().cpu().numpy()
-        if on_batch is not None:
-            on_batch()
-    model.train(was_training)
-    return out
+    depth = model_depth(model.config)
+    chosen = list(range(max(0, depth - layers + 1), depth + 1))
+    pooled_by_layer = pooled_layers(model, tokenizer, sentences, chosen, ["mean"], batch_size=batch_size,
+                                    max_length=max_length, device=device, on_batch=on_batch)
+    return np.mean([pooled_by_layer[(layer, "mean")] for layer in chosen], axis=0).astype(np.float32)
 
 
 # --- the targets stage ------------------------------------------------------------------------
