@@ -58,16 +58,37 @@ def test_decoder_weights_are_tied_after_a_step(tiny_models):
     assert torch.equal(after, encoder.encoder.layer[0].attention.self.query.weight)
 
 
+def test_deletion_noise_is_sentence_transformers_own(monkeypatch, stsb_sentences):
+    """Same numpy seed -> the same noisy sentences as `DenoisingAutoEncoderDataset.delete`, whose
+    NLTK tokenizer is made to skip the punkt sentence splitter (its data is not installable offline)."""
+    import functools
+
+    import nltk
+    import numpy as np
+    from sentence_transformers.sentence_transformer.datasets import DenoisingAutoEncoderDataset
+
+    from trainables.tsdae import DELETE_RATIOS, noisy
+
+    monkeypatch.setattr(nltk, "word_tokenize", functools.partial(nltk.word_tokenize, preserve_line=True))
+    sentences = [*stsb_sentences[:300], 'He said "don\'t go." Then (really) he left, e.g. at 5 p.m.', "one", ""]
+    for ratio in (*DELETE_RATIOS.values(), 0.999):
+        np.random.seed(7)
+        theirs = [DenoisingAutoEncoderDataset.delete(s, ratio) for s in sentences]
+        rng = np.random.RandomState(7)
+        ours = [noisy(s, ratio, rng) for s in sentences]
+        assert ours == theirs
+        assert sum(a != b for a, b in zip(ours, sentences)) > 200  # the noise did something
+
+
 def test_deletion_noise_drops_the_ratio_and_keeps_a_word():
     import numpy as np
 
     from trainables.tsdae import DELETE_RATIOS, noisy
 
-    rng = np.random.default_rng(0)
+    rng = np.random.RandomState(0)
     words = " ".join(f"w{i}" for i in range(1000))
     for variant, ratio in DELETE_RATIOS.items():
         kept = noisy(words, ratio, rng).split()
         assert abs(len(kept) / 1000 - (1 - ratio)) < 0.05, variant
         assert kept == [w for w in words.split() if w in set(kept)]  # order kept
     assert noisy("one", 0.999, rng) == "one"
-

@@ -54,16 +54,33 @@ def sentence_model(model_path: str, pooling: str, max_length: int):
 DELETE_RATIOS = {"delete": 0.6, "keep": 0.4}
 
 
-def noisy(sentence: str, del_ratio: float, rng: np.random.Generator) -> str:
-    """`DenoisingAutoEncoderDataset.delete`'s rule (each word dropped with `del_ratio`, at least one
-    kept), on whitespace words: theirs needs NLTK and its punkt data, which are not installable offline."""
-    words = sentence.split()
-    if not words:
+def noisy(sentence: str, del_ratio: float, rng: np.random.RandomState) -> str:
+    """`DenoisingAutoEncoderDataset.delete` (NLTK words, each dropped with `del_ratio`, one kept if
+    none is, Treebank detokenised), drawing from `rng` where theirs draws from numpy's global state.
+    Words come from NLTK's Treebank tokenizer without its punkt sentence splitter (`preserve_line`),
+    whose data cannot be installed offline; on one sentence the two agree (tests/test_tsdae.py)."""
+    from nltk import word_tokenize
+    from nltk.tokenize.treebank import TreebankWordDetokenizer
+
+    words = word_tokenize(sentence, preserve_line=True)
+    n = len(words)
+    if n == 0:
         return sentence
-    keep = rng.random(len(words)) > del_ratio
-    if not keep.any():
-        keep[rng.integers(len(words))] = True
-    return " ".join(w for w, k in zip(words, keep) if k)
+    keep = rng.rand(n) > del_ratio
+    if sum(keep) == 0:
+        keep[rng.choice(n)] = True
+    return TreebankWordDetokenizer().detokenize(np.array(words)[keep])
+
+
+def _rng_state(rng: np.random.RandomState) -> list:
+    """The state as plain lists (a checkpoint is read back with torch.load(weights_only=True))."""
+    name, keys, pos, has_gauss, gauss = rng.get_state()
+    return [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)]
+
+
+def _rng_state_back(state: list) -> tuple:
+    name, keys, pos, has_gauss, gauss = state
+    return name, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss
 
 
 class TSDAETrainable(EpochTrainable):
@@ -88,7 +105,7 @@ class TSDAETrainable(EpochTrainable):
         self.generator = torch.Generator().manual_seed(int(config["seed"]))
         self.best_weights = None
         self.del_ratio = DELETE_RATIOS[config["noise"]]
-        self.noise_rng = np.random.default_rng(int(config["seed"]))
+        self.noise_rng = np.random.RandomState(int(config["seed"]))
 
     def _batch(self) -> list[str]:
         rows = torch.randint(len(self.sentences), (int(self.trial_config["batch_size"]),), generator=self.generator)
@@ -158,13 +175,13 @@ class TSDAETrainable(EpochTrainable):
 
     def method_state(self, checkpoint_dir: Path) -> dict:
         return {"model": self.loss.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "generator": self.generator.get_state(), "noise_rng": self.noise_rng.bit_generator.state}
+                "generator": self.generator.get_state(), "noise_rng": _rng_state(self.noise_rng)}
 
     def load_method_state(self, state: dict, checkpoint_dir: Path) -> None:
         self.loss.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
-        self.noise_rng.bit_generator.state = state["noise_rng"]
+        self.noise_rng.set_state(_rng_state_back(state["noise_rng"]))
 
 
 class _MLMLoss(torch.nn.Module):
