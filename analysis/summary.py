@@ -7,7 +7,8 @@ shown at the selection), `metric_companion` (a second score beside it; may be em
 `metric_mode` (`max` or `min`), `sweep_axes` (the config keys a sweep varies), `select_axis` (the
 axis whose best value is selected by the mean primary over seeds; empty: no selection),
 `seed_axis` (the axis averaged over; empty: no repeats) and `metric_columns` (more final metrics
-to tabulate, e.g. one per evaluation set). Runs logged before contracts existed are read as
+to tabulate, e.g. one per evaluation set), `metric_baseline` ("axis=value": the rows each score's gain
+is reported over, e.g. `objective=none`, the untrained encoder). Runs logged before contracts existed are read as
 TMFT's: axes model, layer, seed; select layer; primary `best_dev_<p>`, report
 `test_<p>_at_best_dev`, companion `test_<c>_at_best_dev`, with p = spearman or f1 from the
 metrics the task's runs logged and c its companion (pearson, accuracy). `task` is "" for methods
@@ -40,7 +41,7 @@ import pandas as pd
 from analysis.loader import COMPANION
 
 CONTRACT_KEYS = ("sweep_axes", "select_axis", "seed_axis", "metric_primary", "metric_report", "metric_companion",
-                 "metric_mode", "metric_columns")
+                 "metric_mode", "metric_columns", "metric_baseline")
 # Runs of one contract are summarised together; their metric_columns (which may differ between
 # sweeps of a method, e.g. other evaluation sets) are merged.
 CONTRACT = [k for k in CONTRACT_KEYS if k != "metric_columns"]

@@ -11,7 +11,9 @@
   and the maximum, as the SED paper's stability table): its metric columns
   (one per evaluation set, headed as the papers' zero-shot tables: STS12 ... SICK-R), then the
   primary ("Avg." for the mean over the sets), report and companion. In Markdown, the selected
-  value of the contract's select axis is bold.
+  value of the contract's select axis is bold. Where the contract names a baseline ("axis=value",
+  e.g. objective=none: the untrained encoder), a gain column per score (Δ: the mean minus the
+  baseline row's with the same other axes).
 """
 from __future__ import annotations
 
@@ -74,6 +76,10 @@ def _fmt(mean, std, digits=2) -> str:
     if std is None or pd.isna(std):
         return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _gain(value) -> str:
+    return "–" if value is None or pd.isna(value) else f"{value:+.2f}"
 
 
 def _params(value) -> str:
@@ -182,7 +188,26 @@ def scores_table(rows: pd.DataFrame) -> pd.DataFrame:
         table["n_seeds"] = rows["n_seeds"].to_numpy()
     if (rows["select_axis"] != "").any():
         table["is_best"] = rows["is_best"].to_numpy()
+    baseline = rows["metric_baseline"].iloc[0] if "metric_baseline" in rows else ""
+    if baseline:
+        table = with_gains(table, baseline, score_columns(rows), table_axes(rows))
     return table
+
+
+def with_gains(table: pd.DataFrame, baseline: str, scores: list[str], axes: list[str]) -> pd.DataFrame:
+    """`<score>_gain` for every score: the row's mean minus the mean of the baseline row ("axis=value",
+    e.g. objective=none) that has the same values of the other axes (NaN where there is none)."""
+    axis, _, value = baseline.partition("=")
+    axes = [a for a in axes if a != axis]
+    reference = table[table[axis].astype(str) == value].set_index(axes)[scores] if axes else None
+    for score in scores:
+        if reference is None or reference.empty:
+            table[f"{score}_gain"] = float("nan")
+            continue
+        keys = pd.MultiIndex.from_frame(table[axes]) if len(axes) > 1 else pd.Index(table[axes[0]])
+        table[f"{score}_gain"] = table[score].to_numpy() - reference[score].reindex(keys).to_numpy()
+    return table
+
 
 
 def scores_markdown(table: pd.DataFrame, axes: list[str], scores: list[str], select: str = "") -> str:
@@ -200,6 +225,9 @@ def scores_markdown(table: pd.DataFrame, axes: list[str], scores: list[str], sel
         maxima = table[f"{score}_max"] if f"{score}_max" in table else [None] * len(table)
         shown[score_name(score)] = [_fmt(mean, std) + ("" if pd.isna(std) or top is None or pd.isna(top) else f" (max {top:.2f})")
                                     for mean, std, top in zip(table[score], stds, maxima)]
+    for score in scores:
+        if f"{score}_gain" in table:
+            shown[f"Δ {score_name(score)}"] = [_gain(g) for g in table[f"{score}_gain"]]
     if "n_seeds" in table:
         shown["Seeds"] = table["n_seeds"].astype(str)
     return to_markdown(shown)

@@ -61,6 +61,8 @@ class MetricContract:
     seed:       the axis averaged over (None: no repeats)
     columns:    more final metrics for the end-of-sweep table (e.g. one per evaluation set)
     label:      the primary's display name
+    baseline:   "axis=value": the rows the analysis reports every score's gain over, matched on the
+                other axes (e.g. "objective=none": each method against the untrained encoder)
     """
 
     primary: str
@@ -74,6 +76,7 @@ class MetricContract:
     columns: tuple[str, ...] = ()
     label: str = ""
     short: dict = field(default_factory=dict)  # axis -> prefix in run names, e.g. {"layer": "L", "seed": "s"}
+    baseline: str = ""
 
     def __post_init__(self):
         if self.mode not in ("max", "min"):
@@ -81,6 +84,8 @@ class MetricContract:
         for axis in (self.select, self.seed):
             if axis is not None and axis not in self.axes:
                 raise ValueError(f"{axis!r} is not one of the sweep's axes {self.axes}")
+        if self.baseline and self.baseline.partition("=")[0] not in self.axes:
+            raise ValueError(f"baseline {self.baseline!r} is not 'axis=value' with one of the sweep's axes {self.axes}")
 
     def params(self) -> dict:
         """What the engine logs on every run, and the analysis reads back."""
@@ -88,6 +93,7 @@ class MetricContract:
             "metric_primary": self.primary, "metric_report": self.report, "metric_companion": self.companion,
             "metric_mode": self.mode, "sweep_axes": ",".join(self.axes), "select_axis": self.select or "",
             "seed_axis": self.seed or "", "metric_columns": ",".join(self.columns),
+            "metric_baseline": self.baseline,
         }
 
     @property

@@ -27,7 +27,8 @@ from trainables.errors import SweepInputError
 from trainables.method import (Method, MethodPlan, MetricContract, TrialCost, model_list, parse_int_list, parse_names,
                                register_method)
 
-OBJECTIVES = ("tsdae", "mlm", "simcse", "ct")
+OBJECTIVES = ("none", "tsdae", "mlm", "simcse", "ct")
+CT_VARIANTS = ("official", "in-batch")
 NOISES = ("delete", "keep")
 
 
@@ -83,57 +84,134 @@ def _rng_state_back(state: list) -> tuple:
     return name, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss
 
 
-class TSDAETrainable(EpochTrainable):
-    def build(self, config: dict, data) -> None:
+CT_GROUP = 8                      # M5: groups of 8 pairs, 1 positive and 7 negatives
+CT_BATCH_PAIRS = 16               # M5: a batch is 16 pairs
+CT_BOUNDARIES = (500, 1000, 1500, 2000)
+CT_RATES = (1e-5, 8e-6, 6e-6, 4e-6, 2e-6)
+
+
+def objective_settings(objective: str, args) -> dict:
+    """What an objective trains with, recorded in every trial's params: the paper's AdamW settings,
+    or for CT (official) M5's RMSprop schedule, 16 pairs a batch, no dropout and no clipping."""
+    if objective == "none":
+        return {"steps": 0, "epochs": 0, "optimizer": "none", "schedule": "none", "dropout": False}
+    common = {"steps": args.steps, "epochs": math.ceil(args.steps / args.eval_steps), "batch_size": args.batch_size,
+              "optimizer": "adamw", "schedule": "constant", "clip": 1.0, "dropout": True}
+    if objective == "ct" and args.ct_variant == "official":
+        return {**common, "batch_size": CT_BATCH_PAIRS, "optimizer": "rmsprop", "schedule": "ct-piecewise",
+                "clip": None, "dropout": False}
+    return common
+
+
+def ct_rate(step: int) -> float:
+    """M5's piecewise-constant learning rate at optimiser step `step` (0-based)."""
+    return CT_RATES[sum(step >= b for b in CT_BOUNDARIES)]
+
+
+class Training:
+    """One objective's training loop on a sentence-transformers model: the trial (`TSDAETrainable`)
+    and the `tsdae` upstream stage (`compute`) both run it. Sentences are drawn at random (with
+    replacement, a seeded generator); `run(steps)` takes that many optimiser steps."""
+
+    def __init__(self, config: dict, sentences: list[str], device):
         from sentence_transformers import losses
 
-        self.sentences, self.dev = data.sentences, data.dev
-        self.suite = data.suite
-        objective = config["objective"]
-        self.st = sentence_model(config["_model_path"], config["pooling"], int(config["max_length"]))
-        self.st.to(self.device)
-        if objective == "tsdae":
+        self.config, self.sentences, self.device = config, sentences, device
+        self.objective = config["objective"]
+        seed = int(config["seed"])
+        self.st = sentence_model(config["_model_path"], config["pooling"], int(config["max_length"])).to(device)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.noise_rng = np.random.RandomState(seed)
+        self.del_ratio = DELETE_RATIOS[config["noise"]]
+        self.step_count = 0
+        self.loss = self.optimizer = None
+        if self.objective == "none":
+            return
+        if self.objective == "tsdae":
             self.loss = losses.DenoisingAutoEncoderLoss(self.st, tie_encoder_decoder=True)
-        elif objective == "simcse":
+        elif self.objective == "simcse":
             self.loss = losses.MultipleNegativesRankingLoss(self.st, scale=20.0)
-        elif objective == "ct":
+        elif self.objective == "ct" and config["ct_variant"] == "official":
+            self.loss = losses.ContrastiveTensionLoss(self.st)
+        elif self.objective == "ct":
             self.loss = losses.ContrastiveTensionLossInBatchNegatives(self.st)
         else:
-            self.loss = _MLMLoss(self.st, config["_model_path"], int(config["seed"]))
-        self.loss.to(self.device)
-        self.optimizer = torch.optim.AdamW(self.loss.parameters(), lr=float(config["lr"]), weight_decay=0.0)
-        self.generator = torch.Generator().manual_seed(int(config["seed"]))
-        self.best_weights = None
-        self.del_ratio = DELETE_RATIOS[config["noise"]]
-        self.noise_rng = np.random.RandomState(int(config["seed"]))
+            self.loss = _MLMLoss(self.st, config["_model_path"], seed)
+        self.loss.to(device)
+        if config["optimizer"] == "rmsprop":  # TF2 Keras RMSprop defaults (rho 0.9, epsilon 1e-7), as the CT code
+            self.optimizer = torch.optim.RMSprop(self.loss.parameters(), lr=CT_RATES[0], alpha=0.9, eps=1e-7)
+        else:
+            self.optimizer = torch.optim.AdamW(self.loss.parameters(), lr=float(config["lr"]), weight_decay=0.0)
 
-    def _batch(self) -> list[str]:
-        rows = torch.randint(len(self.sentences), (int(self.trial_config["batch_size"]),), generator=self.generator)
+    def _draw(self, n: int) -> list[str]:
+        rows = torch.randint(len(self.sentences), (n,), generator=self.generator)
         return [self.sentences[i] for i in rows.tolist()]
+
+    def features(self) -> list[dict]:
+        """One batch's inputs to the loss."""
+        batch = self._draw(int(self.config["batch_size"]))
+        if self.objective == "tsdae":
+            return [self._tokenize([noisy(s, self.del_ratio, self.noise_rng) for s in batch]), self._tokenize(batch)]
+        if self.objective == "ct" and self.config["ct_variant"] == "official":
+            # ContrastiveTensionDataLoader's rule: the first pair of every group of 8 is positive
+            others = self._draw(len(batch))
+            pairs = [s if i % CT_GROUP == 0 else o for i, (s, o) in enumerate(zip(batch, others))]
+            return [self._tokenize(batch), self._tokenize(pairs)]
+        if self.objective in ("simcse", "ct"):
+            return [self._tokenize(batch), self._tokenize(batch)]
+        return [self._tokenize(batch)]
+
+    def _tokenize(self, texts: list[str]) -> dict:
+        return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in self.st.tokenize(texts).items()}
+
+    def run(self, steps: int, progress=None) -> float:
+        """`steps` optimiser steps; the mean training loss."""
+        self.loss.train(bool(self.config["dropout"]))
+        if self.objective == "tsdae":
+            self.loss.decoder.eval()  # as sentence-transformers' trainer, which puts only the encoder in train mode
+        clip = self.config.get("clip")
+        total = torch.zeros((), device=self.device)
+        for _ in range(steps):
+            if self.config["schedule"] == "ct-piecewise":
+                for group in self.optimizer.param_groups:
+                    group["lr"] = ct_rate(self.step_count)
+            loss = self.loss(self.features(), None)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(self.loss.parameters(), float(clip))
+            self.optimizer.step()
+            total += loss.detach()
+            self.step_count += 1
+            if progress is not None:
+                progress.step()
+        return float(total) / max(1, steps)
+
+    def state_dict(self) -> dict:
+        return {"model": self.loss.state_dict() if self.loss is not None else self.st.state_dict(),
+                "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+                "generator": self.generator.get_state(), "noise_rng": _rng_state(self.noise_rng), "steps": self.step_count}
+
+    def load_state_dict(self, state: dict) -> None:
+        (self.loss if self.loss is not None else self.st).load_state_dict(state["model"])
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.noise_rng.set_state(_rng_state_back(state["noise_rng"]))
+        self.step_count = int(state["steps"])
+
+
+class TSDAETrainable(EpochTrainable):
+    def build(self, config: dict, data) -> None:
+        self.dev, self.suite = data.dev, data.suite
+        self.training = Training(config, data.sentences, self.device)
+        self.st = self.training.st
+        self.best_weights = None
 
     def train_epoch(self, epoch: int) -> dict:
         config = self.trial_config
         steps = min(int(config["eval_steps"]), int(config["steps"]) - (epoch - 1) * int(config["eval_steps"]))
-        self.st.train()
-        total = 0.0
-        for _ in range(steps):
-            batch = self._batch()
-            if config["objective"] == "tsdae":
-                features = [self._tokenize([noisy(s, self.del_ratio, self.noise_rng) for s in batch]), self._tokenize(batch)]
-            elif config["objective"] in ("simcse", "ct"):
-                features = [self._tokenize(batch), self._tokenize(batch)]
-            else:
-                features = [self._tokenize(batch)]
-            loss = self.loss(features, None)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.loss.parameters(), 1.0)
-            self.optimizer.step()
-            total += float(loss.detach())
-        return {"train_loss": total / max(1, steps)}
-
-    def _tokenize(self, texts: list[str]) -> dict:
-        return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in self.st.tokenize(texts).items()}
+        return {"train_loss": self.training.run(steps)}
 
     def _scores(self, suite) -> dict:
         self.st.eval()
@@ -147,14 +225,17 @@ class TSDAETrainable(EpochTrainable):
     def remember_best(self) -> None:
         self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.st.state_dict().items()}
 
-    def save_best(self, target: Path) -> None:
-        if self.best_weights is None:
-            return
-        latest = self.st.state_dict()
-        latest = {k: v.detach().to("cpu", copy=True) for k, v in latest.items()}
+    def _with_best(self, action):
+        latest = {k: v.detach().to("cpu", copy=True) for k, v in self.st.state_dict().items()}
         self.st.load_state_dict(self.best_weights)
-        self.st.save(str(target))
-        self.st.load_state_dict(latest)
+        try:
+            return action()
+        finally:
+            self.st.load_state_dict(latest)
+
+    def save_best(self, target: Path) -> None:
+        if self.best_weights is not None:
+            self._with_best(lambda: self.st.save(str(target)))
 
     def load_best(self, source: Path) -> None:
         from sentence_transformers import SentenceTransformer
@@ -164,24 +245,16 @@ class TSDAETrainable(EpochTrainable):
     def final_metrics(self) -> dict:
         if self.suite is None or self.best_weights is None:
             return {}
-        latest = {k: v.detach().to("cpu", copy=True) for k, v in self.st.state_dict().items()}
-        self.st.load_state_dict(self.best_weights)
-        out = self._scores(self.suite)
-        self.st.load_state_dict(latest)
-        return out
+        return self._with_best(lambda: self._scores(self.suite))
 
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.st.parameters())
 
     def method_state(self, checkpoint_dir: Path) -> dict:
-        return {"model": self.loss.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "generator": self.generator.get_state(), "noise_rng": _rng_state(self.noise_rng)}
+        return self.training.state_dict()
 
     def load_method_state(self, state: dict, checkpoint_dir: Path) -> None:
-        self.loss.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.generator.set_state(state["generator"])
-        self.noise_rng.set_state(_rng_state_back(state["noise_rng"]))
+        self.training.load_state_dict(state)
 
 
 class _MLMLoss(torch.nn.Module):
@@ -213,11 +286,56 @@ class TSDAEData:
         self.sentences, self.dev, self.suite = sentences, dev, suite
 
 
+def read_corpus(corpus: str, data_dir, max_sentences: int | None) -> tuple[list[str], str, str]:
+    """(sentences, corpus name, checksum) of --corpus: 'wiki' (the Wikipedia sample) or a text file."""
+    from trainables.data._io import file_checksum
+    from trainables.data.sentences import dapt_corpus, dapt_corpus_checksum, read_sentence_lines
+    from trainables.tokenized import subset
+
+    if corpus == "wiki":
+        sentences, name = dapt_corpus(data_dir, ("wiki",))
+        checksum = dapt_corpus_checksum(data_dir, ("wiki",))
+    else:
+        sentences, name, checksum = read_sentence_lines(corpus), Path(corpus).name, file_checksum(Path(corpus))
+    return subset(sentences, max_sentences), name, checksum
+
+
+def check_corpus(corpus: str, flag: str = "--corpus") -> None:
+    if corpus != "wiki" and not Path(corpus).is_file():
+        raise SweepInputError(f"{flag} {corpus}: no such file; pass a text file (one sentence a line) or 'wiki'")
+
+
+def trial_cost(model_path: str, settings: dict, args, sentences: list[str], dev_pairs: int, suite_pairs: int) -> TrialCost:
+    """The encoder cost model (trainables/encoder_cost.py) of one trial: the whole encoder trained
+    for `steps` batches of the corpus's mean sentence length (TSDAE: the noisy input, ~40 % of
+    the words, plus a decoder pass of the clean sentence; CT official: two models), dev every
+    --eval-steps, the suite once."""
+    from transformers import AutoConfig
+
+    from trainables import encoder_cost
+
+    config = AutoConfig.from_pretrained(model_path)
+    sample = sentences[:2000]
+    words = sum(len(s.split()) for s in sample) / max(1, len(sample))
+    tokens = min(int(args.max_length), math.ceil(1.3 * words) + 2)  # ~1.3 WordPiece tokens a word, [CLS] [SEP]
+    batch = int(settings.get("batch_size", args.batch_size))
+    shape = encoder_cost.shape_from_config(config, config.num_hidden_layers, batch, tokens)
+    passes = {"tsdae": 0.4 + 1.5, "ct": 2.0, "simcse": 2.0}.get(settings.get("objective", ""), 1.0)  # decoder: + cross-attention
+    steps, epochs = int(settings["steps"]), int(settings["epochs"])
+    train_tokens = int(passes * batch * tokens * steps / max(1, epochs))
+    eval_tokens = 2 * tokens * (dev_pairs + suite_pairs / max(1, epochs))
+    eval_batches = math.ceil(2 * (dev_pairs + suite_pairs / max(1, epochs)) / 64)
+    memory = encoder_cost.trial_memory_bytes(shape) * (2 if settings.get("objective") in ("tsdae", "ct") else 1)
+    seconds = encoder_cost.trial_seconds(shape, train_tokens, int(eval_tokens), epochs, args.gpu_tflops,
+                                         train_steps=math.ceil(passes * steps / max(1, epochs)), eval_batches=eval_batches)
+    return TrialCost(memory_bytes=memory, seconds=seconds)
+
+
 @register_method("tsdae")
 class TSDAE(Method):
     trainable = TSDAETrainable
     description = "TSDAE and its unsupervised baselines (MLM, SimCSE, CT) on an unlabelled corpus"
-    smoke = {"steps": 4, "eval_steps": 2, "method": "tsdae,mlm,simcse,ct", "seeds": "0", "eval_sets": "none",
+    smoke = {"steps": 4, "eval_steps": 2, "method": "none,tsdae,mlm,simcse,ct", "seeds": "0", "eval_sets": "none",
              "max_sentences": 64}
     cost_axes = ("model", "objective")
 
@@ -226,49 +344,44 @@ class TSDAE(Method):
         d = {"models": "sentence-transformers/all-MiniLM-L6-v2", **defaults}
         what = parser.add_argument_group("what to sweep")
         what.add_argument("--models", default=d["models"], help="comma-separated hub ids or local model directories")
-        what.add_argument("--method", default="tsdae", help=f"comma-separated objectives: {', '.join(OBJECTIVES)}")
+        what.add_argument("--method", default="tsdae",
+                          help=f"comma-separated objectives: {', '.join(OBJECTIVES)} (none: the untrained encoder, one run per model)")
         what.add_argument("--seeds", default="0", help="comma-separated seeds, or a range like 0-2")
         what.add_argument("--corpus", default="wiki", help="'wiki' (the Wikipedia sample) or a text file, one sentence per line")
         what.add_argument("--max-sentences", type=int, default=None, help="use the first N sentences of the corpus")
         train = parser.add_argument_group("training")
-        train.add_argument("--steps", type=int, default=10_000, help="optimiser steps (batch 8)")
+        add_training_flags(train, "")
         train.add_argument("--eval-steps", type=int, default=1_000, help="STS-B dev evaluation every N steps (best kept)")
-        train.add_argument("--batch-size", type=int, default=8)
-        train.add_argument("--lr", type=float, default=3e-5, help="AdamW, constant, weight decay 0, clipping 1")
-        train.add_argument("--pooling", default="cls", choices=("cls", "mean"))
-        train.add_argument("--noise", default="delete", choices=NOISES,
-                           help="delete: the paper's deletion p=0.6 drawn every time; keep: the ST v3 examples' keep-0.6 variant")
-        train.add_argument("--max-length", type=int, default=128)
+        train.add_argument("--ct-variant", default="official", choices=CT_VARIANTS,
+                           help="official: M5's two copies, 16 pairs in groups of 8 (1 positive), dot-product BCE, RMSprop "
+                                "piecewise lr, dropout off; in-batch: ContrastiveTensionLossInBatchNegatives with the AdamW settings")
         train.add_argument("--eval-sets", default="stsb,sickr", help="sets scored with the best-dev weights at the end, or 'none'")
 
     @classmethod
     def check(cls, args) -> None:
         parse_names(args.method, "--method", list(OBJECTIVES))
         parse_int_list(args.seeds, "--seeds")
-        for flag in ("steps", "eval_steps", "batch_size", "max_length"):
-            if getattr(args, flag) <= 0:
-                raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {getattr(args, flag)}")
-        if not args.lr > 0:
-            raise SweepInputError(f"--lr must be positive, got {args.lr}")
-        if args.corpus != "wiki" and not Path(args.corpus).is_file():
-            raise SweepInputError(f"--corpus {args.corpus}: no such file; pass a text file (one sentence a line) or 'wiki'")
+        check_training_flags(vars(args), "")
+        if args.eval_steps <= 0:
+            raise SweepInputError(f"--eval-steps must be a positive integer, got {args.eval_steps}")
+        if args.max_sentences is not None and args.max_sentences <= 0:
+            raise SweepInputError(f"--max-sentences must be a positive integer, got {args.max_sentences}")
+        check_corpus(args.corpus)
 
     @classmethod
     def metrics(cls, args) -> MetricContract:
         from trainables.tmft import parse_eval_sets
 
         return MetricContract(primary="best_dev_spearman", report="best_dev_spearman", epoch="dev_spearman",
-                              axes=("model", "objective", "seed"), select=None, seed="seed", label="Spearman",
+                              axes=("corpus", "model", "objective", "seed"), select=None, seed="seed", label="Spearman",
                               columns=tuple(f"{n}_spearman" for n in parse_eval_sets(args.eval_sets)),
-                              short={"seed": "s", "objective": ""})
+                              short={"seed": "s", "objective": "", "corpus": ""}, baseline="objective=none")
 
     @classmethod
     def plan(cls, args, context) -> MethodPlan:
-        from trainables.data.sentences import dapt_corpus, read_sentence_lines
         from trainables.encoders import resolve_model
         from trainables.eval_sets import load_suite
         from trainables.tmft import parse_eval_sets
-        from trainables.tokenized import subset
 
         objectives = parse_names(args.method, "--method", list(OBJECTIVES))
         seeds = parse_int_list(args.seeds, "--seeds")
@@ -277,21 +390,77 @@ class TSDAE(Method):
         if "tsdae" in objectives:
             for model in models:
                 check_decoder(paths[model], model)
-        if args.corpus == "wiki":
-            sentences, corpus = dapt_corpus(args.data_dir, ("wiki",))
-        else:
-            sentences, corpus = read_sentence_lines(args.corpus), Path(args.corpus).name
-        sentences = subset(sentences, args.max_sentences)
+        sentences, corpus, _ = read_corpus(args.corpus, args.data_dir, args.max_sentences)
         sets = parse_eval_sets(args.eval_sets)
         dev = load_suite(["stsb_dev"], args.data_dir)
         suite = load_suite(sets, args.data_dir) if sets else None
-        epochs = math.ceil(args.steps / args.eval_steps)
-        base = {"method": cls.name, "corpus": corpus, "steps": args.steps, "eval_steps": args.eval_steps, "epochs": epochs,
-                "batch_size": args.batch_size, "lr": args.lr, "weight_decay": 0.0, "clip": 1.0, "schedule": "constant",
-                "pooling": args.pooling, "noise": args.noise, "delete_ratio": DELETE_RATIOS[args.noise], "tied_decoder": True,
-                "max_length": args.max_length, "max_sentences": args.max_sentences}
-        configs = [{**base, "model": m, "objective": o, "seed": s, "_model_path": paths[m]}
-                   for m in models for o in objectives for s in seeds]
-        costs = {(m, o): TrialCost(memory_bytes=2e9, seconds=0.05 * args.steps) for m in models for o in objectives}
+        base = {"method": cls.name, "corpus": corpus, "eval_steps": args.eval_steps, "lr": args.lr, "weight_decay": 0.0,
+                "batch_size": args.batch_size, "clip": 1.0, "pooling": args.pooling, "noise": args.noise,
+                "delete_ratio": DELETE_RATIOS[args.noise], "tied_decoder": True, "max_length": args.max_length,
+                "max_sentences": args.max_sentences, "ct_variant": args.ct_variant}
+        configs, costs = [], {}
+        for m in models:
+            for o in objectives:
+                settings = objective_settings(o, args)
+                # the untrained encoder is the same whatever the seed: one run per model
+                for s in (seeds[:1] if o == "none" else seeds):
+                    configs.append({**base, **settings, "model": m, "objective": o, "seed": s, "_model_path": paths[m]})
+                costs[(m, o)] = trial_cost(paths[m], {**settings, "objective": o}, args, sentences, len(dev.sentences) // 2,
+                                           len(suite.sentences) // 2 if suite else 0)
         return MethodPlan(configs=configs, data=TSDAEData(sentences, dev, suite), costs=costs,
                           checksums={f"eval_{k}": v for k, v in dev.checksums.items()}, static_params={"corpus": corpus})
+
+
+def add_training_flags(group, prefix: str) -> None:
+    """TSDAE's training flags (the paper's defaults), as `--steps` etc. or `--tsdae-steps` etc."""
+    group.add_argument(f"--{prefix}steps", type=int, default=10_000, help="optimiser steps (the step budget)")
+    group.add_argument(f"--{prefix}batch-size", type=int, default=8)
+    group.add_argument(f"--{prefix}lr", type=float, default=3e-5, help="AdamW, constant, weight decay 0, clipping 1")
+    group.add_argument(f"--{prefix}pooling", default="cls", choices=("cls", "mean"))
+    group.add_argument(f"--{prefix}noise", default="delete", choices=NOISES,
+                       help="delete: the paper's deletion p=0.6 drawn every time; keep: the ST v3 examples' keep-0.6 variant")
+    group.add_argument(f"--{prefix}max-length", type=int, default=128)
+
+
+def check_training_flags(a: dict, prefix: str) -> None:
+    key = prefix.replace("-", "_")
+    for flag in ("steps", "batch_size", "max_length"):
+        if a[key + flag] <= 0:
+            raise SweepInputError(f"--{prefix}{flag.replace('_', '-')} must be a positive integer, got {a[key + flag]}")
+    if not a[key + "lr"] > 0:
+        raise SweepInputError(f"--{prefix}lr must be positive, got {a[key + 'lr']}")
+
+
+# --- the `tsdae` upstream stage (trainables/upstream.py): TSDAE once per model, then TMFT ----------
+def stage_config(*, corpus: str, steps: int, batch_size: int, lr: float, pooling: str, noise: str, max_length: int,
+                 max_sentences: int | None) -> dict:
+    """The stage config that, with the model and the corpus checksum, keys a TSDAE stage."""
+    return {"stage": "tsdae", "objective": "tsdae", "corpus": corpus, "steps": int(steps), "batch_size": int(batch_size),
+            "lr": float(lr), "pooling": pooling, "noise": noise, "max_length": int(max_length),
+            "max_sentences": max_sentences, "seed": 0, "optimizer": "adamw", "schedule": "constant", "clip": 1.0,
+            "dropout": True}
+
+
+def compute(spec: dict, out_dir: Path) -> dict:
+    """Run the TSDAE stage of `spec` for its step budget (the last weights are kept, as for DAPT)
+    and write `out_dir/encoder/` (a transformers model folder TMFT starts from)."""
+    import time
+
+    from trainables.base import pick_device, seed_everything
+    from trainables.stage_progress import StageProgress
+
+    started = time.perf_counter()
+    config = spec["config"]
+    seed_everything(int(config["seed"]))
+    sentences, corpus, _ = read_corpus(config["corpus"], spec["data_dir"], config.get("max_sentences"))
+    device = pick_device()
+    training = Training({**config, "_model_path": spec["model_path"]}, sentences, device)
+    progress = StageProgress(spec, int(config["steps"]))
+    loss = training.run(int(config["steps"]), progress)
+    progress.finish()
+    encoder_dir = Path(out_dir) / "encoder"
+    training.st[0].auto_model.save_pretrained(str(encoder_dir))
+    training.st.tokenizer.save_pretrained(str(encoder_dir))
+    return {"history": [{"epoch": 1, "train_loss": loss}], "final": {"wall_time_s": time.perf_counter() - started,
+                                                                      "final_train_loss": loss},
+            "sentences": len(sentences), "corpus": corpus, "optimizer_steps": int(config["steps"]), "device": str(device)}
