@@ -160,3 +160,89 @@ def test_authors_dapt_schedule_peaks_at_80_percent_of_training():
         rates.append(optimizer.param_groups[0]["lr"])
     assert max(range(steps), key=rates.__getitem__) == 79  # the peak after 80 of 100 optimiser steps
     assert rates[-1] > 0.95  # and it ends near the peak (METHODS.md: ~97%)
+
+
+@pytest.mark.slow  # the default run has the plan and stage-compute tests below
+def test_tsdae_stage_is_computed_once_per_model_and_tmft_starts_from_it(sweep_env, tiny_models):
+    """`--improvement tsdae`: one TSDAE stage per model whatever the layers and seeds, run by
+    trainables/tsdae.py's loop; its encoder differs from the pretrained one, and every trial
+    names it (upstream_run_id, stage_key) and records the stage's settings."""
+    import torch
+    from transformers import AutoModel
+
+    model = tiny_models["bert"]
+    flags = ["--models", model, "--layers", "1,2", "--seeds", "0,1", "--epochs", "1", "--improvement", "none,tsdae",
+             "--tsdae-steps", "3", "--tsdae-max-sentences", "40", "--tsdae-lr", "1e-3", *sweep_env["flags"]]
+    assert main([*flags, "--name", "tsdae"]) == 0
+    stages = Path(sweep_env["storage"]) / "stages"
+    executions = read_executions(stages)
+    assert [(e["kind"], e["model"]) for e in executions] == [("tsdae", model)]
+    parents, trials = runs_by_role(sweep_env["uri"])
+    assert Counter(t.data.params["method"] for t in trials) == {"tmft": 4, "tsdae+tmft": 4}
+    stage_run = _stage_runs(sweep_env["uri"])[0]
+    assert stage_run.info.status == "FINISHED" and stage_run.data.params["method"] == "tsdae"
+    for trial in (t for t in trials if t.data.params["method"] == "tsdae+tmft"):
+        params = trial.data.params
+        assert params["upstream_run_id"] == stage_run.info.run_id and params["upstream_method"] == "tsdae"
+        assert (params["tsdae_steps"], params["tsdae_lr"], params["tsdae_noise"], params["tsdae_pooling"]) == ("3", "0.001", "delete", "cls")
+        assert trial.info.status == "FINISHED" and "best_dev_spearman" in trial.data.metrics
+    manifest = json.loads((stages / stage_run.data.params["stage_key"] / "stage.json").read_text())
+    assert manifest["result"]["optimizer_steps"] == 3
+    trained = AutoModel.from_pretrained(str(stages / stage_run.data.params["stage_key"] / "encoder"))
+    pretrained = AutoModel.from_pretrained(model)
+    changed = [n for n, p in trained.state_dict().items() if not torch.equal(p, pretrained.state_dict()[n])]
+    assert any("encoder.layer.0" in n for n in changed)
+
+
+def _plan_flags(tmp_path, data_dir):
+    return ["--storage-path", str(tmp_path / "runs"), "--mlflow-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+            "--data-dir", str(data_dir), "--max-train-samples", "48", "--max-eval-samples", "60"]
+
+
+def test_tsdae_stage_is_planned_once_per_model_with_its_settings_in_every_trial(tmp_path, data_dir, tiny_models):
+    from sweeps.engine.runner import parser_for, plan_sweep
+
+    args = parser_for("improvements").parse_args([
+        "--models", tiny_models["bert"], "--layers", "1,2", "--seeds", "0,1", "--improvement", "tsdae,none",
+        "--tsdae-steps", "5", "--tsdae-noise", "keep", *_plan_flags(tmp_path, data_dir)])
+    plan = plan_sweep(args, method="improvements")
+    assert [s["kind"] for s in plan.stages.values()] == ["tsdae"]
+    spec = next(iter(plan.stages.values()))
+    assert (spec["config"]["steps"], spec["config"]["noise"], spec["config"]["lr"]) == (5, "keep", 3e-5)
+    staged = [c for c in plan.configs if c.get("stage_key")]
+    assert len(staged) == 4 and {c["stage_key"] for c in staged} == {spec["key"]}
+    assert {(c["method"], c["upstream_method"], c["tsdae_noise"]) for c in staged} == {("tsdae+tmft", "tsdae", "keep")}
+    assert sum(c["method"] == "tmft" for c in plan.configs) == 4
+    args.tsdae_steps = 6
+    assert next(iter(plan_sweep(args, method="improvements").stages)) != spec["key"]  # the settings key the stage
+
+
+def test_tsdae_stage_trains_the_encoder_tmft_starts_from(tmp_path, data_dir, tiny_models):
+    """The stage's compute (trainables/tsdae.py, the trial's loop) writes an encoder folder whose
+    weights moved, and TMFT's encoder for `upstream_method` tsdae is that one, truncated."""
+    import torch
+    from transformers import AutoModel
+
+    from trainables import tsdae
+    from trainables.tmft import build_encoder
+
+    config = tsdae.stage_config(corpus="wiki", steps=3, batch_size=4, lr=1e-3, pooling="cls", noise="delete",
+                                max_length=32, max_sentences=40)
+    spec = {"kind": "tsdae", "key": "k", "root": str(tmp_path), "model": "tiny", "model_path": tiny_models["bert"],
+            "data_dir": str(data_dir), "config": config}
+    result = tsdae.compute(spec, tmp_path / "k")
+    assert result["optimizer_steps"] == 3 and result["sentences"] == 40
+    trained = AutoModel.from_pretrained(str(tmp_path / "k" / "encoder")).state_dict()
+    pretrained = AutoModel.from_pretrained(tiny_models["bert"]).state_dict()
+    assert not torch.equal(trained["encoder.layer.0.attention.self.query.weight"],
+                           pretrained["encoder.layer.0.attention.self.query.weight"])
+    encoder = build_encoder(tiny_models["bert"], 2, 0, upstream_method="tsdae", upstream_path=str(tmp_path / "k"))
+    assert torch.equal(encoder.state_dict()["encoder.layer.1.output.dense.weight"], trained["encoder.layer.1.output.dense.weight"])
+
+
+def test_tsdae_stage_refuses_an_encoder_without_a_decoder(tmp_path, data_dir, tiny_models, capsys):
+    flags = ["--models", tiny_models["mpnet"], "--layers", "1", "--seeds", "0", "--improvement", "tsdae",
+             *_plan_flags(tmp_path, data_dir), "--experiment", "test"]
+    assert main(flags) == 2
+    assert "no causal-LM decoder" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "stages").exists()

@@ -1,10 +1,12 @@
-"""WS+TMFT and DAPT+TMFT (ELECTRA paper, Table 1; METHODS.md M2, M3): an upstream stage per model
-(DAPT) or per model and layer (WS, seed 0 as the paper), then TMFT trials that start from it.
+"""WS+TMFT, DAPT+TMFT (ELECTRA paper, Table 1; METHODS.md M2, M3) and TSDAE+TMFT (M6): an upstream
+stage per model (DAPT, TSDAE) or per model and layer (WS, seed 0 as the paper), then TMFT trials
+that start from it.
 
-The method is TMFT's grid and trainable with more flags (`--improvement`, a list of ws, dapt and
-none, the plain TMFT beside them, for Table 1 from one sweep; `both` = ws,dapt; and the
-stage settings `--ws-*`, `--dapt-*`, `--stage-*`) and with stage specs in its plan: for every
-(model, layer, seed) and improvement a trial with method `ws+tmft` or `dapt+tmft`, the key of the
+The method is TMFT's grid and trainable with more flags (`--improvement`, a list of ws, dapt, tsdae
+and none, the plain TMFT beside them, for Table 1 from one sweep; `both` = ws,dapt; and the
+stage settings `--ws-*`, `--dapt-*`, `--tsdae-*`, `--stage-*`) and with stage specs in its plan: for
+every (model, layer, seed) and improvement a trial with method `ws+tmft`, `dapt+tmft` or `tsdae+tmft`
+(TSDAE's training loop is trainables/tsdae.py's, the trial's and the stage's alike), the key of the
 stage it starts from (`stage_key`), the stage settings as params and the stage's directory
 (`_upstream_path`). Stages live in the content-addressed store `<storage-path>/stages/` (or
 `--stage-dir`); the engine computes the missing ones before the trials (sweeps/engine/stages_plan.py)
@@ -22,11 +24,11 @@ from trainables.stages import stage_root
 from trainables.tmft import TMFT
 from trainables.upstream import STAGES
 
-IMPROVEMENTS = ("none", "ws", "dapt")  # none: plain TMFT, no stage
+IMPROVEMENTS = ("none", "ws", "dapt", "tsdae")  # none: plain TMFT, no stage
 ALIASES = {"both": ("ws", "dapt")}
 # --smoke-test also shrinks the stages.
 STAGE_SMOKE = {"ws_epochs": 2, "ws_max_train_samples": 256, "dapt_epochs": 1, "dapt_max_sentences": 384,
-               "dapt_batch_size": 16, "dapt_accumulation": 2}
+               "dapt_batch_size": 16, "dapt_accumulation": 2, "tsdae_steps": 4, "tsdae_max_sentences": 64}
 
 
 @register_method("improvements")
@@ -38,7 +40,7 @@ class Improvements(TMFT):
 
     @classmethod
     def add_arguments(cls, parser, defaults: dict) -> None:
-        from trainables import dapt, word_similarity
+        from trainables import dapt, tsdae, word_similarity
 
         super().add_arguments(parser, defaults)
         group = parser.add_argument_group("improvements (upstream stages)")
@@ -70,6 +72,9 @@ class Improvements(TMFT):
         group.add_argument("--ws-split", choices=WS_SPLITS, default="numpy",
                            help="word-pair split: numpy (seeded, this project's), sklearn-compat (the authors' "
                                 "train_test_split with np.random.seed(0))")
+        tsdae.add_training_flags(group, "tsdae-")
+        group.add_argument("--tsdae-corpus", default="wiki", help="TSDAE stage: 'wiki' (the Wikipedia sample) or a text file, one sentence a line")
+        group.add_argument("--tsdae-max-sentences", type=int, default=None, help="TSDAE stage: the first N sentences of the corpus")
         group.add_argument("--stage-dir", default=None, help="the stage store (default: <storage-path>/stages; must be a local or shared file system)")
         group.add_argument("--stage-cpus", type=float, default=None, help="CPUs per stage task (default: --cpus-per-trial)")
         group.add_argument("--stage-gpus", type=float, default=None, help="GPUs per stage task (default: 1 when trials use GPUs, else 0)")
@@ -87,12 +92,16 @@ class Improvements(TMFT):
         for flag in ("ws_lr", "dapt_lr"):
             if not a[flag] > 0:
                 raise SweepInputError(f"--{flag.replace('_', '-')} must be positive, got {a[flag]}")
-        for flag in ("ws_max_train_samples", "dapt_max_sentences"):
+        from trainables import tsdae
+
+        tsdae.check_training_flags(a, "tsdae-")
+        tsdae.check_corpus(a["tsdae_corpus"], "--tsdae-corpus")
+        for flag in ("ws_max_train_samples", "dapt_max_sentences", "tsdae_max_sentences"):
             if a[flag] is not None and a[flag] <= 0:
                 raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {a[flag]}")
         parse_clip(a["dapt_clip"])
         if a["search"] == "optuna" and len(parse_improvements(a["improvement"])) > 1:
-            raise SweepInputError("--search optuna tunes one method: pass --improvement ws or --improvement dapt")
+            raise SweepInputError("--search optuna tunes one method: pass one of --improvement ws, dapt or tsdae")
 
     @classmethod
     def estimate(cls, args):
@@ -110,7 +119,7 @@ class Improvements(TMFT):
 
     @classmethod
     def plan(cls, args, context) -> MethodPlan:
-        from trainables import dapt, word_similarity
+        from trainables import dapt, tsdae, word_similarity
         from trainables.data.sentences import dapt_corpus_checksum, parse_sources
         from trainables.data.word_similarity import ws_checksum
         from trainables.stages import make_spec
@@ -129,6 +138,10 @@ class Improvements(TMFT):
             checksums["dapt"] = dapt_corpus_checksum(data_dir, sources)
             for path in set(paths.values()):
                 dapt.check_model(path)
+        if "tsdae" in kinds:
+            _, tsdae_corpus, checksums["tsdae"] = tsdae.read_corpus(a["tsdae_corpus"], data_dir, a["tsdae_max_sentences"])
+            for model, path in paths.items():
+                tsdae.check_decoder(path, model)
         specs, configs = {}, []
         for base in planned.configs:
             for kind in kinds:
@@ -141,13 +154,19 @@ class Improvements(TMFT):
                         selection=a["ws_selection"], random_init=a["random_init"],
                         max_train_samples=a["ws_max_train_samples"], max_eval_samples=a["max_eval_samples"],
                         split_method=a["ws_split"])
+                elif kind == "tsdae":
+                    config = tsdae.stage_config(
+                        corpus=a["tsdae_corpus"], steps=a["tsdae_steps"], batch_size=a["tsdae_batch_size"], lr=a["tsdae_lr"],
+                        pooling=a["tsdae_pooling"], noise=a["tsdae_noise"], max_length=a["tsdae_max_length"],
+                        max_sentences=a["tsdae_max_sentences"])
                 else:
                     config = dapt.stage_config(
                         corpus="+".join(sources), epochs=a["dapt_epochs"], batch_size=a["dapt_batch_size"],
                         accumulation=a["dapt_accumulation"], lr=a["dapt_lr"], head=a["dapt_head"],
                         random_init=a["random_init"], max_sentences=a["dapt_max_sentences"],
                         schedule=a["dapt_schedule"], clip=parse_clip(a["dapt_clip"]))
-                config.update(stage_precision(args))
+                if kind != "tsdae":  # TSDAE's loop trains in fp32
+                    config.update(stage_precision(args))
                 spec = make_spec(kind, base["model"], paths[base["model"]], root, data_dir, checksums[kind], config)
                 specs.setdefault(spec["key"], spec)
                 configs.append({
@@ -174,6 +193,9 @@ def downstream_params(kind: str, a: dict) -> dict:
     if kind == "ws":
         return {"ws_selection": a["ws_selection"], "ws_epochs": a["ws_epochs"], "ws_batch_size": a["ws_batch_size"],
                 "ws_lr": a["ws_lr"], "ws_max_train_samples": a["ws_max_train_samples"], "ws_split": a["ws_split"]}
+    if kind == "tsdae":
+        return {f"tsdae_{k}": a[f"tsdae_{k}"] for k in ("corpus", "steps", "batch_size", "lr", "pooling", "noise",
+                                                        "max_length", "max_sentences")}
     from trainables.data.sentences import parse_sources
 
     return {"dapt_corpus": "+".join(parse_sources(a["dapt_corpus"])), "dapt_epochs": a["dapt_epochs"],

@@ -10,10 +10,10 @@ then linear decay to 0, gradient clipping 1.0, batch 32, 10 epochs; after every 
 dev metrics (x100), and the test metrics once, of the best-dev weights, at the end (every epoch
 with `test_every_epoch`): the same reported `test_*_at_best_dev`, a test pass per epoch fewer.
 
-Upstream stages (WS+TMFT, DAPT+TMFT; trainables/improvements.py): a config with
-`upstream_method` = "ws" or "dapt" and `_upstream_path` (the stage's directory in the stage store)
+Upstream stages (WS+TMFT, DAPT+TMFT, TSDAE+TMFT; trainables/improvements.py): a config with
+`upstream_method` = "ws", "dapt" or "tsdae" and `_upstream_path` (the stage's directory in the stage store)
 starts from that stage's weights: WS weights are loaded into the layer-l encoder with
-`strict=False` (as the authors), DAPT's encoder folder replaces the pretrained model before
+`strict=False` (as the authors), DAPT's or TSDAE's encoder folder replaces the pretrained model before
 truncation to layer l.
 
 The best-dev epoch's weights are kept as a sentence-transformers model folder (`best/` in every
@@ -68,7 +68,7 @@ def pretrained(path: str):
 def build_encoder(model_path: str, layer: int, seed: int, random_weights: bool = False,
                   upstream_method: str | None = None, upstream_path: str | None = None):
     """The layer-`layer` encoder: pretrained (or random) weights, or an upstream stage's."""
-    if upstream_method == "dapt":
+    if upstream_method in ("dapt", "tsdae"):  # a whole encoder: start from the stage's weights
         return truncate(pretrained(str(Path(upstream_path) / STAGE_ENCODER_DIR)), layer)
     encoder = random_init(model_path, layer, seed) if random_weights else truncate(pretrained(model_path), layer)
     if upstream_method == "ws":
@@ -80,7 +80,7 @@ def build_encoder(model_path: str, layer: int, seed: int, random_weights: bool =
             print(f"warning: {len(result.missing_keys)} encoder weights not in the WS stage {upstream_path} "
                   f"(kept as they were): {result.missing_keys[:4]}", file=sys.stderr)
     elif upstream_method not in (None, ZERO_SHOT_STAGE):
-        raise ValueError(f"unknown upstream method {upstream_method!r}; expected 'ws' or 'dapt'")
+        raise ValueError(f"unknown upstream method {upstream_method!r}; expected 'ws', 'dapt' or 'tsdae'")
     return encoder
 
 

@@ -1,8 +1,8 @@
-"""Upstream stages (the first half of WS+TMFT and DAPT+TMFT), executed in the stage store.
+"""Upstream stages (the first half of WS+TMFT, DAPT+TMFT and TSDAE+TMFT, ...), executed in the stage store.
 
 A stage is described by a plain-JSON `spec`:
 
-    {"kind": "ws" | "dapt", "key": <stage key>, "root": <stage store dir>, "model": <model id>,
+    {"kind": "ws" | "dapt" | "tsdae" | ..., "key": <stage key>, "root": <stage store dir>, "model": <model id>,
      "model_path": <local folder>, "data_dir": ..., "data_checksum": ..., "config": {...}}
 
 `key = stage_key(model id + weights fingerprint, config, data checksum)` (`make_spec` in trainables/stages.py), so
@@ -74,6 +74,15 @@ class DaptStage(StageKind):
     @staticmethod
     def params(config: dict) -> dict:
         return {"dapt_corpus": config["corpus"], "dapt_head": config["head"]}
+
+
+@STAGES.register("tsdae")
+class TsdaeStage(StageKind):
+    module, downstream, task = "trainables.tsdae", "tsdae+tmft", "denoising"
+
+    @staticmethod
+    def params(config: dict) -> dict:
+        return {"tsdae_corpus": config["corpus"], "tsdae_steps": config["steps"]}
 
 
 @STAGES.register("sed-targets")

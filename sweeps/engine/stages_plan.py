@@ -220,6 +220,9 @@ def prepare_stages(plan, specs: dict) -> None:
 
     kept = []
     for config in plan.configs:
+        if "stage_key" not in config:  # a trial that starts from no stage (e.g. --improvement none beside others)
+            kept.append(config)
+            continue
         if config["stage_key"] in failures:
             plan.failed_stages.setdefault(config["stage_key"], failures[config["stage_key"]])
             continue
