@@ -92,3 +92,40 @@ def test_deletion_noise_drops_the_ratio_and_keeps_a_word():
         assert abs(len(kept) / 1000 - (1 - ratio)) < 0.05, variant
         assert kept == [w for w in words.split() if w in set(kept)]  # order kept
     assert noisy("one", 0.999, rng) == "one"
+
+
+def test_report_table_has_method_by_model_per_corpus_with_gains_over_the_untrained_encoder(tmp_path):
+    """The TSDAE contract (corpus, model, objective, seed; baseline objective=none) through the
+    analysis: one scores table, mean ± std over seeds on every set, and each objective's gain over
+    the untrained encoder of the same corpus and model."""
+    from argparse import Namespace
+
+    import pandas as pd
+
+    from analysis.report import build_report
+    from analysis_helpers import log_runs
+    from trainables.tsdae import TSDAE
+
+    contract = {"method": "tsdae", **TSDAE.metrics(Namespace(eval_sets="stsb,sickr")).params()}
+    untrained = {"m1": 50.0, "m2": 60.0}
+    rows = []
+    for corpus, shift in (("wiki", 0.0), ("mine.txt", 10.0)):
+        for model, base in untrained.items():
+            rows.append({"corpus": corpus, "model": model, "objective": "none", "seed": 0, "best_dev_spearman": base,
+                         "stsb_spearman": base, "sickr_spearman": base + 1.0})
+            for objective, gain in (("tsdae", 5.0), ("simcse", -2.0)):
+                for seed in (0, 1, 2):
+                    score = base + gain + shift + seed  # mean over seeds: base + gain + shift + 1, std 1
+                    rows.append({"corpus": corpus, "model": model, "objective": objective, "seed": seed,
+                                 "best_dev_spearman": score, "stsb_spearman": score, "sickr_spearman": score + 1.0})
+    report = build_report(log_runs(tmp_path, contract, rows), tmp_path / "report")
+    table = pd.read_csv(tmp_path / "report" / "tables" / "scores_tsdae_all.csv")
+    assert list(table.columns[:3]) == ["corpus", "model", "objective"] and len(table) == 2 * 2 * 3
+    row = table[(table["corpus"] == "mine.txt") & (table["model"] == "m2") & (table["objective"] == "tsdae")].iloc[0]
+    assert row["stsb_spearman"] == 76.0 and row["stsb_spearman_std"] == 1.0
+    assert row["stsb_spearman_gain"] == 16.0 and row["sickr_spearman_gain"] == 16.0
+    none = table[table["objective"] == "none"]
+    assert (none["stsb_spearman_gain"] == 0).all()
+    markdown = (tmp_path / "report" / "tables" / "scores_tsdae_all.md").read_text()
+    assert "Δ STS-B" in markdown and "+6.00" in markdown and "-1.00" in markdown and "76.00 ± 1.00" in markdown
+    assert report.index.read_text().count("scores_tsdae_all.md") >= 1
