@@ -129,3 +129,55 @@ def test_report_table_has_method_by_model_per_corpus_with_gains_over_the_untrain
     markdown = (tmp_path / "report" / "tables" / "scores_tsdae_all.md").read_text()
     assert "Δ STS-B" in markdown and "+6.00" in markdown and "-1.00" in markdown and "76.00 ± 1.00" in markdown
     assert report.index.read_text().count("scores_tsdae_all.md") >= 1
+
+
+def _training(model_path, objective, sentences, **flags):
+    from argparse import Namespace
+
+    from trainables.tsdae import Training, objective_settings
+
+    args = Namespace(**{"steps": 4, "eval_steps": 2, "batch_size": 8, "ct_variant": "official", **flags})
+    config = {"objective": objective, "seed": 0, "_model_path": model_path, "pooling": "cls", "max_length": 32,
+              "noise": "delete", "lr": 1e-3, "ct_variant": args.ct_variant, **objective_settings(objective, args)}
+    return Training(config, sentences, "cpu")
+
+
+def test_official_ct_is_two_models_groups_of_8_pairs_rmsprop_schedule_and_no_dropout(tiny_models, stsb_sentences):
+    import torch
+    from sentence_transformers import losses
+
+    from trainables.tsdae import CT_RATES, ct_rate
+
+    training = _training(tiny_models["bert"], "ct", stsb_sentences[:200])
+    assert isinstance(training.loss, losses.ContrastiveTensionLoss) and isinstance(training.optimizer, torch.optim.RMSprop)
+    assert training.loss.model1 is not training.loss.model2 and training.loss.model2 is training.st
+    first, second = training.features()
+    assert first["input_ids"].shape[0] == 16
+    same = [torch.equal(a[m.bool()], b[n.bool()]) for a, m, b, n in
+            zip(first["input_ids"], first["attention_mask"], second["input_ids"], second["attention_mask"])]
+    assert same == [i % 8 == 0 for i in range(16)]  # 1 positive, then 7 negatives, twice
+    copy_before = training.loss.model1[0].auto_model.encoder.layer[0].output.dense.weight.detach().clone()
+    training.run(2)
+    assert not training.loss.training and not training.st.training  # dropout off while training
+    assert not torch.equal(copy_before, training.loss.model1[0].auto_model.encoder.layer[0].output.dense.weight)
+    assert training.optimizer.param_groups[0]["lr"] == CT_RATES[0]
+    assert [ct_rate(s) for s in (0, 499, 500, 1999, 2000, 10_000)] == [1e-5, 1e-5, 8e-6, 4e-6, 2e-6, 2e-6]
+    in_batch = _training(tiny_models["bert"], "ct", stsb_sentences[:200], ct_variant="in-batch")
+    assert isinstance(in_batch.loss, losses.ContrastiveTensionLossInBatchNegatives)
+    assert isinstance(in_batch.optimizer, torch.optim.AdamW) and in_batch.features()[0]["input_ids"].shape[0] == 8
+
+
+def test_cost_grows_with_steps_and_tsdae_costs_more_than_mlm(tiny_models, stsb_sentences):
+    from argparse import Namespace
+
+    from trainables.tsdae import objective_settings, trial_cost
+
+    def cost(objective, steps):
+        args = Namespace(steps=steps, eval_steps=100, batch_size=8, ct_variant="official", max_length=128, gpu_tflops=None)
+        return trial_cost(tiny_models["bert"], {**objective_settings(objective, args), "objective": objective}, args,
+                          stsb_sentences, 1500, 0)
+
+    assert cost("tsdae", 2000).seconds > 1.5 * cost("tsdae", 1000).seconds
+    assert cost("tsdae", 1000).seconds > cost("mlm", 1000).seconds
+    assert cost("tsdae", 1000).memory_bytes > cost("mlm", 1000).memory_bytes
+    assert cost("none", 1000).seconds < cost("mlm", 1000).seconds

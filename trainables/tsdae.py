@@ -162,7 +162,7 @@ class Training:
         return [self._tokenize(batch)]
 
     def _tokenize(self, texts: list[str]) -> dict:
-        return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in self.st.tokenize(texts).items()}
+        return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in self.st.preprocess(texts).items()}
 
     def run(self, steps: int, progress=None) -> float:
         """`steps` optimiser steps; the mean training loss."""
