@@ -220,10 +220,12 @@ def prepare_stages(plan, specs: dict) -> None:
 
     kept = []
     for config in plan.configs:
-        if config["stage_key"] in failures:
-            plan.failed_stages.setdefault(config["stage_key"], failures[config["stage_key"]])
+        keys = str(config["stage_key"]).split(",")  # a trial may read several stages: their keys comma-joined
+        failed = [key for key in keys if key in failures]
+        if failed:
+            plan.failed_stages.setdefault(failed[0], failures[failed[0]])
             continue
-        config["upstream_run_id"] = run_ids[config["stage_key"]]
+        config["upstream_run_id"] = ",".join(run_ids[key] for key in keys)
         kept.append(config)
     if failures:
         print(f"{len(failures)} stage(s) failed; {len(plan.configs) - len(kept)} trial(s) that need them are skipped.",
