@@ -111,6 +111,10 @@ class MetaEmbeddingTrainable(tune.Trainable):
         if config["meta"] in TRAINED:
             self._build()
 
+    def reset_config(self, new_config: dict) -> bool:
+        self.setup(new_config, self.data)
+        return True
+
     def _words(self, rows):
         import torch
 

@@ -69,6 +69,7 @@ def encode(model, tokenizer, sentences: list[str], max_length: int, batch_size: 
 
     out = []
     model.eval()
+    max_length = min(int(max_length), int(tokenizer.model_max_length))
     for begin in range(0, len(sentences), batch_size):
         batch = sentences[begin:begin + batch_size]
         encoded = tokenizer(batch, padding=True, truncation=True, max_length=max_length, return_tensors="pt",
