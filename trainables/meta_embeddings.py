@@ -105,15 +105,19 @@ class MetaEmbeddingTrainable(tune.Trainable):
     stopping (patience, cap), the suite scored once with the best-dev state."""
 
     def setup(self, config: dict, data: MetaData = None):
-        self.data, self.config = data, dict(config)
+        self.data = data
+        self._start(config)
+
+    def reset_config(self, new_config: dict) -> bool:
+        self._start(new_config)
+        return True
+
+    def _start(self, config: dict):
+        self.config = dict(config)
         self.sources = [token_embeddings.load(p) for p in json.loads(config["_source_paths"])]
         self.epoch, self.best, self.best_state, self.bad = 0, None, None, 0
         if config["meta"] in TRAINED:
             self._build()
-
-    def reset_config(self, new_config: dict) -> bool:
-        self.setup(new_config, self.data)
-        return True
 
     def _words(self, rows):
         import torch
