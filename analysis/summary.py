@@ -6,8 +6,9 @@ The contract (trainables/method.py `MetricContract.params`) is logged as params 
 shown at the selection), `metric_companion` (a second score beside it; may be empty),
 `metric_mode` (`max` or `min`), `sweep_axes` (the config keys a sweep varies), `select_axis` (the
 axis whose best value is selected by the mean primary over seeds; empty: no selection),
-`seed_axis` (the axis averaged over; empty: no repeats) and `metric_columns` (more final metrics
-to tabulate, e.g. one per evaluation set). Runs logged before contracts existed are read as
+`seed_axis` (the axis averaged over; empty: no repeats), `metric_columns` (more final metrics
+to tabulate, e.g. one per evaluation set) and `reference_rows` (`axis=value`: the rows a table
+puts every row beside, the best of them by mean primary; empty or absent: none). Runs logged before contracts existed are read as
 TMFT's: axes model, layer, seed; select layer; primary `best_dev_<p>`, report
 `test_<p>_at_best_dev`, companion `test_<c>_at_best_dev`, with p = spearman or f1 from the
 metrics the task's runs logged and c its companion (pearson, accuracy). `task` is "" for methods
@@ -61,7 +62,9 @@ def params_column(frame) -> str | None:
     return "params_truncated" if "params_truncated" in frame else None
 
 
-PROVENANCE = {"seed", "git_commit", "config_hash", "sweep", "search", "data_dir", "preset", "params_truncated", "params_paper", *CONTRACT_KEYS}
+REFERENCE = "reference_rows"  # not a grouping key: runs logged before it existed have none
+PROVENANCE = {"seed", "git_commit", "config_hash", "sweep", "search", "data_dir", "preset", "params_truncated", "params_paper",
+              *CONTRACT_KEYS, REFERENCE}
 PROVENANCE_PREFIXES = ("version_", "data_sha_")
 FINISHED = "FINISHED"
 LAYER_FAMILY, TABLE_FAMILY = "layers", "table"
@@ -257,8 +260,9 @@ def _summarize_contract(runs: pd.DataFrame) -> pd.DataFrame:
     out = out.join(_settings(runs, keys, seed)).join(stats)
     for generic, name in scores.items():
         out[f"{generic}_mean"], out[f"{generic}_std"] = out[f"{name}_mean"], out[f"{name}_std"]
+    reference = contract.get(REFERENCE)
     out = out.reset_index().assign(**{key: contract[key] for key in CONTRACT}, metric_columns=",".join(columns),
-                                   family=contract["family"])
+                                   family=contract["family"], **{REFERENCE: reference if isinstance(reference, str) else ""})
     return _mark_selection(out, keys, contract["select_axis"], contract["metric_mode"])
 
 

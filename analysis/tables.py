@@ -11,7 +11,9 @@
   and the maximum, as the SED paper's stability table): its metric columns
   (one per evaluation set, headed as the papers' zero-shot tables: STS12 ... SICK-R), then the
   primary ("Avg." for the mean over the sets), report and companion. In Markdown, the selected
-  value of the contract's select axis is bold.
+  value of the contract's select axis is bold. Where the contract names reference rows
+  (`reference_rows` = axis=value, e.g. each source encoder alone), every score also gets its
+  difference to the best reference row by mean primary (`<score>_vs_reference`; Markdown: "Δ").
 """
 from __future__ import annotations
 
@@ -182,6 +184,25 @@ def scores_table(rows: pd.DataFrame) -> pd.DataFrame:
         table["n_seeds"] = rows["n_seeds"].to_numpy()
     if (rows["select_axis"] != "").any():
         table["is_best"] = rows["is_best"].to_numpy()
+    return _beside_reference(table, rows)
+
+
+def _beside_reference(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """`<score>_vs_reference` for every score: the difference to the reference row (of the
+    contract's `reference_rows`, axis=value) with the best mean primary; `is_reference` marks it."""
+    spec = rows["reference_rows"].iloc[0] if "reference_rows" in rows else ""
+    axis, _, value = str(spec or "").partition("=")
+    if axis not in table or not value:
+        return table
+    candidates = rows[(rows[axis].astype(str) == value).to_numpy() & rows["dev_mean"].notna().to_numpy()]
+    if candidates.empty:
+        return table
+    position = rows.index.get_loc(candidates["dev_mean"].idxmin() if rows["metric_mode"].iloc[0] == "min"
+                                  else candidates["dev_mean"].idxmax())
+    for score in score_columns(rows):
+        table[f"{score}_vs_reference"] = table[score] - table[score].iloc[position]
+    table["is_reference"] = False
+    table.loc[position, "is_reference"] = True
     return table
 
 
@@ -198,8 +219,16 @@ def scores_markdown(table: pd.DataFrame, axes: list[str], scores: list[str], sel
     for score in scores:
         stds = table[f"{score}_std"] if f"{score}_std" in table else [None] * len(table)
         maxima = table[f"{score}_max"] if f"{score}_max" in table else [None] * len(table)
+        deltas = table[f"{score}_vs_reference"] if f"{score}_vs_reference" in table else [None] * len(table)
         shown[score_name(score)] = [_fmt(mean, std) + ("" if pd.isna(std) or top is None or pd.isna(top) else f" (max {top:.2f})")
-                                    for mean, std, top in zip(table[score], stds, maxima)]
+                                    + ("" if delta is None or pd.isna(delta) else f" (Δ {delta:+.2f})")
+                                    for mean, std, top, delta in zip(table[score], stds, maxima, deltas)]
     if "n_seeds" in table:
         shown["Seeds"] = table["n_seeds"].astype(str)
-    return to_markdown(shown)
+    note = ""
+    if "is_reference" in table:
+        best = table[table["is_reference"]].iloc[0]
+        shown = shown.assign(**{axes[0]: shown[axes[0]].where(~table["is_reference"], shown[axes[0]] + " (best reference)")})
+        note = ("\nΔ: the difference to the best reference row by mean primary: "
+                + ", ".join(f"{a}={best[a]}" for a in axes) + ".\n")
+    return to_markdown(shown) + note

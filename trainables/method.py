@@ -61,6 +61,8 @@ class MetricContract:
     seed:       the axis averaged over (None: no repeats)
     columns:    more final metrics for the end-of-sweep table (e.g. one per evaluation set)
     label:      the primary's display name
+    reference:  (axis, value): the rows with that value of the axis are references (e.g. each
+                source encoder alone); a table puts every row beside the best of them by mean primary
     """
 
     primary: str
@@ -74,11 +76,12 @@ class MetricContract:
     columns: tuple[str, ...] = ()
     label: str = ""
     short: dict = field(default_factory=dict)  # axis -> prefix in run names, e.g. {"layer": "L", "seed": "s"}
+    reference: tuple[str, str] | None = None
 
     def __post_init__(self):
         if self.mode not in ("max", "min"):
             raise ValueError(f"mode must be 'max' or 'min', got {self.mode!r}")
-        for axis in (self.select, self.seed):
+        for axis in (self.select, self.seed, self.reference[0] if self.reference else None):
             if axis is not None and axis not in self.axes:
                 raise ValueError(f"{axis!r} is not one of the sweep's axes {self.axes}")
 
@@ -88,6 +91,7 @@ class MetricContract:
             "metric_primary": self.primary, "metric_report": self.report, "metric_companion": self.companion,
             "metric_mode": self.mode, "sweep_axes": ",".join(self.axes), "select_axis": self.select or "",
             "seed_axis": self.seed or "", "metric_columns": ",".join(self.columns),
+            "reference_rows": "=".join(self.reference) if self.reference else "",
         }
 
     @property
@@ -186,6 +190,8 @@ class MethodPlan:
     checksums: dict = field(default_factory=dict)
     stages: dict = field(default_factory=dict)  # upstream stage specs by key (trainables/upstream.py), run
                                                 # by the engine before the trials; configs name theirs by `stage_key`
+                                                # (a key, or a list of keys: the engine sets `upstream_run_id`
+                                                # to the stage's run id, or the list of their ids)
     method_label: str | None = None       # the method name(s) recorded on the parent run
 
 

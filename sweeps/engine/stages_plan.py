@@ -1,8 +1,9 @@
 """Upstream stages in the sweep driver: computed once before the trials, recorded in MLflow.
 
 A method's plan may carry stage specs (`MethodPlan.stages`, keyed by stage key; see
-trainables/upstream.py for a spec and trainables/improvements.py for the method that uses them)
-and trials that name their stage by `stage_key`. `prepare_stages(plan, specs)` runs in the driver
+trainables/upstream.py for a spec and trainables/improvements.py for a method that uses them)
+and trials that name their stage by `stage_key` (one key, or a list of keys for a trial that
+reads several stages, e.g. one per meta-embedding source). `prepare_stages(plan, specs)` runs in the driver
 after the sweep's MLflow parent run exists and before any trial starts:
 - a stage already in the store is reused (its MLflow run is found, or recorded again in a store
   that does not have it);
@@ -12,7 +13,7 @@ after the sweep's MLflow parent run exists and before any trial starts:
   the trial's CPUs and a whole GPU when the trials use GPUs (`--stage-cpus`, `--stage-gpus`), all
   missing stages at once as resources allow, each under the store's lock (a second sweep asking
   for the same stage at the same time waits for it and reuses it);
-- the trials then get `upstream_run_id` = that run's id. A trial whose stage failed is dropped
+- the trials then get `upstream_run_id` = that run's id (a list of ids, in order, for a list of keys). A trial whose stage failed is dropped
   (and reported); the sweep exits non-zero.
 
 Why in the driver rather than inside trials: a trial that waited for a stage would hold its CPU
@@ -136,6 +137,13 @@ def stage_label(spec: dict, separator: str = " ") -> str:
 
 
 # --- the driver hook --------------------------------------------------------------------------
+def stage_keys(config: dict) -> list[str]:
+    """The stage keys a trial config names: `stage_key` is one key, or a list of keys for a trial
+    that reads several stages (its `upstream_run_id` is then the list of their runs, in order)."""
+    keys = config["stage_key"]
+    return [str(k) for k in keys] if isinstance(keys, (list, tuple)) else [str(keys)]
+
+
 def _stage_resources(plan) -> tuple[float, float]:
     import ray
 
@@ -220,12 +228,13 @@ def prepare_stages(plan, specs: dict) -> None:
 
     kept = []
     for config in plan.configs:
-        keys = str(config["stage_key"]).split(",")  # a trial may read several stages: their keys comma-joined
+        keys = stage_keys(config)
         failed = [key for key in keys if key in failures]
         if failed:
             plan.failed_stages.setdefault(failed[0], failures[failed[0]])
             continue
-        config["upstream_run_id"] = ",".join(run_ids[key] for key in keys)
+        ids = [run_ids[key] for key in keys]
+        config["upstream_run_id"] = ids if isinstance(config["stage_key"], (list, tuple)) else ids[0]
         kept.append(config)
     if failures:
         print(f"{len(failures)} stage(s) failed; {len(plan.configs) - len(kept)} trial(s) that need them are skipped.",
