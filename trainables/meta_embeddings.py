@@ -250,10 +250,11 @@ def svd_apply(views: list[np.ndarray], means, components) -> np.ndarray:
     return np.concatenate([v - mu for v, mu in zip(views, means)], axis=1) @ components.T
 
 
-def gcca_fit(views: list[np.ndarray], dims: int):
+def gcca_fit(views: list[np.ndarray], dims: int, shrinkage: float = GCCA_SHRINKAGE):
+    """cca-zoo's MAXVAR GCCA of the views (rows: the same sentences), `dims` components."""
     from cca_zoo.linear import GCCA
 
-    return GCCA(n_components=dims, shrinkage=GCCA_SHRINKAGE).fit([v.astype(np.float64) for v in views])
+    return GCCA(n_components=dims, shrinkage=shrinkage).fit([v.astype(np.float64) for v in views])
 
 
 def gcca_apply(model, views: list[np.ndarray]) -> np.ndarray:
@@ -353,7 +354,7 @@ class MetaEmbeddingTrainable(EpochTrainable):
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
-            total += float(loss) * len(pick)
+            total += float(loss.detach()) * len(pick)
         mean = total / len(order)
         if not math.isfinite(mean):
             from trainables.errors import TrialFailure
@@ -549,8 +550,9 @@ class MetaEmbeddings(Method):
         root = stage_root(None, context.storage_path)
         suite = load_suite(sets, args.data_dir)
         checksum = ",".join(f"{k}={v}" for k, v in sorted({**stsb_checksums(args.data_dir), **suite.checksums}.items()))
-        specs = [token_embeddings.stage_spec(n, p, sets, checksum, root, args.data_dir) for n, p in zip(names, paths)]
-        sentences = token_embeddings.stage_sentences(sets, args.data_dir)
+        specs = [token_embeddings.stage_spec(n, p, sets, args.max_train_samples, checksum, root, args.data_dir)
+                 for n, p in zip(names, paths)]
+        sentences = token_embeddings.stage_sentences(sets, args.data_dir, args.max_train_samples)
         row = {s: i for i, s in enumerate(sentences)}
         splits = load_stsb(args.data_dir, ("train", "dev"))
         splits["train"] = splits["train"][:args.max_train_samples]

@@ -51,18 +51,21 @@ def merge_words(offsets, vectors: np.ndarray) -> np.ndarray:
     return np.stack([np.asarray(vectors[g], dtype=np.float32).mean(axis=0) for g in groups])
 
 
-def stage_sentences(sets: list[str], data_dir) -> list[str]:
-    """The stage's sentences, in order: STS-B train and dev's (unique), then the suite's not among them."""
+def stage_sentences(sets: list[str], data_dir, max_train_samples: int | None = None) -> list[str]:
+    """The stage's sentences, in order: the first `max_train_samples` STS-B train pairs' (all by
+    default) and STS-B dev's (unique), then the suite's not among them."""
     from trainables.data.stsb import load_stsb
     from trainables.eval_sets import load_suite
 
     splits = load_stsb(data_dir, ("train", "dev"))
+    splits["train"] = splits["train"][:max_train_samples]
     pairs = [s for split in ("train", "dev") for e in splits[split] for s in (e.sentence1, e.sentence2)]
     return list(dict.fromkeys(pairs + load_suite(sets, data_dir).sentences))
 
 
-def stage_spec(source: str, path, sets: list[str], checksum: str, root, data_dir) -> dict:
-    """The stage of one source; `checksum`: the STS-B files' and the suite's (the sentences' identity)."""
+def stage_spec(source: str, path, sets: list[str], max_train_samples: int | None, checksum: str, root, data_dir) -> dict:
+    """The stage of one source; `checksum`: the STS-B files' and the suite's (with the sets and
+    `max_train_samples`, the sentences' identity)."""
     from transformers import AutoTokenizer
 
     from trainables.encoders import load_config, max_tokens
@@ -71,7 +74,8 @@ def stage_spec(source: str, path, sets: list[str], checksum: str, root, data_dir
 
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     length = min(default_max_length(path, tokenizer), max_tokens(load_config(path), tokenizer))
-    config = {"stage": "token-embeddings", "sets": list(sets), "max_length": int(length), "batch_size": BATCH_SIZE,
+    config = {"stage": "token-embeddings", "sets": list(sets), "max_train_samples": max_train_samples,
+              "max_length": int(length), "batch_size": BATCH_SIZE,
               "dtype": "float16", "words": "offset-merged, specials dropped"}
     return make_spec("token-embeddings", source, path, root, data_dir, checksum, config)
 
@@ -116,7 +120,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
     from trainables.stage_progress import StageProgress
 
     config = spec["config"]
-    sentences = stage_sentences(config["sets"], spec["data_dir"])
+    sentences = stage_sentences(config["sets"], spec["data_dir"], config["max_train_samples"])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = load_pretrained(spec["model_path"]).to(device)
     tokenizer = AutoTokenizer.from_pretrained(spec["model_path"])
@@ -124,11 +128,17 @@ def compute(spec: dict, out_dir: Path) -> dict:
     progress = StageProgress(spec, math.ceil(len(sentences) / config["batch_size"]))
     words = encode(model, tokenizer, sentences, config["max_length"], config["batch_size"], device, progress.step)
     progress.finish()
+    stats = save(out_dir, words)
+    return {"sentences": len(sentences), "device": str(device), "history": [],
+            "final": {"encode_seconds": time.time() - started, **stats}}
+
+
+def save(out_dir, words: list[np.ndarray]) -> dict:
+    """Write sentences' word vectors as a stage's `words.npy` (fp16) and `starts.npy`; their sizes."""
     starts = np.concatenate([[0], np.cumsum([len(w) for w in words])]).astype(np.int64)
     matrix = np.concatenate(words).astype(np.float16)
     np.save(Path(out_dir) / WORDS_FILE, matrix)
     np.save(Path(out_dir) / STARTS_FILE, starts)
     size = (Path(out_dir) / WORDS_FILE).stat().st_size + (Path(out_dir) / STARTS_FILE).stat().st_size
-    return {"sentences": len(sentences), "device": str(device), "history": [],
-            "final": {"encode_seconds": time.time() - started, "words": int(starts[-1]), "dim": int(matrix.shape[1]),
-                      "cache_bytes": size, "bytes_per_sentence": size / len(sentences)}}
+    return {"words": int(starts[-1]), "dim": int(matrix.shape[1]), "cache_bytes": size,
+            "bytes_per_sentence": size / len(words)}
