@@ -334,3 +334,22 @@ def test_every_method_runs_and_each_source_is_encoded_once(sweep_env, tiny_model
     executions = read_executions(sweep_env["storage"] / "stages")
     assert sorted(e["model"] for e in executions) == sorted([tiny_models["bert"], wide])
     assert len(_stage_runs_of_trials(sweep_env["uri"])) == 1  # every trial of both sweeps names the same two stage runs
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--sources", "SOURCE_A"], "--sources needs two or more different encoders"),
+    (["--sources", "SOURCE_A,SOURCE_A"], "--sources needs two or more different encoders"),
+    (["--methods", "unsup,pca"], "--methods: unknown 'pca'"),
+    (["--variants", "paper", "--methods", "unsup,sup"], "leaves no variant of 'sup'"),
+    (["--sources", "SOURCE_A,MISSING"], "Model directory 'MISSING' does not exist"),
+])
+def test_bad_input_is_refused_before_any_work(flags, message, tiny_models, tmp_path, data_dir, capsys):
+    from sweeps.meta_embeddings import main
+
+    storage = tmp_path / "runs"
+    flags = [f.replace("SOURCE_A", tiny_models["bert"]).replace("MISSING", str(tmp_path / "nope")) for f in flags]
+    sources = [] if "--sources" in flags else ["--sources", f"{tiny_models['bert']},{tiny_models['mpnet']}"]
+    code = main(["--storage-path", str(storage), "--data-dir", str(data_dir), "--seeds", "0", *sources, *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and message.replace("MISSING", str(tmp_path / "nope")) in err
+    assert not storage.exists() or not any(storage.rglob("*.db")) and not (storage / "stages").exists()
