@@ -101,8 +101,8 @@ class TokenEmbeddingsStage(StageKind):
 
     @staticmethod
     def params(config: dict) -> dict:
-        return {"sets": ",".join(config["sets"]), "max_length": config["max_length"]}
-
+        return {"sets": ",".join(config["sets"]), "max_length": config["max_length"],
+                "max_train_samples": config["max_train_samples"]}
 
 
 def _finite(value):

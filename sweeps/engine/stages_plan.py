@@ -3,8 +3,8 @@
 A method's plan may carry stage specs (`MethodPlan.stages`, keyed by stage key; see
 trainables/upstream.py for a spec and trainables/improvements.py for a method that uses them)
 and trials that name their stage by `stage_key` (one key, or a list of keys for a trial that
-reads several stages, e.g. one per meta-embedding source). `prepare_stages(plan, specs)` runs in the driver
-after the sweep's MLflow parent run exists and before any trial starts:
+reads several stages, e.g. one per meta-embedding source). `prepare_stages(plan, specs)` runs in
+the driver after the sweep's MLflow parent run exists and before any trial starts:
 - a stage already in the store is reused (its MLflow run is found, or recorded again in a store
   that does not have it);
 - every missing stage gets an MLflow run (method = the stage kind, tag `embsweep.role` = "stage",
@@ -13,8 +13,8 @@ after the sweep's MLflow parent run exists and before any trial starts:
   the trial's CPUs and a whole GPU when the trials use GPUs (`--stage-cpus`, `--stage-gpus`), all
   missing stages at once as resources allow, each under the store's lock (a second sweep asking
   for the same stage at the same time waits for it and reuses it);
-- the trials then get `upstream_run_id` = that run's id (a list of ids, in order, for a list of keys). A trial whose stage failed is dropped
-  (and reported); the sweep exits non-zero.
+- the trials then get `upstream_run_id` = that run's id (a list of ids, in order, for a list of
+  keys). A trial whose stage failed is dropped (and reported); the sweep exits non-zero.
 
 Why in the driver rather than inside trials: a trial that waited for a stage would hold its CPU
 or GPU share idle for the whole stage (hours for DAPT), and with every slot held by waiters the
