@@ -16,10 +16,13 @@ Files of a stage directory:
 - `words.npy`  float16 [W, d]: every sentence's word vectors, one sentence after another;
 - `starts.npy` int64 [n + 1]: sentence i's words are rows starts[i]:starts[i + 1].
 Size: 2 d bytes per word plus 8 bytes per sentence, i.e. (words per sentence x d x 2 + 8) bytes
-per sentence per source. `load` memory-maps `words.npy` (numpy `mmap_mode="r"`): a trial reads
-only the rows it slices, through the page cache, so a cache larger than RAM still works (pages
-are read from disk as touched and evicted under memory pressure; the cost is disk reads, not an
-error); only `starts.npy` (8 bytes per sentence) is read into memory.
+per sentence per source (STS sentences average about 10 words: ~7.7 KB at d = 384, ~15.4 KB at
+d = 768). `load` memory-maps `words.npy` (numpy `mmap_mode="r"`): a trial copies only the rows a
+batch slices, through the page cache, so a cache larger than the memory still works (pages are
+read from disk as batches touch them and evicted under memory pressure; the cost is disk reads,
+not an error); only `starts.npy` (8 bytes per sentence) is read into memory. Building the cache
+is not streamed: `compute` holds every sentence's float32 word vectors and their fp16 copy, about
+6 bytes per word per dimension (e.g. ~1.5 GB for 32,000 sentences of a 768-d source).
 """
 from __future__ import annotations
 
