@@ -303,6 +303,7 @@ def _stage_runs_of_trials(uri: str) -> set[str]:
     return {json.dumps(literal_eval(r.data.params["upstream_run_id"])) for r in runs_by_role(uri, "meta")[1]}
 
 
+@pytest.mark.slow
 def test_sources_are_encoded_once_across_sweeps(sweep_env, tiny_models, tmp_path, stsb_sentences, data_dir):
     from sweeps.meta_embeddings import main
     from trainables.upstream import read_executions
