@@ -6,9 +6,10 @@ The contract (trainables/method.py `MetricContract.params`) is logged as params 
 shown at the selection), `metric_companion` (a second score beside it; may be empty),
 `metric_mode` (`max` or `min`), `sweep_axes` (the config keys a sweep varies), `select_axis` (the
 axis whose best value is selected by the mean primary over seeds; empty: no selection),
-`seed_axis` (the axis averaged over; empty: no repeats) and `metric_columns` (more final metrics
-to tabulate, e.g. one per evaluation set), `metric_baseline` ("axis=value": the rows each score's gain
-is reported over, e.g. `objective=none`, the untrained encoder). Runs logged before contracts existed are read as
+`seed_axis` (the axis averaged over; empty: no repeats), `metric_columns` (more final metrics
+to tabulate, e.g. one per evaluation set), `reference_rows` (`axis=value`: the rows a table puts
+every row beside; empty or absent: none) and `reference_by` (the axes a row shares with its
+reference row; among several, the best by mean primary). Runs logged before contracts existed are read as
 TMFT's: axes model, layer, seed; select layer; primary `best_dev_<p>`, report
 `test_<p>_at_best_dev`, companion `test_<c>_at_best_dev`, with p = spearman or f1 from the
 metrics the task's runs logged and c its companion (pearson, accuracy). `task` is "" for methods
@@ -41,7 +42,7 @@ import pandas as pd
 from analysis.loader import COMPANION
 
 CONTRACT_KEYS = ("sweep_axes", "select_axis", "seed_axis", "metric_primary", "metric_report", "metric_companion",
-                 "metric_mode", "metric_columns", "metric_baseline")
+                 "metric_mode", "metric_columns")
 # Runs of one contract are summarised together; their metric_columns (which may differ between
 # sweeps of a method, e.g. other evaluation sets) are merged.
 CONTRACT = [k for k in CONTRACT_KEYS if k != "metric_columns"]
@@ -62,7 +63,9 @@ def params_column(frame) -> str | None:
     return "params_truncated" if "params_truncated" in frame else None
 
 
-PROVENANCE = {"seed", "git_commit", "config_hash", "sweep", "search", "data_dir", "preset", "params_truncated", "params_paper", *CONTRACT_KEYS}
+REFERENCE = ("reference_rows", "reference_by")  # not grouping keys: runs logged before they existed have none
+PROVENANCE = {"seed", "git_commit", "config_hash", "sweep", "search", "data_dir", "preset", "params_truncated", "params_paper",
+              *CONTRACT_KEYS, *REFERENCE}
 PROVENANCE_PREFIXES = ("version_", "data_sha_")
 FINISHED = "FINISHED"
 LAYER_FAMILY, TABLE_FAMILY = "layers", "table"
@@ -258,8 +261,9 @@ def _summarize_contract(runs: pd.DataFrame) -> pd.DataFrame:
     out = out.join(_settings(runs, keys, seed)).join(stats)
     for generic, name in scores.items():
         out[f"{generic}_mean"], out[f"{generic}_std"] = out[f"{name}_mean"], out[f"{name}_std"]
+    reference = {key: contract[key] if isinstance(contract.get(key), str) else "" for key in REFERENCE}
     out = out.reset_index().assign(**{key: contract[key] for key in CONTRACT}, metric_columns=",".join(columns),
-                                   family=contract["family"])
+                                   family=contract["family"], **reference)
     return _mark_selection(out, keys, contract["select_axis"], contract["metric_mode"])
 
 

@@ -11,9 +11,11 @@
   and the maximum, as the SED paper's stability table): its metric columns
   (one per evaluation set, headed as the papers' zero-shot tables: STS12 ... SICK-R), then the
   primary ("Avg." for the mean over the sets), report and companion. In Markdown, the selected
-  value of the contract's select axis is bold. Where the contract names a baseline ("axis=value",
-  e.g. objective=none: the untrained encoder), a gain column per score (Δ: the mean minus the
-  baseline row's with the same other axes).
+  value of the contract's select axis is bold. Where the contract names reference rows
+  (`reference_rows` = axis=value: each source encoder alone, the untrained encoder), every score
+  also gets its difference to the row's reference (`<score>_vs_reference`; Markdown: "Δ"): the
+  reference row with the same values of the axes in `reference_by` (e.g. the same model and
+  corpus) or, where several qualify (e.g. every source alone), the best of them by mean primary.
 """
 from __future__ import annotations
 
@@ -76,10 +78,6 @@ def _fmt(mean, std, digits=2) -> str:
     if std is None or pd.isna(std):
         return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
-
-
-def _gain(value) -> str:
-    return "–" if value is None or pd.isna(value) else f"{value:+.2f}"
 
 
 def _params(value) -> str:
@@ -188,26 +186,40 @@ def scores_table(rows: pd.DataFrame) -> pd.DataFrame:
         table["n_seeds"] = rows["n_seeds"].to_numpy()
     if (rows["select_axis"] != "").any():
         table["is_best"] = rows["is_best"].to_numpy()
-    baseline = rows["metric_baseline"].iloc[0] if "metric_baseline" in rows else ""
-    if baseline:
-        table = with_gains(table, baseline, score_columns(rows), table_axes(rows))
-    return table
+    return _beside_reference(table, rows)
 
 
-def with_gains(table: pd.DataFrame, baseline: str, scores: list[str], axes: list[str]) -> pd.DataFrame:
-    """`<score>_gain` for every score: the row's mean minus the mean of the baseline row ("axis=value",
-    e.g. objective=none) that has the same values of the other axes (NaN where there is none)."""
-    axis, _, value = baseline.partition("=")
-    axes = [a for a in axes if a != axis]
-    reference = table[table[axis].astype(str) == value].set_index(axes)[scores] if axes else None
-    for score in scores:
-        if reference is None or reference.empty:
-            table[f"{score}_gain"] = float("nan")
+def _beside_reference(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """`<score>_vs_reference` for every score: the difference to the row's reference, the row of the
+    contract's reference rows (`reference_rows` = axis=value) that has the row's values of the axes
+    in `reference_by` and, among several, the best mean primary; `is_reference` marks the rows that
+    serve as one. No matching reference: NaN."""
+    spec = rows["reference_rows"].iloc[0] if "reference_rows" in rows else ""
+    axis, _, value = str(spec or "").partition("=")
+    if axis not in table or not value:
+        return table
+    by = [a for a in str(rows["reference_by"].iloc[0] if "reference_by" in rows else "").split(",") if a]
+    keys = [tuple(r) for r in rows[by].astype(str).itertuples(index=False)] if by else [()] * len(rows)
+    primary = rows["dev_mean"].to_numpy()
+    better = (lambda a, b: a < b) if rows["metric_mode"].iloc[0] == "min" else (lambda a, b: a > b)
+    best: dict[tuple, int] = {}
+    for position in range(len(rows)):
+        if str(rows[axis].iloc[position]) != value or pd.isna(primary[position]):
             continue
-        keys = pd.MultiIndex.from_frame(table[axes]) if len(axes) > 1 else pd.Index(table[axes[0]])
-        table[f"{score}_gain"] = table[score].to_numpy() - reference[score].reindex(keys).to_numpy()
+        current = best.get(keys[position])
+        if current is None or better(primary[position], primary[current]):
+            best[keys[position]] = position
+    if not best:
+        return table
+    references = [best.get(key) for key in keys]
+    for score in score_columns(rows):
+        values = table[score].to_numpy(dtype=float)
+        table[f"{score}_vs_reference"] = [values[i] - values[r] if r is not None else float("nan")
+                                          for i, r in enumerate(references)]
+    table["is_reference"] = False
+    table.loc[table.index[sorted(best.values())], "is_reference"] = True
+    table.attrs["reference"] = {"rows": spec, "by": by}
     return table
-
 
 
 def scores_markdown(table: pd.DataFrame, axes: list[str], scores: list[str], select: str = "") -> str:
@@ -223,11 +235,19 @@ def scores_markdown(table: pd.DataFrame, axes: list[str], scores: list[str], sel
     for score in scores:
         stds = table[f"{score}_std"] if f"{score}_std" in table else [None] * len(table)
         maxima = table[f"{score}_max"] if f"{score}_max" in table else [None] * len(table)
+        deltas = table[f"{score}_vs_reference"] if f"{score}_vs_reference" in table else [None] * len(table)
         shown[score_name(score)] = [_fmt(mean, std) + ("" if pd.isna(std) or top is None or pd.isna(top) else f" (max {top:.2f})")
-                                    for mean, std, top in zip(table[score], stds, maxima)]
-    for score in scores:
-        if f"{score}_gain" in table:
-            shown[f"Δ {score_name(score)}"] = [_gain(g) for g in table[f"{score}_gain"]]
+                                    + ("" if delta is None or pd.isna(delta) else f" (Δ {delta:+.2f})")
+                                    for mean, std, top, delta in zip(table[score], stds, maxima, deltas)]
     if "n_seeds" in table:
         shown["Seeds"] = table["n_seeds"].astype(str)
-    return to_markdown(shown)
+    note = ""
+    if "is_reference" in table:
+        reference = table.attrs.get("reference", {})
+        axis = str(reference.get("rows", "")).partition("=")[0]
+        if axis in shown:
+            shown[axis] = shown[axis].where(~table["is_reference"], shown[axis] + " (reference)")
+        same = f" with the same {', '.join(reference['by'])}" if reference.get("by") else ""
+        note = (f"\nΔ: each score minus its reference row's (rows {reference.get('rows', '')}{same}; "
+                "the best by mean dev score where several qualify).\n")
+    return to_markdown(shown) + note

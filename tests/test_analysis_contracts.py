@@ -78,3 +78,23 @@ def test_report_of_a_real_evaluation_sweep_beside_a_one_seed_layer_sweep(sweep_e
     for name in figures:
         assert f"figures/{name}" in index
     assert (tmp_path / "report" / "figures" / "layer_curves_tmft_stsb.png").is_file()  # one seed: no spread, still drawn
+
+
+def test_reference_rows_put_every_row_beside_the_best_reference_by_dev(tmp_path):
+    from analysis.tables import scores_markdown, scores_table, table_axes
+
+    contract = {"method": "combine", "sweep_axes": "how,part,seed", "select_axis": "", "seed_axis": "seed",
+                "metric_primary": "best_dev_pearson", "metric_report": "test_score", "metric_columns": "", "metric_mode": "max",
+                "reference_rows": "how=alone"}
+    # "alone b" has the better dev but the worse test: the reference is chosen on dev
+    levels = {("alone", "a"): (70.0, 60.0), ("alone", "b"): (75.0, 55.0), ("mixed", "-"): (72.0, 63.0)}
+    rows = [{"how": how, "part": part, "seed": seed, "best_dev_pearson": dev + seed, "test_score": test + 2 * seed}
+            for (how, part), (dev, test) in levels.items() for seed in (0, 1)]
+    summary = summarize(load_runs(fabricated_store(tmp_path, contract, rows)))
+    table = scores_table(summary.reset_index(drop=True))
+    by = {(r["how"], r["part"]): r for r in table.to_dict("records")}
+    assert by[("alone", "b")]["is_reference"] and not by[("alone", "a")]["is_reference"]
+    assert by[("mixed", "-")]["test_score_vs_reference"] == pytest.approx(63.0 - 55.0)
+    assert by[("alone", "a")]["best_dev_pearson_vs_reference"] == pytest.approx(70.0 - 75.0)
+    markdown = scores_markdown(table, table_axes(summary), ["test_score"])
+    assert "64.00 ± 1.41 (max 65.00) (Δ +8.00)" in markdown and "alone (reference)" in markdown

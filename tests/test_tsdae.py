@@ -95,7 +95,7 @@ def test_deletion_noise_drops_the_ratio_and_keeps_a_word():
 
 
 def test_report_table_has_method_by_model_per_corpus_with_gains_over_the_untrained_encoder(tmp_path):
-    """The TSDAE contract (corpus, model, objective, seed; baseline objective=none) through the
+    """The TSDAE contract (corpus, model, objective, seed; reference rows objective=none by corpus and model) through the
     analysis: one scores table, mean ± std over seeds on every set, and each objective's gain over
     the untrained encoder of the same corpus and model."""
     from argparse import Namespace
@@ -123,11 +123,12 @@ def test_report_table_has_method_by_model_per_corpus_with_gains_over_the_untrain
     assert list(table.columns[:3]) == ["corpus", "model", "objective"] and len(table) == 2 * 2 * 3
     row = table[(table["corpus"] == "mine.txt") & (table["model"] == "m2") & (table["objective"] == "tsdae")].iloc[0]
     assert row["stsb_spearman"] == 76.0 and row["stsb_spearman_std"] == 1.0
-    assert row["stsb_spearman_gain"] == 16.0 and row["sickr_spearman_gain"] == 16.0
+    assert row["stsb_spearman_vs_reference"] == 16.0 and row["sickr_spearman_vs_reference"] == 16.0
     none = table[table["objective"] == "none"]
-    assert (none["stsb_spearman_gain"] == 0).all()
+    assert (none["stsb_spearman_vs_reference"] == 0).all() and none["is_reference"].all()
     markdown = (tmp_path / "report" / "tables" / "scores_tsdae_all.md").read_text()
-    assert "Δ STS-B" in markdown and "+6.00" in markdown and "-1.00" in markdown and "76.00 ± 1.00" in markdown
+    assert "76.00 ± 1.00 (max 77.00) (Δ +16.00)" in markdown and "(Δ +6.00)" in markdown and "(Δ -1.00)" in markdown
+    assert "none (reference)" in markdown and "with the same corpus, model" in markdown
     assert report.index.read_text().count("scores_tsdae_all.md") >= 1
 
 

@@ -61,8 +61,11 @@ class MetricContract:
     seed:       the axis averaged over (None: no repeats)
     columns:    more final metrics for the end-of-sweep table (e.g. one per evaluation set)
     label:      the primary's display name
-    baseline:   "axis=value": the rows the analysis reports every score's gain over, matched on the
-                other axes (e.g. "objective=none": each method against the untrained encoder)
+    reference:  (axis, value): the rows with that value of the axis are references (e.g. each
+                source encoder alone, or the untrained encoder); a table puts every row beside its own
+    reference_by: the axes a row shares with its reference row (e.g. model and corpus: each
+                method beside the same model untrained); where several reference rows qualify (e.g.
+                every source alone, with reference_by empty), the best of them by mean primary
     """
 
     primary: str
@@ -76,16 +79,15 @@ class MetricContract:
     columns: tuple[str, ...] = ()
     label: str = ""
     short: dict = field(default_factory=dict)  # axis -> prefix in run names, e.g. {"layer": "L", "seed": "s"}
-    baseline: str = ""
+    reference: tuple[str, str] | None = None
+    reference_by: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.mode not in ("max", "min"):
             raise ValueError(f"mode must be 'max' or 'min', got {self.mode!r}")
-        for axis in (self.select, self.seed):
+        for axis in (self.select, self.seed, self.reference[0] if self.reference else None, *self.reference_by):
             if axis is not None and axis not in self.axes:
                 raise ValueError(f"{axis!r} is not one of the sweep's axes {self.axes}")
-        if self.baseline and self.baseline.partition("=")[0] not in self.axes:
-            raise ValueError(f"baseline {self.baseline!r} is not 'axis=value' with one of the sweep's axes {self.axes}")
 
     def params(self) -> dict:
         """What the engine logs on every run, and the analysis reads back."""
@@ -93,7 +95,7 @@ class MetricContract:
             "metric_primary": self.primary, "metric_report": self.report, "metric_companion": self.companion,
             "metric_mode": self.mode, "sweep_axes": ",".join(self.axes), "select_axis": self.select or "",
             "seed_axis": self.seed or "", "metric_columns": ",".join(self.columns),
-            "metric_baseline": self.baseline,
+            "reference_rows": "=".join(self.reference) if self.reference else "", "reference_by": ",".join(self.reference_by),
         }
 
     @property
@@ -192,6 +194,8 @@ class MethodPlan:
     checksums: dict = field(default_factory=dict)
     stages: dict = field(default_factory=dict)  # upstream stage specs by key (trainables/upstream.py), run
                                                 # by the engine before the trials; configs name theirs by `stage_key`
+                                                # (a key, or a list of keys: the engine sets `upstream_run_id`
+                                                # to the stage's run id, or the list of their ids)
     method_label: str | None = None       # the method name(s) recorded on the parent run
 
 

@@ -375,7 +375,8 @@ class TSDAE(Method):
         return MetricContract(primary="best_dev_spearman", report="best_dev_spearman", epoch="dev_spearman",
                               axes=("corpus", "model", "objective", "seed"), select=None, seed="seed", label="Spearman",
                               columns=tuple(f"{n}_spearman" for n in parse_eval_sets(args.eval_sets)),
-                              short={"seed": "s", "objective": "", "corpus": ""}, baseline="objective=none")
+                              short={"seed": "s", "objective": "", "corpus": ""}, reference=("objective", "none"),
+                              reference_by=("corpus", "model"))
 
     @classmethod
     def plan(cls, args, context) -> MethodPlan:

@@ -104,6 +104,15 @@ class EmbeddingsStage(StageKind):
         return {"layers": ",".join(map(str, config["layers"])), "pooling": ",".join(config["poolings"]), "sets": ",".join(config["sets"])}
 
 
+@STAGES.register("token-embeddings")
+class TokenEmbeddingsStage(StageKind):
+    module, downstream, task = "trainables.token_embeddings", "meta-embeddings", "source-encoding"
+
+    @staticmethod
+    def params(config: dict) -> dict:
+        return {"sets": ",".join(config["sets"]), "max_length": config["max_length"],
+                "max_train_samples": config["max_train_samples"]}
+
 
 def _finite(value):
     """JSON-safe: NaN and infinities become None (the manifest is strict JSON)."""

@@ -247,13 +247,27 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
             scheduler=ASHAScheduler(max_t=max(1, int(args.get("epochs") or 1)), grace_period=1),
         )
         return tune.Tuner(trainable, param_space=space, tune_config=tune_config, run_config=run_config)
-    placeholders = {key: None for config in plan.configs for key in config}
+    placeholders = _placeholders(plan.configs)
     costliest_first = sorted(plan.configs, key=lambda c: -estimates[config_hash(c)])  # no long trial left alone at the end
     tune_config = tune.TuneConfig(
         search_alg=BasicVariantGenerator(points_to_evaluate=costliest_first, max_concurrent=args["max_concurrent"] or 0),
         num_samples=len(plan.configs), reuse_actors=not args.get("no_reuse_actors"),
     )
     return tune.Tuner(trainable, param_space=placeholders, tune_config=tune_config, run_config=run_config)
+
+
+def _placeholders(configs: list[dict]) -> dict:
+    """The param space the trial configs fill in (Ray resolves a preset point path by path, lists
+    element by element): None per key, a list of Nones for a list value (e.g. several stage keys),
+    which must then have one length in every config."""
+    out: dict = {}
+    for config in configs:
+        for key, value in config.items():
+            shape = [None] * len(value) if isinstance(value, (list, tuple)) else None
+            if key in out and out[key] != shape:
+                raise ValueError(f"config key {key!r} is a list in some trials and not in others, or of different lengths")
+            out[key] = shape
+    return out
 
 
 @dataclass

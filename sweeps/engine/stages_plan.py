@@ -1,9 +1,10 @@
 """Upstream stages in the sweep driver: computed once before the trials, recorded in MLflow.
 
 A method's plan may carry stage specs (`MethodPlan.stages`, keyed by stage key; see
-trainables/upstream.py for a spec and trainables/improvements.py for the method that uses them)
-and trials that name their stage by `stage_key`. `prepare_stages(plan, specs)` runs in the driver
-after the sweep's MLflow parent run exists and before any trial starts:
+trainables/upstream.py for a spec and trainables/improvements.py for a method that uses them)
+and trials that name their stage by `stage_key` (one key, or a list of keys for a trial that
+reads several stages, e.g. one per meta-embedding source). `prepare_stages(plan, specs)` runs in
+the driver after the sweep's MLflow parent run exists and before any trial starts:
 - a stage already in the store is reused (its MLflow run is found, or recorded again in a store
   that does not have it);
 - every missing stage gets an MLflow run (method = the stage kind, tag `embsweep.role` = "stage",
@@ -12,8 +13,8 @@ after the sweep's MLflow parent run exists and before any trial starts:
   the trial's CPUs and a whole GPU when the trials use GPUs (`--stage-cpus`, `--stage-gpus`), all
   missing stages at once as resources allow, each under the store's lock (a second sweep asking
   for the same stage at the same time waits for it and reuses it);
-- the trials then get `upstream_run_id` = that run's id. A trial whose stage failed is dropped
-  (and reported); the sweep exits non-zero.
+- the trials then get `upstream_run_id` = that run's id (a list of ids, in order, for a list of
+  keys). A trial whose stage failed is dropped (and reported); the sweep exits non-zero.
 
 Why in the driver rather than inside trials: a trial that waited for a stage would hold its CPU
 or GPU share idle for the whole stage (hours for DAPT), and with every slot held by waiters the
@@ -136,6 +137,13 @@ def stage_label(spec: dict, separator: str = " ") -> str:
 
 
 # --- the driver hook --------------------------------------------------------------------------
+def stage_keys(config: dict) -> list[str]:
+    """The stage keys a trial config names: `stage_key` is one key, or a list of keys for a trial
+    that reads several stages (its `upstream_run_id` is then the list of their runs, in order)."""
+    keys = config["stage_key"]
+    return [str(k) for k in keys] if isinstance(keys, (list, tuple)) else [str(keys)]
+
+
 def _stage_resources(plan) -> tuple[float, float]:
     import ray
 
@@ -223,10 +231,13 @@ def prepare_stages(plan, specs: dict) -> None:
         if "stage_key" not in config:  # a trial that starts from no stage (e.g. --improvement none beside others)
             kept.append(config)
             continue
-        if config["stage_key"] in failures:
-            plan.failed_stages.setdefault(config["stage_key"], failures[config["stage_key"]])
+        keys = stage_keys(config)
+        failed = [key for key in keys if key in failures]
+        if failed:
+            plan.failed_stages.setdefault(failed[0], failures[failed[0]])
             continue
-        config["upstream_run_id"] = run_ids[config["stage_key"]]
+        ids = [run_ids[key] for key in keys]
+        config["upstream_run_id"] = ids if isinstance(config["stage_key"], (list, tuple)) else ids[0]
         kept.append(config)
     if failures:
         print(f"{len(failures)} stage(s) failed; {len(plan.configs) - len(kept)} trial(s) that need them are skipped.",
