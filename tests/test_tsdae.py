@@ -19,12 +19,14 @@ def test_every_objective_runs_through_the_sweep_script(sweep_env):
     assert tsdae.main(["--smoke-test", "--name", "smoke-tsdae", *_flags(sweep_env)]) == 0
     parents, children = runs_by_role(sweep_env["uri"])
     assert len(parents) == 1
-    assert sorted(c.data.params["objective"] for c in children) == ["ct", "mlm", "simcse", "tsdae"]
+    assert sorted(c.data.params["objective"] for c in children) == ["ct", "mlm", "none", "simcse", "tsdae"]
     for child in children:
         assert child.info.status == "FINISHED"
         assert "best_dev_spearman" in child.data.metrics
         params = child.data.params
-        assert (params["noise"], params["pooling"], params["lr"], params["batch_size"]) == ("delete", "cls", "3e-05", "8")
+        assert (params["noise"], params["pooling"], params["lr"], params["metric_baseline"]) == ("delete", "cls", "3e-05", "objective=none")
+        expected = {"none": ("0", "none"), "ct": ("16", "rmsprop")}.get(params["objective"], ("8", "adamw"))
+        assert (params["batch_size"] if params["objective"] != "none" else params["steps"], params["optimizer"]) == expected
 
 
 @pytest.mark.parametrize("kind", ["mpnet"])
