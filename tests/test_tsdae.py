@@ -203,9 +203,11 @@ def test_tsdae_raises_stsb_dev_spearman_of_a_tiny_random_bert_above_the_untraine
     transformer hashes the bag of words), and TSDAE first lowers it (~27 after 500 steps) before it
     learns: at the paper's lr 3e-5, or with the 32-wide fixture model, it stays below for thousands of
     steps. A 128-wide, 2-layer BERT at lr 1e-3 passes it after ~1,500 steps (45 after 3,000)."""
+    from trainables.base import seed_everything
     from trainables.eval_sets import load_suite
     from trainables.tiny import build_tiny_model
 
+    seed_everything(0)
     model = build_tiny_model("bert", tmp_path / "bert128", layers=2, hidden=128, sentences=stsb_sentences)
     dev = load_suite(["stsb_dev"], data_dir)
     training = _training(str(model), "tsdae", _stsb_corpus(data_dir), lr=1e-3, max_length=64)
