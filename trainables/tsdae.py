@@ -1,18 +1,30 @@
 """TSDAE (METHODS.md M6) and its unsupervised baselines on an unlabelled corpus: one method whose
-grid is models x objectives (`--method tsdae,mlm,simcse,ct`) x seeds.
+grid is models x objectives (`--method none,tsdae,mlm,simcse,ct`) x seeds, and the `tsdae` upstream
+stage of `--improvement tsdae` (trainables/improvements.py), both trained by `Training` here.
 
 Objectives (sentence-transformers 6.2 losses on a `SentenceTransformer` of Transformer + Pooling):
 - `tsdae`: `DenoisingAutoEncoderLoss` with tied decoder weights; deletion noise p = 0.6 by
-  `DenoisingAutoEncoderDataset.delete`'s rule, drawn again every time a sentence is drawn (`--noise
-  keep`: the v3 examples' variant, each word kept with probability 0.6);
+  `DenoisingAutoEncoderDataset.delete`'s rule (`noisy`, tested identical to theirs), drawn again
+  every time a sentence is drawn (`--noise keep`: the v3 examples' variant, each word kept with
+  probability 0.6);
 - `simcse`: `MultipleNegativesRankingLoss`, scale 20 (temperature 0.05), a sentence paired with
   itself (dropout positives, in-batch negatives);
-- `ct`: `ContrastiveTensionLossInBatchNegatives` (M5's in-batch variant);
-- `mlm`: the DAPT stage's masking (15 %, 80/10/10) and MLM model (trainables/dapt.py).
+- `ct` (M5): `--ct-variant official` (default): `ContrastiveTensionLoss` (two independent copies,
+  the dot product as logit, BCE), 16 pairs a batch in groups of 8 (the first pair of each group
+  positive, as `ContrastiveTensionDataLoader`), dropout off, RMSprop (TF defaults: rho 0.9,
+  epsilon 1e-7) with the piecewise lr 1e-5/8e-6/6e-6/4e-6/2e-6 at 500/1000/1500/2000 steps, no
+  clipping. Left as sentence-transformers has it: the BCE is summed over the batch, not averaged;
+  sentences are drawn with replacement each step rather than 1000 positives and 14000 negatives a
+  500-update epoch; the second copy alone is evaluated and kept; max length is `--max-length`
+  (official: 75). `--ct-variant in-batch`: `ContrastiveTensionLossInBatchNegatives` with the AdamW
+  settings below;
+- `mlm`: the DAPT stage's masking (15 %, 80/10/10) and MLM model (trainables/dapt.py);
+- `none`: no training (zero epochs): the encoder as it is, evaluated the same way, one run per
+  model; the contract's baseline (`objective=none`) that the report's gains are measured against.
 Training: AdamW lr 3e-5 constant, weight decay 0, batch 8, clipping 1, `--steps` optimiser steps;
 one trial "epoch" = `--eval-steps` steps followed by STS-B dev Spearman (best kept as `best/`, a
 sentence-transformers folder); the evaluation suite (`--eval-sets`) is scored with the best weights
-at the end.
+at the end. Each objective's optimizer, schedule, batch, clipping and dropout are trial params.
 """
 from __future__ import annotations
 
