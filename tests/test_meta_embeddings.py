@@ -298,7 +298,7 @@ def _sweep_flags(sweep_env, tiny_models, tmp_path, stsb_sentences, data_dir, tra
 def _stage_runs_of_trials(uri: str) -> set[str]:
     from ast import literal_eval
 
-    from tests.mlflow_helpers import runs_by_role
+    from mlflow_helpers import runs_by_role
 
     return {json.dumps(literal_eval(r.data.params["upstream_run_id"])) for r in runs_by_role(uri, "meta")[1]}
 
@@ -319,7 +319,7 @@ def test_sources_are_encoded_once_across_sweeps(sweep_env, tiny_models, tmp_path
 @pytest.mark.slow
 def test_every_method_runs_and_each_source_is_encoded_once(sweep_env, tiny_models, tmp_path, stsb_sentences, data_dir):
     from sweeps.meta_embeddings import main
-    from tests.mlflow_helpers import runs_by_role
+    from mlflow_helpers import runs_by_role
     from trainables.upstream import read_executions
 
     flags, wide = _sweep_flags(sweep_env, tiny_models, tmp_path, stsb_sentences, data_dir, 64)
