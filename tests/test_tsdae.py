@@ -24,7 +24,8 @@ def test_every_objective_runs_through_the_sweep_script(sweep_env):
         assert child.info.status == "FINISHED"
         assert "best_dev_spearman" in child.data.metrics
         params = child.data.params
-        assert (params["noise"], params["pooling"], params["lr"], params["metric_baseline"]) == ("delete", "cls", "3e-05", "objective=none")
+        assert (params["noise"], params["pooling"], params["lr"], params["reference_rows"], params["reference_by"]) == (
+            "delete", "cls", "3e-05", "objective=none", "corpus,model")
         expected = {"none": ("0", "none"), "ct": ("16", "rmsprop")}.get(params["objective"], ("8", "adamw"))
         assert (params["batch_size"] if params["objective"] != "none" else params["steps"], params["optimizer"]) == expected
 
