@@ -77,6 +77,9 @@ def test_sweep_runs_on_both_nodes(two_nodes, sweep_env, tiny_models):
     address, env = two_nodes
     flags = list(sweep_env["flags"])
     flags[flags.index("--cpus-per-trial") + 1] = "1"
+    # With actor reuse, Tune hands a trial whose actor is still starting on the worker node to the
+    # head's finished actor; on a loaded machine every tiny trial can then run on the head.
+    flags.append("--no-reuse-actors")
     code = subprocess.run(
         [sys.executable, "sweeps/electra_layers.py", "--models", tiny_models["bert"], "--layers", "0,1", "--seeds", "0,1",
          "--epochs", "2", "--max-train-samples", "400", "--name", "two-nodes", "--address", address, *flags],
