@@ -246,7 +246,7 @@ def _summarize_contract(runs: pd.DataFrame) -> pd.DataFrame:
     keys, seed = row_axes(contract), contract["seed_axis"]
     scores = {generic: name for generic, name in _scores(contract).items() if name in runs}
     columns = list(dict.fromkeys(c for text in runs["metric_columns"].unique() for c in names(text)))
-    measured = [c for c in dict.fromkeys([*scores.values(), *columns, "wall_time_s"]) if c in runs]
+    measured = [c for c in dict.fromkeys([*scores.values(), *columns, "wall_time_s", "train_time_s"]) if c in runs]
     groups = runs.groupby(keys, sort=True)
     stats = groups[measured].agg(["mean", "std", "max"])  # pandas' std is the sample std (ddof=1)
     stats.columns = [f"{metric}_{stat}" for metric, stat in stats.columns]

@@ -14,6 +14,7 @@ means is within two seed standard deviations of the authors' (the larger of the 
 
     python benchmarks/layer_sweep.py                                   # all-MiniLM-L6-v2, 3 seeds, 1 epoch, 1,000 pairs
     python benchmarks/layer_sweep.py --model sentence-transformers/all-mpnet-base-v2 --seeds 0,1,2
+    python benchmarks/layer_sweep.py --arms project                    # without the length-grouped arm
 """
 from __future__ import annotations
 
@@ -89,7 +90,12 @@ def main(argv=None) -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--train-samples", type=int, default=1000)
     parser.add_argument("--cpus-per-trial", type=float, default=1.0)
+    parser.add_argument("--arms", default="project,grouped",
+                        help="the project's arms beside the authors' way: project (plain order), grouped (--length-grouped)")
     args = parser.parse_args(argv)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    if not arms or set(arms) - {"project", "grouped"}:
+        parser.error(f"--arms takes project and/or grouped, got {args.arms!r}")
     seeds = [int(s) for s in args.seeds.split(",")]
     layers = list(range(model_depth(load_config(resolve_model(args.model))) + 1))
     print(f"{args.model}: layers 0..{layers[-1]}, seeds {args.seeds}, {args.epochs} epoch(s) on {args.train_samples} "
@@ -97,6 +103,8 @@ def main(argv=None) -> None:
     results = {"authors": authors_sweep(args, layers, seeds)}
     print(f"authors: {results['authors'][0]:.0f} s", flush=True)
     for name, grouped in (("project", False), ("project grouped", True)):
+        if ("grouped" if grouped else "project") not in arms:
+            continue
         results[name] = project_sweep(args, layers, seeds, grouped)
         print(f"{name}: {results[name][0]:.0f} s", flush=True)
 

@@ -91,7 +91,8 @@ def _log_trial(client, experiment_id, parent_id, method, model, layer, seed, *, 
         metrics += [Metric(k, x, 1_000 * epoch, epoch) for k, x in epoch_values.items()]
     if final:
         finals = {"best_dev_spearman": v["dev_spearman"], "test_spearman_at_best_dev": v["test_spearman"],
-                  "test_pearson_at_best_dev": v["test_pearson"], "wall_time_s": 10.0 + layer + seed}
+                  "test_pearson_at_best_dev": v["test_pearson"], "wall_time_s": 10.0 + layer + seed,
+                  "train_time_s": 8.0 + layer + seed}
         if log_dev_pearson:
             finals["dev_pearson_at_best_dev"] = v["dev_pearson"]
         metrics += [Metric(k, x, 9_000, 0) for k, x in finals.items() if k not in drop]

@@ -28,6 +28,7 @@ def test_smoke_sweep_writes_one_parent_and_four_children_with_the_schema(sweep_e
         assert child.data.params["method"] == "tmft" and child.data.params["task"] == "stsb"
         assert metric_steps(sweep_env["uri"], child.info.run_id, "dev_spearman") == [1]
         assert -100 <= child.data.metrics["test_spearman_at_best_dev"] <= 100
+        assert 0 < child.data.metrics["train_time_s"] < child.data.metrics["wall_time_s"]
     counts = {c.data.params["layer"]: int(c.data.params["params_truncated"]) for c in children}
     assert int(counts["0"]) < int(counts["2"])
     out = capsys.readouterr().out

@@ -84,6 +84,7 @@ class EpochTrainable(tune.Trainable):
         self.epochs = int(config["epochs"])
         self.epoch = 0
         self.elapsed = 0.0
+        self.train_elapsed = 0.0  # the part of `elapsed` spent in train_epoch (no evaluation, no setup)
         self.tracker = BestTracker(self.primary_for(config))
         self.device = pick_device()
         torch.set_num_threads(_assigned_cpus())
@@ -113,7 +114,9 @@ class EpochTrainable(tune.Trainable):
             metrics = {"train_loss": float("nan")}
         else:
             self.epoch += 1
+            train_started = time.perf_counter()
             metrics = self.train_epoch(self.epoch)
+            self.train_elapsed += time.perf_counter() - train_started
         metrics.update(self.evaluate())
         if self.tracker.update(self.epoch, metrics):
             self.remember_best()
@@ -128,6 +131,7 @@ class EpochTrainable(tune.Trainable):
             "params_truncated": self.parameter_count(),
             "params_paper": self.paper_parameter_count(),
             "wall_time_s": self.elapsed,
+            "train_time_s": self.train_elapsed,
             "device": str(self.device),
             "precision_used": self.precision.name if hasattr(self, "precision") else "fp32",
             **_runtime_info(),
@@ -142,6 +146,7 @@ class EpochTrainable(tune.Trainable):
         state = {
             "epoch": self.epoch,
             "elapsed": self.elapsed,
+            "train_elapsed": self.train_elapsed,
             "tracker": self.tracker.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
@@ -164,6 +169,7 @@ class EpochTrainable(tune.Trainable):
             self._guarded_setup(self.trial_config)
             return
         self.epoch, self.elapsed = state["epoch"], state["elapsed"]
+        self.train_elapsed = state.get("train_elapsed", 0.0)
         self.tracker.load_state_dict(state["tracker"])
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"] is not None and torch.cuda.is_available():

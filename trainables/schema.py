@@ -33,7 +33,7 @@ PARAMS = (
 )
 EPOCH_METRICS = ("dev_spearman", "dev_pearson", "train_loss")
 TEST_EPOCH_METRICS = ("test_spearman", "test_pearson")  # per epoch only with test_every_epoch
-RUNNING_METRICS = ("best_dev_spearman", "wall_time_s")  # every epoch: the best so far
+RUNNING_METRICS = ("best_dev_spearman", "wall_time_s", "train_time_s")  # every epoch: the best so far, seconds so far (all; training only)
 REPORT_METRICS = ("test_spearman_at_best_dev", "test_pearson_at_best_dev")  # the best-dev weights' test scores, at the end
 FINAL_METRICS = RUNNING_METRICS + REPORT_METRICS
 

@@ -58,13 +58,15 @@ def _config(kind: str, vocab_size: int, layers: int, hidden: int):
     raise ValueError(f"unknown tiny model kind {kind!r}; choose from {KINDS}")
 
 
-def build_tiny_model(kind: str, directory, layers: int = 4, hidden: int = 32, sentences=(), seed: int = 0) -> Path:
-    """Write a tiny random `kind` model folder (config, weights, tokenizer) and return its path."""
+def build_tiny_model(kind: str, directory, layers: int = 4, hidden: int = 32, sentences=(), seed: int = 0,
+                     words: int = 600) -> Path:
+    """Write a tiny random `kind` model folder (config, weights, tokenizer) and return its path; its
+    vocabulary is the `words` most frequent words of `sentences` plus characters and word pieces."""
     from transformers import AutoModel, BertTokenizerFast
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    vocab = _vocabulary(sentences)
+    vocab = _vocabulary(sentences, words)
     (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
     # transformers 5 takes the vocabulary as `vocab` (a `vocab_file` argument is silently ignored).
     # 126 tokens: MPNet/RoBERTa-style positions start at pad id + 1 = 1 (max_position_embeddings 128).
