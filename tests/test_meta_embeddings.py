@@ -282,6 +282,20 @@ def test_unsup_trains_and_stops_early(small_stages):
         trainable.stop()
 
 
+def test_a_collapsed_epoch_is_neither_kept_as_best_nor_stops_training(small_stages):
+    trainable = _trainable(_config(small_stages, meta="unsup", variant="paper", epochs=3, patience=1), small_stages["data"])
+    real = trainable.vectors
+    trainable.vectors = lambda rows: np.ones((len(rows), 8), np.float32)  # collapsed: every dev cosine is 1
+    with pytest.warns(Warning):  # scipy: the correlation of a constant input is not defined
+        first = trainable.train()
+    assert np.isnan(first["dev_pearson"])
+    trainable.vectors = real
+    second = trainable.train()
+    assert np.isfinite(second["dev_pearson"]) and second["best_epoch"] == 2 and not second["done"]  # patience 1
+    assert trainable.best_dev == second["dev_pearson"]
+    trainable.stop()
+
+
 # --- the sweep script -----------------------------------------------------------------------------------------
 def _sweep_flags(sweep_env, tiny_models, tmp_path, stsb_sentences, data_dir, train_pairs: int) -> tuple[list[str], str]:
     """Flags of a sweep over two tiny sources of different sizes (BERT 32-d and 48-d)."""

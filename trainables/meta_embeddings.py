@@ -394,14 +394,14 @@ class MetaEmbeddingTrainable(EpochTrainable):
         return self.cached
 
     def evaluate(self) -> dict:
-        from trainables.evaluation import correlations
+        from trainables.evaluation import correlations, improves
 
         s1, s2, gold = self.data.dev
         vectors = self.vectors(np.concatenate([s1, s2]))
         a, b = vectors[:len(s1)], vectors[len(s1):]
         cosine = np.sum(a * b, 1) / np.clip(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12, None)
         scores = correlations(cosine, gold)
-        if self.best_dev is None or scores["pearson"] > self.best_dev:
+        if improves(scores["pearson"], self.best_dev):  # a NaN (collapsed) epoch is never the best
             self.best_dev, self.bad = scores["pearson"], 0
         else:
             self.bad += 1
