@@ -265,6 +265,20 @@ def test_a_reused_actor_gives_each_method_its_own_result(small_stages):
     actor.stop()
 
 
+def test_conc_and_avg_do_not_depend_on_a_sources_scale(small_stages, tmp_path):
+    # all-MiniLM-L6-v2's word vectors are ~2.4x longer than all-mpnet-base-v2's: unnormalised, the
+    # longer source decided CONC, which then scored below the better source alone
+    words, starts = te.load(small_stages["paths"][0])
+    scaled = tmp_path / "scaled"
+    scaled.mkdir()
+    te.save(scaled, [np.asarray(words[starts[i]:starts[i + 1]], np.float32) * 64 for i in range(len(starts) - 1)])
+    data = small_stages["data"]
+    for meta, variant in (("conc", "-"), ("avg", "zero-pad"), ("svd", "full")):
+        plain = _trainable(_config(small_stages, meta=meta, variant=variant), data).train()
+        config = _config(small_stages, meta=meta, variant=variant, _source_paths=[str(scaled), small_stages["paths"][1]])
+        assert _trainable(config, data).train()["stsb_spearman"] == pytest.approx(plain["stsb_spearman"], abs=1e-6), meta
+
+
 def test_unsup_trains_and_stops_early(small_stages):
     data = small_stages["data"]
     for variant in ("paper", "authors_code"):

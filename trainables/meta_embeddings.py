@@ -23,7 +23,15 @@ Methods (`meta`) and their variants (`variant`):
 - `gcca`: MAXVAR generalised CCA (cca-zoo's `GCCA`, shrinkage 0.1) fitted on the STS-B train
   sentences, d = min(--width, smallest source size); a sentence is the mean of its views' scores.
 The baselines use mean pooling of each source's word vectors (the paper finds mean better for
-them); UNSUP and SUP use `--pooling` (max, the authors' default and the paper's best).
+them), l2-normalised per source (`sentence_vectors`): what SBERT sources with a `Normalize` module
+(the default all-MiniLM-L6-v2 and all-mpnet-base-v2) output, and what keeps one source's scale
+from deciding CONC, AVG and SVD (all-MiniLM-L6-v2's word vectors are ~2.4x longer than
+all-mpnet-base-v2's; unnormalised, CONC scored below mpnet alone: STS-B test 82.67 vs 83.04,
+normalised 83.43). The authors' sources had no `Normalize`, so their CONC was unnormalised; SSE
+is unaffected (cosine). UNSUP and SUP use `--pooling` (max, the authors' default and the
+paper's best); note that the sources above were trained with mean pooling, and max-pooling their
+own word vectors costs them 3-7 points (mpnet STS-B test 80.28 max vs 83.04 mean), so compare
+UNSUP/SUP with SSE at `--pooling mean` too.
 
 Model (both variants): per source a projection P_i (width x d_i, no bias, torch's default
 initialisation) and a scalar weight a_i ~ U(-1, 1); word vectors w_{i,t} = a_i P_i x_{i,t}.
@@ -118,6 +126,12 @@ def mean_pooled(source, rows, chunk: int = 4096) -> np.ndarray:
         if end > begin:
             out[i] = np.asarray(words[begin:end], dtype=np.float32).mean(axis=0)
     return out
+
+
+def sentence_vectors(source, rows) -> np.ndarray:
+    """The baselines' view of a source: `mean_pooled`, each row l2-normalised (zeros stay zeros)."""
+    vectors = mean_pooled(source, rows)
+    return vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
 
 
 # --- the model and its losses ---------------------------------------------------------------------
@@ -264,7 +278,7 @@ def gcca_apply(model, views: list[np.ndarray]) -> np.ndarray:
 
 def baseline_vectors(meta: str, variant: str, train: list[np.ndarray], views: list[np.ndarray], everything,
                      width: int, seed: int, source_index: int = 0) -> np.ndarray:
-    """Sentence vectors of `views` (per-source mean-pooled rows) under a baseline; `train`: the
+    """Sentence vectors of `views` (per-source sentence vectors, `sentence_vectors`) under a baseline; `train`: the
     same of the STS-B train sentences (what SVD and GCCA are fitted on); `everything()`: of every
     cached sentence (the authors' full SVD)."""
     if meta == "sse":
@@ -386,9 +400,9 @@ class MetaEmbeddingTrainable(EpochTrainable):
             rows = np.unique(np.concatenate([*self.data.dev[:2], self.data.suite_rows]))
             train_rows = np.unique(np.concatenate(self.data.train[:2]))
             vectors = baseline_vectors(
-                self.meta, self.variant, [mean_pooled(s, train_rows) for s in self.sources],
-                [mean_pooled(s, rows) for s in self.sources],
-                lambda: [mean_pooled(s, np.arange(self.data.sentences)) for s in self.sources],
+                self.meta, self.variant, [sentence_vectors(s, train_rows) for s in self.sources],
+                [sentence_vectors(s, rows) for s in self.sources],
+                lambda: [sentence_vectors(s, np.arange(self.data.sentences)) for s in self.sources],
                 int(self.trial_config["width"]), int(self.trial_config["seed"]), int(self.trial_config["source_index"]))
             self.cached = ({int(r): i for i, r in enumerate(rows)}, vectors)
         return self.cached
