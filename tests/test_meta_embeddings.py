@@ -279,6 +279,20 @@ def test_conc_and_avg_do_not_depend_on_a_sources_scale(small_stages, tmp_path):
         assert _trainable(config, data).train()["stsb_spearman"] == pytest.approx(plain["stsb_spearman"], abs=1e-6), meta
 
 
+def test_model_vectors_are_each_sentence_pooled_alone_in_the_order_asked(small_stages):
+    data = small_stages["data"]
+    for variant in ("paper", "authors_code"):
+        trainable = _trainable(_config(small_stages, meta="unsup", variant=variant), data)
+        rows = np.concatenate([data.dev[0][:30][::-1], data.train[1][:30]])  # mixed lengths, batched by length inside
+        got = trainable.vectors(rows)
+        with torch.no_grad():
+            for k, row in enumerate(rows):
+                xs, _ = me.batch_words(trainable.sources, [row])
+                alone = trainable.model.sentence(trainable.model.words(xs), None).numpy()[0]
+                np.testing.assert_allclose(got[k], alone, rtol=1e-5, atol=1e-6)
+        trainable.stop()
+
+
 def test_unsup_trains_and_stops_early(small_stages):
     data = small_stages["data"]
     for variant in ("paper", "authors_code"):

@@ -387,12 +387,15 @@ class MetaEmbeddingTrainable(EpochTrainable):
             position, vectors = self._baseline()
             return vectors[[position[int(r)] for r in rows]]
         self.model.eval()
+        rows = np.asarray(rows)
+        starts = self.sources[0][1]
+        order = np.argsort(starts[rows + 1] - starts[rows], kind="stable")  # similar lengths batched: little padding
         out = []
         with torch.no_grad():
             for begin in range(0, len(rows), 512):
-                xs, masks = self._words(rows[begin:begin + 512])
+                xs, masks = self._words(rows[order[begin:begin + 512]])
                 out.append(self.model.sentence(self.model.words(xs), masks).cpu().numpy())
-        return np.concatenate(out)
+        return np.concatenate(out)[np.argsort(order)]  # back to the order of `rows`
 
     def _baseline(self) -> tuple[dict, np.ndarray]:
         """(stage row -> position, vectors) of the dev and suite sentences, fitted and computed once."""
