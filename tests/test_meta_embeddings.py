@@ -132,6 +132,10 @@ def test_models_weights_and_pooling():
             torch.testing.assert_close(batched[row:row + 1], alone)
         concatenated = authors.sentence(authors.words(xs), masks)
     assert concatenated.shape == (3, 12)
+    padded = [x * masks[0].unsqueeze(-1) for x in xs]  # zero pads, as the stage gives them
+    for model in (paper, authors):  # projecting only the words: the same word vectors, pads 0
+        for full, packed in zip(model.words(padded), model.words(padded, masks)):
+            torch.testing.assert_close(packed, full)
 
 
 # --- baselines against references ------------------------------------------------------------------------

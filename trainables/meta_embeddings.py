@@ -159,10 +159,19 @@ class MetaModel(torch.nn.Module):
     def source_weights(self) -> torch.Tensor:
         return torch.softmax(self.weights, dim=0) if self.variant == "paper" else self.weights
 
-    def words(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
-        """w_i = a_i P_i x_i for every source."""
+    def words(self, xs: list[torch.Tensor], masks: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """w_i = a_i P_i x_i for every source. With `masks`, only the words are projected and pads
+        are left 0: the same result (a pad is a zero vector and P_i has no bias), without
+        projecting the batch padding (most of a batch: STS sentences average ~10 words, a batch
+        pads to its longest)."""
         a = self.source_weights()
-        return [a[i] * projection(x) for i, (projection, x) in enumerate(zip(self.projections, xs))]
+        if masks is None:
+            return [a[i] * projection(x) for i, (projection, x) in enumerate(zip(self.projections, xs))]
+        out = []
+        for i, (projection, x, mask) in enumerate(zip(self.projections, xs, masks)):
+            w = x.new_zeros(*x.shape[:-1], projection.out_features)
+            out.append(a[i] * w.index_put((mask,), projection(x[mask])))
+        return out
 
     def sentence(self, w: list[torch.Tensor], masks: list[torch.Tensor] | None) -> torch.Tensor:
         """The sentence vectors; `masks` None pools over every (padded) position."""
@@ -347,7 +356,7 @@ class MetaEmbeddingTrainable(EpochTrainable):
         xs, masks = self._words(np.concatenate([rows1, rows2]))
         n = len(rows1)
         x1, x2, k1, k2 = [x[:n] for x in xs], [x[n:] for x in xs], [m[:n] for m in masks], [m[n:] for m in masks]
-        w1, w2 = self.model.words(x1), self.model.words(x2)
+        w1, w2 = self.model.words(x1, k1), self.model.words(x2, k2)
         if self.meta == "sup":
             m1, m2 = self.model.sentence(w1, k1), self.model.sentence(w2, k2)
             gold = torch.as_tensor(gold, dtype=torch.float32, device=self.device)
@@ -394,7 +403,7 @@ class MetaEmbeddingTrainable(EpochTrainable):
         with torch.no_grad():
             for begin in range(0, len(rows), 512):
                 xs, masks = self._words(rows[order[begin:begin + 512]])
-                out.append(self.model.sentence(self.model.words(xs), masks).cpu().numpy())
+                out.append(self.model.sentence(self.model.words(xs, masks), masks).cpu().numpy())
         return np.concatenate(out)[np.argsort(order)]  # back to the order of `rows`
 
     def _baseline(self) -> tuple[dict, np.ndarray]:
