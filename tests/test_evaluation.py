@@ -51,3 +51,13 @@ def test_best_tracker_selects_on_dev_and_reports_test_at_that_epoch():
     restored = BestTracker()
     restored.load_state_dict(tracker.state_dict())
     assert restored.summary() == summary
+
+
+def test_best_tracker_ranks_a_nan_dev_score_below_every_number():
+    # a collapsed model (all cosines equal) has a NaN correlation; if it came first, `x > nan` is
+    # False for every later x and the collapsed epoch would stay "best" for ever
+    tracker = BestTracker("pearson")
+    assert tracker.update(1, {"dev_pearson": float("nan")})
+    assert tracker.update(2, {"dev_pearson": 10.0})
+    assert not tracker.update(3, {"dev_pearson": float("nan")})
+    assert tracker.summary()["best_epoch"] == 2

@@ -132,6 +132,10 @@ def test_models_weights_and_pooling():
             torch.testing.assert_close(batched[row:row + 1], alone)
         concatenated = authors.sentence(authors.words(xs), masks)
     assert concatenated.shape == (3, 12)
+    padded = [x * masks[0].unsqueeze(-1) for x in xs]  # zero pads, as the stage gives them
+    for model in (paper, authors):  # projecting only the words: the same word vectors, pads 0
+        for full, packed in zip(model.words(padded), model.words(padded, masks)):
+            torch.testing.assert_close(packed, full)
 
 
 # --- baselines against references ------------------------------------------------------------------------
@@ -265,6 +269,34 @@ def test_a_reused_actor_gives_each_method_its_own_result(small_stages):
     actor.stop()
 
 
+def test_conc_and_avg_do_not_depend_on_a_sources_scale(small_stages, tmp_path):
+    # all-MiniLM-L6-v2's word vectors are ~2.4x longer than all-mpnet-base-v2's: unnormalised, the
+    # longer source decided CONC, which then scored below the better source alone
+    words, starts = te.load(small_stages["paths"][0])
+    scaled = tmp_path / "scaled"
+    scaled.mkdir()
+    te.save(scaled, [np.asarray(words[starts[i]:starts[i + 1]], np.float32) * 64 for i in range(len(starts) - 1)])
+    data = small_stages["data"]
+    for meta, variant in (("conc", "-"), ("avg", "zero-pad"), ("svd", "full")):
+        plain = _trainable(_config(small_stages, meta=meta, variant=variant), data).train()
+        config = _config(small_stages, meta=meta, variant=variant, _source_paths=[str(scaled), small_stages["paths"][1]])
+        assert _trainable(config, data).train()["stsb_spearman"] == pytest.approx(plain["stsb_spearman"], abs=1e-6), meta
+
+
+def test_model_vectors_are_each_sentence_pooled_alone_in_the_order_asked(small_stages):
+    data = small_stages["data"]
+    for variant in ("paper", "authors_code"):
+        trainable = _trainable(_config(small_stages, meta="unsup", variant=variant), data)
+        rows = np.concatenate([data.dev[0][:30][::-1], data.train[1][:30]])  # mixed lengths, batched by length inside
+        got = trainable.vectors(rows)
+        with torch.no_grad():
+            for k, row in enumerate(rows):
+                xs, _ = me.batch_words(trainable.sources, [row])
+                alone = trainable.model.sentence(trainable.model.words(xs), None).numpy()[0]
+                np.testing.assert_allclose(got[k], alone, rtol=1e-5, atol=1e-6)
+        trainable.stop()
+
+
 def test_unsup_trains_and_stops_early(small_stages):
     data = small_stages["data"]
     for variant in ("paper", "authors_code"):
@@ -280,6 +312,20 @@ def test_unsup_trains_and_stops_early(small_stages):
         if variant == "paper":
             assert result["source_weight_0"] + result["source_weight_1"] == pytest.approx(1.0)
         trainable.stop()
+
+
+def test_a_collapsed_epoch_is_neither_kept_as_best_nor_stops_training(small_stages):
+    trainable = _trainable(_config(small_stages, meta="unsup", variant="paper", epochs=3, patience=1), small_stages["data"])
+    real = trainable.vectors
+    trainable.vectors = lambda rows: np.ones((len(rows), 8), np.float32)  # collapsed: every dev cosine is 1
+    with pytest.warns(Warning):  # scipy: the correlation of a constant input is not defined
+        first = trainable.train()
+    assert np.isnan(first["dev_pearson"])
+    trainable.vectors = real
+    second = trainable.train()
+    assert np.isfinite(second["dev_pearson"]) and second["best_epoch"] == 2 and not second["done"]  # patience 1
+    assert trainable.best_dev == second["dev_pearson"]
+    trainable.stop()
 
 
 # --- the sweep script -----------------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 `correlations(pred, gold)` returns Spearman and Pearson x100, the STS primary metric being
 Spearman (METHODS.md M1). `BestTracker` keeps the epoch with the highest dev score and the
-test scores at that epoch, so no selection ever looks at test.
+test scores at that epoch, so no selection ever looks at test. A NaN dev score (a collapsed
+model whose cosines are all equal has no correlation) ranks below every number: it is kept only
+until a finite score comes (`improves`).
 """
 from __future__ import annotations
 
@@ -20,6 +22,15 @@ def correlations(predicted, gold) -> dict[str, float]:
     }
 
 
+def improves(new, old) -> bool:
+    """Whether dev score `new` beats `old` (None: nothing yet); NaN is worse than any number."""
+    if old is None:
+        return True
+    if np.isnan(new):
+        return False
+    return bool(np.isnan(old) or new > old)
+
+
 @dataclass
 class BestTracker:
     """Best dev epoch so far (primary metric `dev_<primary>`) and every metric at that epoch."""
@@ -30,7 +41,7 @@ class BestTracker:
 
     def update(self, epoch: int, metrics: dict) -> bool:
         key = f"dev_{self.primary}"
-        if self.best_epoch is None or metrics[key] > self.at_best[key]:
+        if improves(metrics[key], None if self.best_epoch is None else self.at_best[key]):
             self.best_epoch, self.at_best = epoch, dict(metrics)
             return True
         return False

@@ -23,7 +23,15 @@ Methods (`meta`) and their variants (`variant`):
 - `gcca`: MAXVAR generalised CCA (cca-zoo's `GCCA`, shrinkage 0.1) fitted on the STS-B train
   sentences, d = min(--width, smallest source size); a sentence is the mean of its views' scores.
 The baselines use mean pooling of each source's word vectors (the paper finds mean better for
-them); UNSUP and SUP use `--pooling` (max, the authors' default and the paper's best).
+them), l2-normalised per source (`sentence_vectors`): what SBERT sources with a `Normalize` module
+(the default all-MiniLM-L6-v2 and all-mpnet-base-v2) output, and what keeps one source's scale
+from deciding CONC, AVG and SVD (all-MiniLM-L6-v2's word vectors are ~2.4x longer than
+all-mpnet-base-v2's; unnormalised, CONC scored below mpnet alone: STS-B test 82.67 vs 83.04,
+normalised 83.43). The authors' sources had no `Normalize`, so their CONC was unnormalised; SSE
+is unaffected (cosine). UNSUP and SUP use `--pooling` (max, the authors' default and the
+paper's best); note that the sources above were trained with mean pooling, and max-pooling their
+own word vectors costs them 3-7 points (mpnet STS-B test 80.28 max vs 83.04 mean), so compare
+UNSUP/SUP with SSE at `--pooling mean` too.
 
 Model (both variants): per source a projection P_i (width x d_i, no bias, torch's default
 initialisation) and a scalar weight a_i ~ U(-1, 1); word vectors w_{i,t} = a_i P_i x_{i,t}.
@@ -120,6 +128,12 @@ def mean_pooled(source, rows, chunk: int = 4096) -> np.ndarray:
     return out
 
 
+def sentence_vectors(source, rows) -> np.ndarray:
+    """The baselines' view of a source: `mean_pooled`, each row l2-normalised (zeros stay zeros)."""
+    vectors = mean_pooled(source, rows)
+    return vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
+
+
 # --- the model and its losses ---------------------------------------------------------------------
 def pool(vectors: torch.Tensor, mask: torch.Tensor | None, how: str) -> torch.Tensor:
     """[B, T, d] -> [B, d]: max or mean over the positions of `mask` (all positions when None)."""
@@ -145,10 +159,19 @@ class MetaModel(torch.nn.Module):
     def source_weights(self) -> torch.Tensor:
         return torch.softmax(self.weights, dim=0) if self.variant == "paper" else self.weights
 
-    def words(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
-        """w_i = a_i P_i x_i for every source."""
+    def words(self, xs: list[torch.Tensor], masks: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """w_i = a_i P_i x_i for every source. With `masks`, only the words are projected and pads
+        are left 0: the same result (a pad is a zero vector and P_i has no bias), without
+        projecting the batch padding (most of a batch: STS sentences average ~10 words, a batch
+        pads to its longest)."""
         a = self.source_weights()
-        return [a[i] * projection(x) for i, (projection, x) in enumerate(zip(self.projections, xs))]
+        if masks is None:
+            return [a[i] * projection(x) for i, (projection, x) in enumerate(zip(self.projections, xs))]
+        out = []
+        for i, (projection, x, mask) in enumerate(zip(self.projections, xs, masks)):
+            w = x.new_zeros(*x.shape[:-1], projection.out_features)
+            out.append(a[i] * w.index_put((mask,), projection(x[mask])))
+        return out
 
     def sentence(self, w: list[torch.Tensor], masks: list[torch.Tensor] | None) -> torch.Tensor:
         """The sentence vectors; `masks` None pools over every (padded) position."""
@@ -264,7 +287,7 @@ def gcca_apply(model, views: list[np.ndarray]) -> np.ndarray:
 
 def baseline_vectors(meta: str, variant: str, train: list[np.ndarray], views: list[np.ndarray], everything,
                      width: int, seed: int, source_index: int = 0) -> np.ndarray:
-    """Sentence vectors of `views` (per-source mean-pooled rows) under a baseline; `train`: the
+    """Sentence vectors of `views` (per-source sentence vectors, `sentence_vectors`) under a baseline; `train`: the
     same of the STS-B train sentences (what SVD and GCCA are fitted on); `everything()`: of every
     cached sentence (the authors' full SVD)."""
     if meta == "sse":
@@ -333,7 +356,7 @@ class MetaEmbeddingTrainable(EpochTrainable):
         xs, masks = self._words(np.concatenate([rows1, rows2]))
         n = len(rows1)
         x1, x2, k1, k2 = [x[:n] for x in xs], [x[n:] for x in xs], [m[:n] for m in masks], [m[n:] for m in masks]
-        w1, w2 = self.model.words(x1), self.model.words(x2)
+        w1, w2 = self.model.words(x1, k1), self.model.words(x2, k2)
         if self.meta == "sup":
             m1, m2 = self.model.sentence(w1, k1), self.model.sentence(w2, k2)
             gold = torch.as_tensor(gold, dtype=torch.float32, device=self.device)
@@ -373,12 +396,15 @@ class MetaEmbeddingTrainable(EpochTrainable):
             position, vectors = self._baseline()
             return vectors[[position[int(r)] for r in rows]]
         self.model.eval()
+        rows = np.asarray(rows)
+        starts = self.sources[0][1]
+        order = np.argsort(starts[rows + 1] - starts[rows], kind="stable")  # similar lengths batched: little padding
         out = []
         with torch.no_grad():
             for begin in range(0, len(rows), 512):
-                xs, masks = self._words(rows[begin:begin + 512])
-                out.append(self.model.sentence(self.model.words(xs), masks).cpu().numpy())
-        return np.concatenate(out)
+                xs, masks = self._words(rows[order[begin:begin + 512]])
+                out.append(self.model.sentence(self.model.words(xs, masks), masks).cpu().numpy())
+        return np.concatenate(out)[np.argsort(order)]  # back to the order of `rows`
 
     def _baseline(self) -> tuple[dict, np.ndarray]:
         """(stage row -> position, vectors) of the dev and suite sentences, fitted and computed once."""
@@ -386,22 +412,22 @@ class MetaEmbeddingTrainable(EpochTrainable):
             rows = np.unique(np.concatenate([*self.data.dev[:2], self.data.suite_rows]))
             train_rows = np.unique(np.concatenate(self.data.train[:2]))
             vectors = baseline_vectors(
-                self.meta, self.variant, [mean_pooled(s, train_rows) for s in self.sources],
-                [mean_pooled(s, rows) for s in self.sources],
-                lambda: [mean_pooled(s, np.arange(self.data.sentences)) for s in self.sources],
+                self.meta, self.variant, [sentence_vectors(s, train_rows) for s in self.sources],
+                [sentence_vectors(s, rows) for s in self.sources],
+                lambda: [sentence_vectors(s, np.arange(self.data.sentences)) for s in self.sources],
                 int(self.trial_config["width"]), int(self.trial_config["seed"]), int(self.trial_config["source_index"]))
             self.cached = ({int(r): i for i, r in enumerate(rows)}, vectors)
         return self.cached
 
     def evaluate(self) -> dict:
-        from trainables.evaluation import correlations
+        from trainables.evaluation import correlations, improves
 
         s1, s2, gold = self.data.dev
         vectors = self.vectors(np.concatenate([s1, s2]))
         a, b = vectors[:len(s1)], vectors[len(s1):]
         cosine = np.sum(a * b, 1) / np.clip(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12, None)
         scores = correlations(cosine, gold)
-        if self.best_dev is None or scores["pearson"] > self.best_dev:
+        if improves(scores["pearson"], self.best_dev):  # a NaN (collapsed) epoch is never the best
             self.best_dev, self.bad = scores["pearson"], 0
         else:
             self.bad += 1
