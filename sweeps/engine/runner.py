@@ -394,7 +394,7 @@ def failed_trials(results, contract: MetricContract) -> list[str]:
         elif metrics.get("trial_failed"):
             reason = str(metrics["trial_failed"])
         elif not metrics.get("done"):
-            reason = "stopped before its last epoch (no error was recorded: is the storage path writable?)"
+            reason = "stopped before its last epoch (the sweep was interrupted, or an error could not be recorded: is the storage path writable?)"
         else:
             continue
         lines.append(f"  {run_name(result.config or {}, contract)}: {reason}")
