@@ -110,6 +110,10 @@ def main(argv=None) -> int:
     parser.add_argument("--order", default="ours,theirs", help="which loop runs first")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
+    import importlib.util
+
+    if importlib.util.find_spec("accelerate") is None:
+        parser.error("sentence-transformers' trainer needs accelerate: pip install -e '.[benchmark]'")
 
     import torch
 
