@@ -16,10 +16,30 @@ import numpy as np
 import pytest
 import torch
 
-from trainables.precision import PRECISIONS, PrecisionError, check_request, resolve, stage_precision
+from trainables.precision import PRECISIONS, PrecisionError, adamw, check_request, resolve, stage_precision
 
 ROOT = Path(__file__).resolve().parents[1]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def test_adamw_is_fused_on_the_cpu_and_updates_as_the_per_tensor_loop():
+    torch.manual_seed(0)
+    start = [torch.randn(300, 7), torch.randn(7)]
+    ours = [torch.nn.Parameter(t.clone()) for t in start]
+    reference = [torch.nn.Parameter(t.clone()) for t in start]
+    fused = adamw([{"params": ours[:1]}, {"params": ours[1:], "weight_decay": 0.0}], 1e-2, torch.device("cpu"))
+    loop = torch.optim.AdamW([{"params": reference[:1]}, {"params": reference[1:], "weight_decay": 0.0}], lr=1e-2,
+                             weight_decay=0.01, foreach=False)
+    assert fused.defaults["fused"] and [g["weight_decay"] for g in fused.param_groups] == [0.01, 0.0]
+    for _ in range(20):
+        grads = [torch.randn_like(t) for t in start]
+        for group, optimizer in ((ours, fused), (reference, loop)):
+            for p, g in zip(group, grads):
+                p.grad = g.clone()
+            optimizer.step()
+    for a, b, s in zip(ours, reference, start):
+        assert not torch.equal(a, s)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_cpu_resolution_and_refusals():

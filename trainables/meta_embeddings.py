@@ -86,6 +86,7 @@ from trainables.base import EpochTrainable
 from trainables.errors import SweepInputError
 from trainables.method import (Method, MethodPlan, MetricContract, TrialCost, parse_int_list, parse_names,
                                register_method)
+from trainables.precision import adamw
 
 VARIANTS = {"unsup": ("paper", "authors_code"), "sup": ("mse", "signed"), "sse": (), "conc": ("-",),
             "avg": ("zero-pad", "projected"), "svd": ("train", "full"), "gcca": ("-",)}
@@ -344,7 +345,7 @@ class MetaEmbeddingTrainable(EpochTrainable):
         dims = [int(words.shape[1]) for words, _ in self.sources]
         self.model = MetaModel(dims, int(config["width"]), architecture, config["pooling"]).to(self.device)
         lr = 1e-4 if self.variant == "signed" else float(config["lr"])
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=float(config["weight_decay"]))
+        self.optimizer = adamw(list(self.model.parameters()), lr, self.device, weight_decay=float(config["weight_decay"]))
 
     # training
     def _words(self, rows) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

@@ -4,7 +4,7 @@ installed) all train through `PairFineTuning`.
 
 Per step: pad the batch's pairs (pinned host memory, copied without waiting on CUDA), encode both
 sides under the trial's precision (trainables/precision.py), the task's loss in fp32, backward
-through the gradient scaler (active for fp16 only), clip to 1.0, AdamW (fused on CUDA), linear
+through the gradient scaler (active for fp16 only), clip to 1.0, AdamW (fused), linear
 schedule. The epoch's loss is summed on the device and read once at the end of the epoch.
 """
 from __future__ import annotations

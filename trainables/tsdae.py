@@ -38,6 +38,7 @@ from trainables.base import EpochTrainable
 from trainables.errors import SweepInputError
 from trainables.method import (Method, MethodPlan, MetricContract, TrialCost, model_list, parse_int_list, parse_names,
                                register_method)
+from trainables.precision import adamw
 
 OBJECTIVES = ("none", "tsdae", "mlm", "simcse", "ct")
 CT_VARIANTS = ("official", "in-batch")
@@ -153,7 +154,7 @@ class Training:
         if config["optimizer"] == "rmsprop":  # TF2 Keras RMSprop defaults (rho 0.9, epsilon 1e-7), as the CT code
             self.optimizer = torch.optim.RMSprop(self.loss.parameters(), lr=CT_RATES[0], alpha=0.9, eps=1e-7)
         else:
-            self.optimizer = torch.optim.AdamW(self.loss.parameters(), lr=float(config["lr"]), weight_decay=0.0)
+            self.optimizer = adamw(list(self.loss.parameters()), float(config["lr"]), device, weight_decay=0.0)
 
     def _draw(self, n: int) -> list[str]:
         rows = torch.randint(len(self.sentences), (n,), generator=self.generator)
