@@ -147,7 +147,7 @@ def _views(seed=3, n=300):
 
 def test_gcca_two_views_recovers_the_canonical_correlations():
     x, y = _views()[:2]
-    model = me.gcca_fit([x, y], 3, shrinkage=0.0)
+    model = me.gcca_fit([x, y], 3, ridge=0.0)
     scores = model.transform([x, y])
     # reference: canonical correlations = singular values of Cxx^-1/2 Cxy Cyy^-1/2
     xc, yc = x - x.mean(0), y - y.mean(0)
@@ -161,9 +161,21 @@ def test_gcca_two_views_recovers_the_canonical_correlations():
     np.testing.assert_allclose(got, rho, rtol=1e-6)
 
 
+def test_gcca_regularises_each_view_as_the_authors_ridge():
+    """cca-zoo's (1 - c) C + c I equals (1 - c)(C + r I), r = 0.1 x the view's mean feature std."""
+    views = [v * scale for v, scale in zip(_views(), (1.0, 64.0, 0.01))]
+    for view, c in zip(views, me.gcca_shrinkage(views)):
+        ridge = 0.1 * view.std(axis=0).mean()
+        covariance = np.cov(view, rowvar=False)
+        identity = np.eye(view.shape[1])
+        np.testing.assert_allclose((1 - c) * covariance + c * identity, (1 - c) * (covariance + ridge * identity),
+                                   rtol=1e-10, atol=1e-14)
+    assert len(set(np.round(me.gcca_shrinkage(views), 8))) == 3
+
+
 def test_gcca_is_maxvar_for_three_views():
     views = _views()
-    meta = me.gcca_apply(me.gcca_fit(views, 2, shrinkage=0.0), views)
+    meta = me.gcca_apply(me.gcca_fit(views, 2, ridge=0.0), views)
     centred = [v - v.mean(0) for v in views]
     projector = sum(v @ np.linalg.solve(v.T @ v, v.T) for v in centred)  # sum of the views' hat matrices
     _, vectors = np.linalg.eigh(projector)

@@ -20,7 +20,8 @@ Methods (`meta`) and their variants (`variant`):
   singular vectors, fitted on the STS-B train sentences only; `full`: the authors' fit, all
   components, on every cached sentence (evaluation sentences included; METHODS.md ambiguity 7:
   a rotation of centred CONC, so it scores as centred CONC);
-- `gcca`: MAXVAR generalised CCA (cca-zoo's `GCCA`, shrinkage 0.1) fitted on the STS-B train
+- `gcca`: MAXVAR generalised CCA (cca-zoo's `GCCA`; each view's covariance plus the authors' ridge
+  0.1 x its mean feature std, `gcca_shrinkage`) fitted on the STS-B train
   sentences, d = min(--width, smallest source size); a sentence is the mean of its views' scores.
 The baselines use mean pooling of each source's word vectors (the paper finds mean better for
 them), l2-normalised per source (`sentence_vectors`): what SBERT sources with a `Normalize` module
@@ -93,7 +94,7 @@ VARIANTS = {"unsup": ("paper", "authors_code"), "sup": ("mse", "signed"), "sse":
 TRAINED = ("unsup", "sup")
 POOLINGS = ("max", "mean")
 DEFAULT_SOURCES = "sentence-transformers/all-MiniLM-L6-v2,sentence-transformers/all-mpnet-base-v2"
-GCCA_SHRINKAGE = 0.1
+GCCA_RIDGE = 0.1  # the authors': C_ii + 0.1 x mean(std_i) x I
 
 
 # --- word vectors from the stage ----------------------------------------------------------------
@@ -274,11 +275,23 @@ def svd_apply(views: list[np.ndarray], means, components) -> np.ndarray:
     return np.concatenate([v - mu for v, mu in zip(views, means)], axis=1) @ components.T
 
 
-def gcca_fit(views: list[np.ndarray], dims: int, shrinkage: float = GCCA_SHRINKAGE):
-    """cca-zoo's MAXVAR GCCA of the views (rows: the same sentences), `dims` components."""
+def gcca_shrinkage(views: list[np.ndarray], ridge: float = GCCA_RIDGE) -> list[float]:
+    """Per view, cca-zoo's shrinkage c_i for the authors' regulariser C_i + r_i I, r_i = `ridge` x
+    the mean of the view's feature standard deviations: cca-zoo regularises (1 - c) C + c I, which
+    is (1 - c_i)(C_i + r_i I) for c_i = r_i / (1 + r_i). (A fixed c is scale-dependent: c = 0.1
+    adds 0.1 to variances of ~1/d for l2-normalised vectors, swamping them; STS-B test 78.49
+    against 82.79 with this rule, all-MiniLM-L6-v2 + all-mpnet-base-v2, 2,000 train pairs.)"""
+    r = [ridge * float(v.std(axis=0).mean()) for v in views]
+    return [x / (1 + x) for x in r]
+
+
+def gcca_fit(views: list[np.ndarray], dims: int, ridge: float = GCCA_RIDGE):
+    """cca-zoo's MAXVAR GCCA of the views (rows: the same sentences), `dims` components, each
+    view's covariance regularised as the authors do (`gcca_shrinkage`)."""
     from cca_zoo.linear import GCCA
 
-    return GCCA(n_components=dims, shrinkage=shrinkage).fit([v.astype(np.float64) for v in views])
+    views = [v.astype(np.float64) for v in views]
+    return GCCA(n_components=dims, shrinkage=gcca_shrinkage(views, ridge)).fit(views)
 
 
 def gcca_apply(model, views: list[np.ndarray]) -> np.ndarray:
