@@ -21,6 +21,7 @@ goal is >= 1).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import tempfile
@@ -110,8 +111,6 @@ def main(argv=None) -> int:
     parser.add_argument("--order", default="ours,theirs", help="which loop runs first")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
-    import importlib.util
-
     if importlib.util.find_spec("accelerate") is None:
         parser.error("sentence-transformers' trainer needs accelerate: pip install -e '.[benchmark]'")
 

@@ -27,10 +27,13 @@ def test_adamw_is_fused_on_the_cpu_and_updates_as_the_per_tensor_loop():
     start = [torch.randn(300, 7), torch.randn(7)]
     ours = [torch.nn.Parameter(t.clone()) for t in start]
     reference = [torch.nn.Parameter(t.clone()) for t in start]
-    fused = adamw([{"params": ours[:1]}, {"params": ours[1:], "weight_decay": 0.0}], 1e-2, torch.device("cpu"))
+    fused = adamw([{"params": ours[:1]}, {"params": ours[1:], "weight_decay": 0.0}], 1e-2, torch.device("cpu"),
+                  weight_decay=0.01)
     loop = torch.optim.AdamW([{"params": reference[:1]}, {"params": reference[1:], "weight_decay": 0.0}], lr=1e-2,
                              weight_decay=0.01, foreach=False)
     assert fused.defaults["fused"] and [g["weight_decay"] for g in fused.param_groups] == [0.01, 0.0]
+    # a caller that names no weight decay (SED: "weight decay 0 = Adam") gets none, not torch's 0.01
+    assert adamw([torch.nn.Parameter(torch.zeros(1))], 1e-3, torch.device("cpu")).param_groups[0]["weight_decay"] == 0.0
     for _ in range(20):
         grads = [torch.randn_like(t) for t in start]
         for group, optimizer in ((ours, fused), (reference, loop)):
