@@ -61,18 +61,27 @@ def _t(arrays):
     return [torch.from_numpy(a) for a in arrays]
 
 
-def test_authors_code_loss_matches_numpy():
-    sides, _, matrices = _sides()
+def test_authors_code_loss_matches_the_codes_loops():
+    """Reference: the released code's loops, per side, source pair and position pair, every
+    per-batch vector gathered in one list per term and averaged once; three sources, and sides
+    padded to different lengths (as each side of the code's batches is)."""
+    rng = np.random.default_rng(0)
+    batch, width, lengths = 2, 5, (3, 5)
+    sides = [[rng.standard_normal((batch, length, width)).astype(np.float32) for _ in range(3)] for length in lengths]
+    matrices = [rng.standard_normal((width, d)).astype(np.float32) for d in (3, 6, 4)]
     alpha, beta, lam = 0.7, -0.3, 0.5
     m1, m2 = sides[0][0].max(axis=1), sides[1][1].max(axis=1)
-    expected = 0.0
+    same, other, sentence = [], [], []
     for w in sides:
-        b, length, _ = w[0].shape
-        expected += np.mean([np.linalg.norm(w[0][x, t] - w[1][x, t]) for x in range(b) for t in range(length)])
-        cross = [np.linalg.norm(w[0][x, t] - w[1][x, u]) for x in range(b) for t in range(length) for u in range(length) if t != u]
-        expected += abs(np.mean([-alpha * d for d in cross]))
-    expected += abs(np.mean(-beta * np.linalg.norm(m1 - m2, axis=1)))
-    expected += abs(lam * np.mean([np.linalg.norm(p.T @ p - np.eye(p.shape[1])) for p in matrices]))
+        for i, j in ((0, 1), (0, 2), (1, 2)):
+            length = w[i].shape[1]
+            for t in range(length):
+                for u in range(length):
+                    d = np.linalg.norm(w[i][:, t] - w[j][:, u], axis=1)
+                    (same if t == u else other).append(d if t == u else -alpha * d)
+            sentence.append(-beta * np.linalg.norm(m1 - m2, axis=1))
+    ortho = [lam * np.linalg.norm(p.T @ p - np.eye(p.shape[1])) for p in matrices]
+    expected = np.mean(same) + abs(np.mean(other)) + abs(np.mean(sentence)) + abs(np.mean(ortho))
     got = me.authors_code_loss([_t(sides[0]), _t(sides[1])], torch.from_numpy(m1), torch.from_numpy(m2), _t(matrices),
                                torch.tensor(alpha), torch.tensor(beta), torch.tensor(lam))
     assert float(got) == pytest.approx(expected, rel=1e-5)
@@ -307,6 +316,22 @@ def test_model_vectors_are_each_sentence_pooled_alone_in_the_order_asked(small_s
                 alone = trainable.model.sentence(trainable.model.words(xs), None).numpy()[0]
                 np.testing.assert_allclose(got[k], alone, rtol=1e-5, atol=1e-6)
         trainable.stop()
+
+
+def test_the_authors_model_pads_each_side_alone_and_pools_over_the_pads(small_stages):
+    data = small_stages["data"]
+    trainable = _trainable(_config(small_stages, meta="unsup", variant="authors_code"), data)
+    s1, s2, gold = (part[:16] for part in data.train)
+    sides = []
+    for rows in (s1, s2):  # each side padded to its own longest sentence: what the authors' batches are
+        xs, masks = me.batch_words(trainable.sources, rows)
+        sides.append(trainable.model.words(xs, masks))
+    lengths = {w[0].shape[1] for w in sides}
+    assert len(lengths) == 2  # the two sides of these pairs do pad to different lengths
+    m1, m2 = (trainable.model.sentence(w, None) for w in sides)
+    expected = me.authors_code_loss(sides, m1, m2, trainable.model.matrices(), *trainable.model.coefficients)
+    assert float(trainable.loss(s1, s2, gold).detach()) == pytest.approx(float(expected.detach()), rel=1e-6)
+    trainable.stop()
 
 
 def test_unsup_trains_and_stops_early(small_stages):

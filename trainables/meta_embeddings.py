@@ -37,12 +37,14 @@ UNSUP/SUP with SSE at `--pooling mean` too.
 Model (both variants): per source a projection P_i (width x d_i, no bias, torch's default
 initialisation) and a scalar weight a_i ~ U(-1, 1); word vectors w_{i,t} = a_i P_i x_{i,t}.
 - `authors_code` (M4): a_i used as they are (no softmax, may be negative); the sentence vector
-  is the concatenation of each source's pooled w_i. Loss, for each side of a pair and each
-  source pair i < j, with plain Euclidean distances, positions t over the batch-padded length
-  (zero pads included, also in the pooling):
-  mean_t ||w_it - w_jt|| + |mean_{t != t'} (-alpha ||w_it - w_jt'||)|, then
+  is the concatenation of each source's pooled w_i. Loss, with plain Euclidean distances over
+  the sides of the pairs (each side zero-padded to its longest sentence; pads take part, also in
+  the pooling) and the source pairs i < j, each mean taken over all of them at once:
+  mean ||w_it - w_jt|| + |mean_{t != t'} (-alpha ||w_it - w_jt'||)|
   + |mean(-beta ||m(s1) - m(s2)||)| + |lambda mean_i ||P_i^T P_i - I||_F|, with alpha, beta,
-  lambda trainable scalars (initialised at 1: the code's value is not recorded in M4).
+  lambda trainable scalars, U(-1, 1) at start (the code's Linear(1, 1) weights). Not reproduced:
+  the code encodes its sources in train mode, so its word vectors carry dropout noise, in
+  training and evaluation; the cache holds deterministic (eval-mode) vectors.
 - `paper`: attention weights normalised over the sources (softmax of the a_i); the word
   meta-vector is sum_i softmax(a)_i P_i x_it and the sentence vector its pooling over the
   sentence's words (pads excluded). Choices where the paper is vague (its formulas are lost in
@@ -74,6 +76,7 @@ Metrics: `dev_pearson` per epoch, `best_dev_pearson`, and at the end every set's
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,7 +159,8 @@ class MetaModel(torch.nn.Module):
         self.variant, self.pooling = variant, pooling
         self.projections = torch.nn.ModuleList(torch.nn.Linear(d, width, bias=False) for d in dims)
         self.weights = torch.nn.Parameter(torch.empty(len(dims)).uniform_(-1, 1))
-        self.coefficients = torch.nn.Parameter(torch.ones(3))  # alpha, beta, lambda (authors_code only)
+        # alpha, beta, lambda (authors_code only): the code's Linear(1, 1) weights, U(-1, 1) at start
+        self.coefficients = torch.nn.Parameter(torch.empty(3).uniform_(-1, 1))
 
     def source_weights(self) -> torch.Tensor:
         return torch.softmax(self.weights, dim=0) if self.variant == "paper" else self.weights
@@ -195,15 +199,16 @@ def _off_diagonal(length: int, device) -> torch.Tensor:
 def authors_code_loss(sides: list[list[torch.Tensor]], m1: torch.Tensor, m2: torch.Tensor,
                       matrices: list[torch.Tensor], alpha, beta, lam) -> torch.Tensor:
     """The released code's loss (METHODS.md M4); `sides` = [w of s1, w of s2], each a list over
-    sources of [B, T, width] (zero pads included)."""
-    total = m1.new_zeros(())
+    sources of [B, T, width] (zero pads included; each side padded to its own longest sentence).
+    As the code does, each word term is one mean over both sides, every source pair, every
+    position (pair) and every pair of the batch at once, not a sum of per-side means."""
+    same, other = [], []
     for w in sides:
         off = _off_diagonal(w[0].shape[1], m1.device)
-        for i in range(len(w)):
-            for j in range(i + 1, len(w)):
-                total = total + (w[i] - w[j]).norm(dim=-1).mean()
-                cross = torch.cdist(w[i], w[j])
-                total = total + (-alpha * cross[:, off]).mean().abs()
+        for i, j in itertools.combinations(range(len(w)), 2):
+            same.append((w[i] - w[j]).norm(dim=-1).flatten())
+            other.append(torch.cdist(w[i], w[j])[:, off].flatten())
+    total = torch.cat(same).mean() + (-alpha * torch.cat(other)).mean().abs()
     total = total + (-beta * (m1 - m2).norm(dim=1)).mean().abs()
     ortho = torch.stack([(p.T @ p - torch.eye(p.shape[1], device=p.device)).norm() for p in matrices]).mean()
     return total + (lam * ortho).abs()
@@ -366,17 +371,24 @@ class MetaEmbeddingTrainable(EpochTrainable):
         return [x.to(self.device) for x in xs], [m.to(self.device) for m in masks]
 
     def loss(self, rows1, rows2, gold) -> torch.Tensor:
-        """The trial's loss on a batch of pairs (both sides padded to one length)."""
-        xs, masks = self._words(np.concatenate([rows1, rows2]))
-        n = len(rows1)
-        x1, x2, k1, k2 = [x[:n] for x in xs], [x[n:] for x in xs], [m[:n] for m in masks], [m[n:] for m in masks]
+        """The trial's loss on a batch of pairs. The authors' model (`authors_code`, SUP `signed`)
+        pads each side to its own longest sentence and pools over the pads, as their code does;
+        the paper's pads both sides to one length (its criteria compare positions across them)
+        and pools each sentence's words."""
+        authors = self.model.variant == "authors_code"
+        if authors:
+            (x1, k1), (x2, k2) = self._words(rows1), self._words(rows2)
+        else:
+            xs, masks = self._words(np.concatenate([rows1, rows2]))
+            n = len(rows1)
+            x1, x2, k1, k2 = [x[:n] for x in xs], [x[n:] for x in xs], [m[:n] for m in masks], [m[n:] for m in masks]
         w1, w2 = self.model.words(x1, k1), self.model.words(x2, k2)
+        pools = (None, None) if authors else (k1, k2)
+        m1, m2 = self.model.sentence(w1, pools[0]), self.model.sentence(w2, pools[1])
         if self.meta == "sup":
-            m1, m2 = self.model.sentence(w1, k1), self.model.sentence(w2, k2)
             gold = torch.as_tensor(gold, dtype=torch.float32, device=self.device)
             return sup_signed_loss(m1, m2, gold) if self.variant == "signed" else sup_mse_loss(m1, m2, gold)
         if self.variant == "authors_code":
-            m1, m2 = self.model.sentence(w1, None), self.model.sentence(w2, None)
             return authors_code_loss([w1, w2], m1, m2, self.model.matrices(), *self.model.coefficients)
         return sum(paper_terms([w1, w2], [k1, k2], self.model.matrices(), float(self.trial_config["margin"])).values())
 
