@@ -383,14 +383,13 @@ class MetaEmbeddingTrainable(EpochTrainable):
             n = len(rows1)
             x1, x2, k1, k2 = [x[:n] for x in xs], [x[n:] for x in xs], [m[:n] for m in masks], [m[n:] for m in masks]
         w1, w2 = self.model.words(x1, k1), self.model.words(x2, k2)
-        pools = (None, None) if authors else (k1, k2)
-        m1, m2 = self.model.sentence(w1, pools[0]), self.model.sentence(w2, pools[1])
+        if self.variant == "paper":  # word-level criteria only: no sentence vectors needed
+            return sum(paper_terms([w1, w2], [k1, k2], self.model.matrices(), float(self.trial_config["margin"])).values())
+        m1, m2 = (self.model.sentence(w, None if authors else k) for w, k in ((w1, k1), (w2, k2)))
         if self.meta == "sup":
             gold = torch.as_tensor(gold, dtype=torch.float32, device=self.device)
             return sup_signed_loss(m1, m2, gold) if self.variant == "signed" else sup_mse_loss(m1, m2, gold)
-        if self.variant == "authors_code":
-            return authors_code_loss([w1, w2], m1, m2, self.model.matrices(), *self.model.coefficients)
-        return sum(paper_terms([w1, w2], [k1, k2], self.model.matrices(), float(self.trial_config["margin"])).values())
+        return authors_code_loss([w1, w2], m1, m2, self.model.matrices(), *self.model.coefficients)
 
     def train_epoch(self, epoch: int) -> dict:
         s1, s2, gold = self.data.train
