@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainables.errors import SweepInputError
+from trainables.core.errors import SweepInputError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.mlflow_uri:
-            from trainables.endpoints import mlflow_store
+            from trainables.core.endpoints import mlflow_store
 
             args.mlflow_uri = mlflow_store(args.mlflow_uri)
         if args.command == "report":

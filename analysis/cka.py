@@ -8,7 +8,7 @@ versions (H = I - 11ᵀ/n), the biased-HSIC CKA is <K~, L~>_F / (||K~||_F ||L~||
 matrix (the two agree to rounding: tests check it).
 
 `compare_models` embeds the STS-B test sentences (mean pooling of every hidden state,
-`trainables.encoders.mean_pool`) with two pretrained models and, optionally, with the TMFT
+`trainables.encoders.loading.mean_pool`) with two pretrained models and, optionally, with the TMFT
 checkpoints of a finished sweep at their best-dev epoch (the `best/` folder beside each
 `trial.json`, as the authors compared them; `encoder/`, the last epoch, only for checkpoints
 written before `best/` existed, with a warning), and returns one CKA per layer index
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from trainables.errors import SweepInputError
+from trainables.core.errors import SweepInputError
 
 log = logging.getLogger(__name__)
 CKA_ROLE = "cka"
@@ -82,7 +82,7 @@ def hidden_state_embeddings(model_dir, sentences: list[str], batch_size: int = 6
     import torch
     from transformers import AutoTokenizer
 
-    from trainables.encoders import load_pretrained, mean_pool
+    from trainables.encoders.loading import load_pretrained, mean_pool
 
     model_dir = str(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -150,7 +150,7 @@ def compare_models(model_a: str, model_b: str, sentences: list[str], checkpoints
     Returns rows (source, method, layer, seed, cka, model_a, model_b, n_sentences); `source` is
     "pretrained" or "finetuned" (one row per layer and seed present for both models).
     """
-    from trainables.encoders import resolve_model
+    from trainables.encoders.loading import resolve_model
 
     if len(sentences) < 2:
         raise SweepInputError("CKA needs at least 2 sentences.")
@@ -242,7 +242,7 @@ def log_to_mlflow(frame: pd.DataFrame, files, tracking_uri: str, experiment: str
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param
 
-    from trainables.schema import TAG_ROLE
+    from trainables.core.schema import TAG_ROLE
 
     client = MlflowClient(tracking_uri=tracking_uri)
     found = client.get_experiment_by_name(experiment)
@@ -270,7 +270,7 @@ def log_to_mlflow(frame: pd.DataFrame, files, tracking_uri: str, experiment: str
 def run_cka(models: list[str], out_dir, data_dir=None, checkpoints=None, max_sentences=None, unique=False,
             tracking_uri=None, experiment="cka", batch_size=64) -> tuple[pd.DataFrame, list[Path], str | None]:
     """The `python -m analysis cka` command: compute, write, and log if `tracking_uri` is given."""
-    from trainables.paths import default_data_dir
+    from trainables.core.paths import default_data_dir
 
     if len(models) != 2:
         raise SweepInputError(f"--models takes exactly two models separated by a comma, got {len(models)}: {models}")

@@ -1,6 +1,6 @@
 """The one reader of MLflow: `load_runs(uri)` -> a tidy DataFrame, one row per trial run.
 
-Rows are the child runs of the sweeps (tag `embsweep.role` = "trial", see `trainables.schema`),
+Rows are the child runs of the sweeps (tag `embsweep.role` = "trial", see `trainables.core.schema`),
 whatever their status: the summary decides what counts as complete. Columns:
 
 - identity: `run_id`, `parent_run_id`, `sweep` (the sweep's name: the trial's or its parent's
@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.names import RANDOM_INIT_SUFFIX
-from trainables.errors import SweepInputError
-from trainables.schema import PARAMS, TAG_CONFIG_HASH, TAG_PARENT, TAG_ROLE, TAG_SWEEP
+from trainables.core.errors import SweepInputError
+from trainables.core.schema import PARAMS, TAG_CONFIG_HASH, TAG_PARENT, TAG_ROLE, TAG_SWEEP
 
 ROLE_TRIAL = "trial"
 ROLE_SWEEP = "sweep"

@@ -30,7 +30,7 @@ METHOD_NAMES = {"tmft": "TMFT", "ws+tmft": "WS+TMFT", "dapt+tmft": "DAPT+TMFT", 
 METHOD_ORDER = ("tmft", "ws+tmft", "dapt+tmft")
 TASK_NAMES = {"stsb": "STS-B", "sts-b": "STS-B", "mrpc": "MRPC", "sick": "SICK"}
 METRIC_NAMES = {"spearman": "Spearman", "pearson": "Pearson", "f1": "F1", "accuracy": "accuracy"}
-# Evaluation sets (trainables/eval_sets.py) as the papers' zero-shot tables head their columns.
+# Evaluation sets (trainables/evaluation/sets.py) as the papers' zero-shot tables head their columns.
 SET_NAMES = {**{f"sts{year}": f"STS{year}" for year in range(12, 17)}, "stsb": "STS-B", "stsb_dev": "STS-B dev",
              "sickr": "SICK-R", "sickr_all": "SICK-R all", "mean": "Avg."}
 

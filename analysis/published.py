@@ -83,7 +83,7 @@ def comparison_markdown(table: pd.DataFrame) -> str:
 
 def sections(runs: pd.DataFrame, tables_dir, write_csv) -> list[str]:
     """The report's lines for every preset in `runs` (CSV of each comparison into `tables_dir`)."""
-    from trainables.method import find_preset
+    from trainables.methods import find_preset
 
     lines = []
     for name in preset_names(runs):

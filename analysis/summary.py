@@ -1,7 +1,7 @@
 """Seed statistics of the trial runs, grouped and selected by the metric contract each run logged,
 and the runs left out with their reasons.
 
-The contract (trainables/method.py `MetricContract.params`) is logged as params on every run:
+The contract (trainables/core/method.py `MetricContract.params`) is logged as params on every run:
 `metric_primary` (the final metric that ranks and selects), `metric_report` (the held-out score
 shown at the selection), `metric_companion` (a second score beside it; may be empty),
 `metric_mode` (`max` or `min`), `sweep_axes` (the config keys a sweep varies), `select_axis` (the
@@ -49,7 +49,7 @@ CONTRACT = [k for k in CONTRACT_KEYS if k != "metric_columns"]
 CONFIG = ["method", "task", "model", "layer", "seed", "epochs", "lr", "batch_size"]
 HYPER = ["epochs", "lr", "batch_size"]
 # Params that record where a number came from, not what was run: never a reason to split or warn.
-# Parameter counts a run logs: the paper's (embeddings + the first l layers; trainables/encoders.py)
+# Parameter counts a run logs: the paper's (embeddings + the first l layers; trainables/encoders/loading.py)
 # and the whole truncated model's. Tables and the Pareto plot show the paper's where runs have it.
 PARAM_COUNTS = ("params_paper", "params_truncated")
 PARAM_LABELS = {"params_paper": "the paper's count: embeddings and the first l layers",

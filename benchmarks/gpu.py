@@ -2,7 +2,7 @@
 packing rule and the cost model.
 
 Each trial is a separate process (as Ray's fractional packing runs them) that trains the TMFT loop
-(`trainables.pair_training.PairFineTuning`, the one the sweeps run) on the real STS-B training
+(`trainables.training.pair_training.PairFineTuning`, the one the sweeps run) on the real STS-B training
 pairs for `--epochs`, evaluating dev and test after every epoch, on a model built from its config
 with random weights (speed does not depend on the values):
 
@@ -12,7 +12,7 @@ with random weights (speed does not depend on the values):
 The trials of one batch load, build and tokenise first, then start together; printed per (model,
 precision, trials at once): trials per hour (trials x 3600 / the batch's wall time), the speed-up
 over one fp32 trial alone, GPU memory per trial (the device's peak use during the batch over the
-trials, CUDA contexts included) against the packing rule's estimate (trainables/encoder_cost.py,
+trials, CUDA contexts included) against the packing rule's estimate (trainables/encoders/cost.py,
 sweeps/engine/packing.py), and for a trial alone its GPU-seconds against the cost model's estimate
 at `--gpu-tflops`, with the effective throughput that would have predicted it, and its CPU-seconds
 (close to its GPU-seconds: the trial is bound by the CPU launching kernels, not by the GPU). Worker start-up
@@ -69,14 +69,14 @@ def model_config(name: str, vocab_size: int):
 # --- one trial, in its own process ------------------------------------------------------------
 def worker(spec_path: str) -> None:
     started = time.time()
-    from trainables.encoder_cost import CUDA_ALLOCATOR_ENV
+    from trainables.encoders.cost import CUDA_ALLOCATOR_ENV
 
     os.environ.update(CUDA_ALLOCATOR_ENV)  # as every sweep trial (sweeps/engine/runner.py)
     import torch
     from transformers import AutoModel
 
-    from trainables.encoders import count_parameters, truncate
-    from trainables.pair_training import PairFineTuning
+    from trainables.encoders.loading import count_parameters, truncate
+    from trainables.training.pair_training import PairFineTuning
 
     spec = json.loads(Path(spec_path).read_text())
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -201,7 +201,7 @@ def run_batch(name: str, spec: dict, n: int, folder: Path) -> dict:
 
 
 def tokenised_stsb(tokenizer_dir: str, data_dir: str, train_pairs: int | None, eval_pairs: int | None):
-    from trainables.tokenized import load_task, subset, tokenize_task
+    from trainables.training.tokenized import load_task, subset, tokenize_task
 
     examples, checksums = load_task("stsb", data_dir)
     if eval_pairs:
@@ -212,7 +212,7 @@ def tokenised_stsb(tokenizer_dir: str, data_dir: str, train_pairs: int | None, e
 def estimates(name: str, task, vocab_size: int, layer: int, batch_size: int, epochs: int, gpu_tflops: float | None,
               precision: str, weights: str | None = None) -> dict:
     """The cost model's memory and seconds for the trial, and its FLOPs."""
-    from trainables import encoder_cost
+    from trainables.encoders import cost as encoder_cost
 
     config = weights_config(weights) if weights else model_config(name, vocab_size)
     memory, seconds = encoder_cost.pair_task_cost(config, task, layer, batch_size, epochs, gpu_tflops, precision)
@@ -223,7 +223,7 @@ def estimates(name: str, task, vocab_size: int, layer: int, batch_size: int, epo
 
 
 def default_tokenizer() -> str:
-    from trainables.paths import models_dir
+    from trainables.core.paths import models_dir
 
     return str(models_dir() / "sentence-transformers" / "all-MiniLM-L6-v2")
 
@@ -256,11 +256,11 @@ def main() -> None:
 
     context = cuda_context_bytes()
     from sweeps.engine.packing import trials_per_gpu
-    from trainables.paths import default_data_dir
+    from trainables.core.paths import default_data_dir
 
     data_dir = args.data_dir or str(default_data_dir())
     if args.smoke:
-        from trainables.tiny import build_tiny_model
+        from trainables.encoders.tiny import build_tiny_model
 
         args.models, args.train_pairs, args.eval_pairs, args.concurrency = "tiny", 64, 48, "1,2"
         args.tokenizer = str(build_tiny_model("bert", Path(tempfile.mkdtemp()) / "tiny", layers=2, hidden=32))

@@ -31,10 +31,10 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from benchmarks.truncation import make_trial  # noqa: E402
-from trainables.encoders import load_config, model_depth, resolve_model  # noqa: E402
-from trainables.paths import default_data_dir  # noqa: E402
-from trainables.tmft import TMFTData  # noqa: E402
-from trainables.tokenized import load_task, tokenize_task  # noqa: E402
+from trainables.encoders.loading import load_config, model_depth, resolve_model  # noqa: E402
+from trainables.core.paths import default_data_dir  # noqa: E402
+from trainables.methods.tmft.method import TMFTData  # noqa: E402
+from trainables.training.tokenized import load_task, tokenize_task  # noqa: E402
 
 
 def authors_sweep(args, layers, seeds) -> tuple[float, dict]:

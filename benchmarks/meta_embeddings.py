@@ -28,10 +28,10 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from sweeps.engine.runner import parser_for  # noqa: E402
-from trainables import token_embeddings as te  # noqa: E402
-from trainables.meta_embeddings import DEFAULT_SOURCES, MetaEmbeddings, MetaEmbeddingTrainable  # noqa: E402
-from trainables.method import PlanContext  # noqa: E402
-from trainables.upstream import execute  # noqa: E402
+from trainables.methods.meta_embeddings import token_embeddings as te  # noqa: E402
+from trainables.methods.meta_embeddings.method import DEFAULT_SOURCES, MetaEmbeddings, MetaEmbeddingTrainable  # noqa: E402
+from trainables.core.method import PlanContext  # noqa: E402
+from trainables.stages.upstream import execute  # noqa: E402
 
 
 def reencode(spec: dict, rows: np.ndarray, sentences: list[str], out: Path) -> None:
@@ -39,7 +39,7 @@ def reencode(spec: dict, rows: np.ndarray, sentences: list[str], out: Path) -> N
     import torch
     from transformers import AutoTokenizer
 
-    from trainables.encoders import load_pretrained
+    from trainables.encoders.loading import load_pretrained
 
     model = load_pretrained(spec["model_path"])
     tokenizer = AutoTokenizer.from_pretrained(spec["model_path"])

@@ -78,8 +78,8 @@ def main(argv=None):
 
     from sweeps.engine.runner import QUIET_ENV
     from trainables.data.stsb import load_stsb
-    from trainables.paths import default_data_dir
-    from trainables.tiny import build_tiny_model
+    from trainables.core.paths import default_data_dir
+    from trainables.encoders.tiny import build_tiny_model
 
     os.environ.update(QUIET_ENV)
     work = Path(tempfile.mkdtemp(prefix="orchestration-"))

@@ -1,5 +1,5 @@
 """The ELECTRA paper's English TMFT grid priced in GPU-hours by the project's cost model
-(trainables/encoder_cost.py, calibrated on an H100 by benchmarks/gpu.py), against the paper's own
+(trainables/encoders/cost.py, calibrated on an H100 by benchmarks/gpu.py), against the paper's own
 "around 300 GPU hours" on one RTX 3090 (its Appendix F).
 
 The grid: STS-B for the 13 English models of Tables 1-2 (BERT tiny..large, ELECTRA-D and -G
@@ -30,7 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.gpu import default_tokenizer  # noqa: E402
-from trainables import electra_paper, encoder_cost  # noqa: E402
+from trainables.methods.tmft import electra_paper  # noqa: E402
+from trainables.encoders import cost as encoder_cost
 
 MODELS = electra_paper.CONFIGS  # public configs of the 13 English models
 BASE_MODELS = electra_paper.BASE_MODELS
@@ -69,8 +70,8 @@ def trial_seconds(config, task, layer: int, precision: str, tflops: float | None
 
 
 def main() -> None:
-    from trainables.paths import default_data_dir
-    from trainables.tokenized import load_task, tokenize_task
+    from trainables.core.paths import default_data_dir
+    from trainables.training.tokenized import load_task, tokenize_task
 
     tokenizer = default_tokenizer()
     tasks = {}

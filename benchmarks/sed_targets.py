@@ -22,8 +22,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from sweeps.engine.runner import parser_for  # noqa: E402
-from trainables.method import PlanContext  # noqa: E402
-from trainables.sed import SED, SEDTrainable, compute  # noqa: E402
+from trainables.core.method import PlanContext  # noqa: E402
+from trainables.methods.sed.method import SED, SEDTrainable, compute  # noqa: E402
 
 
 def train_student(config: dict, data) -> float:

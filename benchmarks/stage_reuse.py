@@ -52,7 +52,7 @@ def _trials_per_stage(storage: Path, sweep: str) -> Counter:
 
 
 def main(argv=None) -> None:
-    from trainables.upstream import read_executions
+    from trainables.stages.upstream import read_executions
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", default=None, help="storage path to use and keep (default: a temporary one)")

@@ -1,6 +1,6 @@
 """Physical truncation vs. the authors' way (full forward, slice `hidden_states[l]`).
 
-Both variants run the project's own TMFT trial code (trainables/tmft.py) in this process, on the
+Both variants run the project's own TMFT trial code (trainables/methods/tmft/method.py) in this process, on the
 same model, data, seeds and batches; the authors' variant only swaps the encoder for the full
 model and takes `hidden_states[l]`, and evaluates in the data's order. Printed:
 
@@ -24,10 +24,10 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import torch  # noqa: E402
 
-from trainables.encoders import load_config, mean_pool, model_depth, resolve_model  # noqa: E402
-from trainables.paths import default_data_dir  # noqa: E402
-from trainables.tmft import TMFTData, TMFTTrainable, pretrained  # noqa: E402
-from trainables.tokenized import load_task, subset, tokenize_task  # noqa: E402
+from trainables.encoders.loading import load_config, mean_pool, model_depth, resolve_model  # noqa: E402
+from trainables.core.paths import default_data_dir  # noqa: E402
+from trainables.methods.tmft.method import TMFTData, TMFTTrainable, pretrained  # noqa: E402
+from trainables.training.tokenized import load_task, subset, tokenize_task  # noqa: E402
 
 
 class _Slicing(torch.nn.Module):
@@ -54,7 +54,7 @@ def make_trial(variant: str, data, config):
                 full = copy.deepcopy(pretrained(data.tasks[cfg["model"]].model_path))
                 full.pooler = None
                 self.model = _Slicing(full, int(cfg["layer"])).to(self.device)
-                from trainables.pair_training import adamw_param_groups
+                from trainables.training.pair_training import adamw_param_groups
 
                 self.optimizer = torch.optim.AdamW(adamw_param_groups(self.model, cfg["weight_decay"]), lr=cfg["lr"])
                 steps = max(1, self.epochs) * -(-len(self.train_data) // self.batch_size)
@@ -65,7 +65,7 @@ def make_trial(variant: str, data, config):
         def predict(self, split):
             if variant != "authors":
                 return super().predict(split)
-            from trainables.batches import pad
+            from trainables.training.batches import pad
 
             self.model.eval()
             scores = []

@@ -5,7 +5,7 @@ decoder), on the same sentences (the trial's seeded draws, `--steps` x `--batch-
 with the same deletion noise drawn on every access, batch `--batch-size`, AdamW lr 3e-5 constant,
 weight decay 0, clipping 1, for `--steps` optimiser steps, one after the other in this process:
 
-- ours: `trainables.tsdae.Training.run` (what `sweeps/tsdae.py` trials and the `tsdae` stage run);
+- ours: `trainables.methods.tsdae.method.Training.run` (what `sweeps/tsdae.py` trials and the `tsdae` stage run);
 - theirs: `SentenceTransformerTrainer` over a `datasets.Dataset` whose transform noises each
   sentence when it is read (their TSDAE example's way), `max_steps` steps, nothing saved or logged.
 
@@ -44,7 +44,7 @@ def ours(model_path: str, sentences: list[str], args, device) -> tuple[float, fl
     """Seconds of `Training.run(warmup)`, then of `Training.run(steps)`."""
     import torch
 
-    from trainables.tsdae import Training
+    from trainables.methods.tsdae.method import Training
 
     torch.manual_seed(0)
     training = Training(_config(model_path, args), sentences, device)
@@ -65,7 +65,7 @@ def theirs(model_path: str, sentences: list[str], args, device) -> tuple[float, 
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
 
-    from trainables.tsdae import DELETE_RATIOS, noisy, sentence_model
+    from trainables.methods.tsdae.method import DELETE_RATIOS, noisy, sentence_model
 
     torch.manual_seed(0)
     model = sentence_model(model_path, "cls", args.max_length).to(device)
@@ -116,10 +116,10 @@ def main(argv=None) -> int:
 
     import torch
 
-    from trainables.base import pick_device
-    from trainables.encoders import resolve_model
-    from trainables.paths import default_data_dir
-    from trainables.tsdae import read_corpus
+    from trainables.training.trainable import pick_device
+    from trainables.encoders.loading import resolve_model
+    from trainables.core.paths import default_data_dir
+    from trainables.methods.tsdae.method import read_corpus
 
     data_dir = args.data_dir or default_data_dir()
     corpus, _, _ = read_corpus("wiki", data_dir, None)
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     device = pick_device()
     with tempfile.TemporaryDirectory() as tmp:
         if args.model == "tiny":
-            from trainables.tiny import build_tiny_model
+            from trainables.encoders.tiny import build_tiny_model
 
             model_path = str(build_tiny_model("bert", Path(tmp) / "tiny-bert", sentences=corpus[:2000]))
         else:

@@ -3,7 +3,7 @@
 Every variant embeds the unique sentences of the evaluation suite (STS-B test, STS12-14, SICK-R
 test by default) with mean pooling at every layer 0..L of one model, in this process, and scores
 them:
-- one pass: what `sweeps/evaluate.py --layers all` runs (`trainables.zero_shot.pooled_layers`);
+- one pass: what `sweeps/evaluate.py --layers all` runs (`trainables.evaluation.zero_shot.pooled_layers`);
 - full forward per layer: the authors' way (the whole model, `hidden_states[l]`), once per layer;
 - truncated forward per layer: the model physically cut to l layers, once per layer.
 Printed: each variant's wall and CPU seconds (CPU time is the steadier figure on a shared
@@ -27,10 +27,10 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import torch  # noqa: E402
 
-from trainables.encoders import resolve_model, truncate  # noqa: E402
-from trainables.eval_sets import load_suite  # noqa: E402
-from trainables.paths import default_data_dir  # noqa: E402
-from trainables.zero_shot import default_max_length, encode_sentences, pooled_layers  # noqa: E402
+from trainables.encoders.loading import resolve_model, truncate  # noqa: E402
+from trainables.evaluation.sets import load_suite  # noqa: E402
+from trainables.core.paths import default_data_dir  # noqa: E402
+from trainables.evaluation.zero_shot import default_max_length, encode_sentences, pooled_layers  # noqa: E402
 
 
 def timed(name: str, work):

@@ -8,7 +8,7 @@ The same models x layers x seeds and flags as electra_layers.py, plus `--improve
 and the stage settings (`--ws-*`, `--dapt-*`; defaults from METHODS.md M2 and M3). Each stage (WS:
 one per model and layer, seed 0; DAPT: one per model) is computed once into the stage store
 `<storage-path>/stages/` and reused by every trial and every later sweep that needs it
-(trainables/improvements.py). `--help` lists every flag.
+(trainables/methods/tmft/improvements.py). `--help` lists every flag.
 """
 import functools
 import sys

@@ -4,7 +4,7 @@
     python sweeps/meta_embeddings.py --smoke-test       # two tiny random sources of different sizes
 
 Methods x variants x seeds are trials on Ray; each source is encoded once into the stage store
-(trainables/token_embeddings.py) and trials read its word vectors (trainables/meta_embeddings.py).
+(trainables/methods/meta_embeddings/token_embeddings.py) and trials read its word vectors (trainables/methods/meta_embeddings/method.py).
 """
 import functools
 import sys

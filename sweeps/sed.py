@@ -5,7 +5,7 @@
     python sweeps/sed.py --smoke-test                 # tiny random teachers and student, in about a minute
 
 The ensemble's targets are computed once per (teachers, poolings, corpus) as a stage in the stage
-store and reused by every student seed and later sweep (trainables/sed.py). Each teacher, the
+store and reused by every student seed and later sweep (trainables/methods/sed/method.py). Each teacher, the
 ensemble itself and each student seed are a run; the report's table of the sweep is the paper's
 stability table. `--help` lists every flag.
 """

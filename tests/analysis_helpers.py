@@ -15,7 +15,7 @@ would be caught.
 
 `log_runs` writes runs of any metric contract (one sweep, one row each); `evaluation_store`
 writes a zero-shot evaluation sweep with the evaluate method's own contract: one model x two
-poolings x layers 0-3, no seed, no task, the metrics `trainables/eval_sets.py` logs at step 0.
+poolings x layers 0-3, no seed, no task, the metrics `trainables/evaluation/sets.py` logs at step 0.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainables.schema import TAG_PARENT, TAG_ROLE, TAG_SWEEP, config_hash
+from trainables.core.schema import TAG_PARENT, TAG_ROLE, TAG_SWEEP, config_hash
 
 ELECTRA_D = "google/electra-base-discriminator"
 BERT = "bert-base-cased"
@@ -195,7 +195,7 @@ def evaluation_store(directory) -> str:
     """The zero-shot evaluation sweep described in the module docstring; returns its URI."""
     from argparse import Namespace
 
-    from trainables.evaluate import Evaluate
+    from trainables.methods.evaluate.method import Evaluate
 
     contract = Evaluate.metrics(Namespace(sets=",".join(EVAL_SETS))).params()
     rows = [{"method": "evaluate", "model": EVAL_MODEL, "pooling": pooling, "layer": layer, "sets": ",".join(EVAL_SETS),

@@ -15,7 +15,7 @@ if "EMBSWEEP_CACHE_DIR" not in os.environ:  # the tokenised-data cache of this t
 
     os.environ["EMBSWEEP_CACHE_DIR"] = tempfile.mkdtemp(prefix="embsweep-test-cache-")
 
-from trainables.paths import default_data_dir  # noqa: E402
+from trainables.core.paths import default_data_dir  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +36,7 @@ def stsb_sentences(data_dir):
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory, stsb_sentences):
     """{kind: model folder} for bert, electra-discriminator, electra-generator, mpnet (4 layers)."""
-    from trainables.tiny import KINDS, build_tiny_model
+    from trainables.encoders.tiny import KINDS, build_tiny_model
 
     root = tmp_path_factory.mktemp("tiny-models")
     return {kind: str(build_tiny_model(kind, root / kind, sentences=stsb_sentences)) for kind in KINDS}

@@ -1,7 +1,7 @@
 """Reading a test's MLflow store back: the parent runs and child runs of one experiment."""
 from mlflow import MlflowClient
 
-from trainables import schema
+from trainables.core import schema
 
 
 def runs_by_role(uri: str, experiment: str = "test") -> tuple[list, list]:

@@ -20,7 +20,7 @@ from analysis.plots import plot_layer_curves, plot_metric_curves, plot_pareto
 from analysis.report import build_report
 from analysis.summary import LAYER_FAMILY, TABLE_FAMILY, split_runs, summarize
 from analysis.tables import table1, table1_markdown, table2, table2_markdown
-from trainables.schema import EPOCH_METRICS, FINAL_METRICS, PARAMS
+from trainables.core.schema import EPOCH_METRICS, FINAL_METRICS, PARAMS
 
 try:
     from tests.analysis_helpers import (BERT, ELECTRA_D, EVAL_LAYERS, EVAL_SETS, LAYERS, MODELS, POOLINGS,
@@ -351,7 +351,7 @@ def test_random_init_runs_are_a_model_of_their_own(tmp_path):
     from analysis.loader import load_runs
     from analysis.names import short_name
     from analysis.summary import summarize
-    from trainables import schema
+    from trainables.core import schema
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -477,7 +477,7 @@ def test_a_min_mode_contract_selects_the_lowest(tmp_path, select):
 def test_runs_without_a_contract_keep_todays_results(runs, summary, evaluation):
     """The store's runs log no contract and are read as TMFT's (the tests above check the numbers
     by hand); logging TMFT's contract, as the engine now does, or adding evaluation runs changes none."""
-    from trainables.tmft import TMFT
+    from trainables.methods.tmft.method import TMFT
 
     contract = TMFT.metrics(Namespace(task="stsb", eval_sets="none")).params()
     assert {contract["metric_primary"], contract["metric_report"]} == {"best_dev_spearman", "test_spearman_at_best_dev"}

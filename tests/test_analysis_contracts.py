@@ -10,7 +10,7 @@ from analysis.loader import load_runs
 from analysis.report import build_report
 from analysis.summary import TABLE_FAMILY, split_runs, summarize
 from sweeps.evaluate import main as evaluate_main
-from trainables.schema import TAG_PARENT, TAG_ROLE, TAG_SWEEP, config_hash
+from trainables.core.schema import TAG_PARENT, TAG_ROLE, TAG_SWEEP, config_hash
 
 
 def fabricated_store(tmp_path, contract: dict, rows: list[dict]) -> str:

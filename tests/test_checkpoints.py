@@ -10,8 +10,8 @@ from mlflow import MlflowClient
 from mlflow_helpers import runs_by_role
 from sweeps.electra_layers import main as tmft_main
 from sweeps.evaluate import main as evaluate_main
-from trainables import schema
-from trainables.errors import SweepInputError
+from trainables.core import schema
+from trainables.core.errors import SweepInputError
 
 
 @pytest.fixture
@@ -28,8 +28,8 @@ def test_best_dev_checkpoint_is_a_sentence_transformer_and_evaluates_as_in_the_t
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel, AutoTokenizer
 
-    from trainables.encoders import resolve_model
-    from trainables.zero_shot import encode_sentences
+    from trainables.encoders.loading import resolve_model
+    from trainables.evaluation.zero_shot import encode_sentences
 
     run_id = finished_trial.info.run_id
     best = resolve_model(f"runs:/{run_id}", sweep_env["uri"])
@@ -66,7 +66,7 @@ def test_eval_sets_score_the_best_dev_weights_into_the_trials_own_run(finished_t
 
 
 def test_a_run_without_a_checkpoint_is_refused(sweep_env, finished_trial):
-    from trainables.encoders import resolve_model
+    from trainables.encoders.loading import resolve_model
 
     parent_id = finished_trial.data.tags[schema.TAG_PARENT]
     with pytest.raises(SweepInputError, match="recorded no checkpoint"):

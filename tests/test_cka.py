@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from analysis.cka import gram_cka, linear_cka, stsb_test_sentences
-from trainables.paths import default_data_dir
+from trainables.core.paths import default_data_dir
 
 
 def _random(rng, n, d):
@@ -76,8 +76,8 @@ def tiny_models(tmp_path_factory):
     and layer 0..2, <trial>/trial.json + <trial>/encoder (the truncated encoder and tokenizer)."""
     from transformers import AutoTokenizer
 
-    from trainables.encoders import load_pretrained, truncate
-    from trainables.tiny import build_tiny_model
+    from trainables.encoders.loading import load_pretrained, truncate
+    from trainables.encoders.tiny import build_tiny_model
 
     root = tmp_path_factory.mktemp("cka")
     sentences = stsb_test_sentences(default_data_dir(), max_sentences=200)
@@ -100,7 +100,7 @@ def _independent_cka(model_dir, other_dir, sentences, layer):
     import torch
     from transformers import AutoTokenizer
 
-    from trainables.encoders import encode, load_pretrained, truncate
+    from trainables.encoders.loading import encode, load_pretrained, truncate
 
     embeddings = []
     for path in (model_dir, other_dir):

@@ -26,8 +26,8 @@ from trainables.data.word_similarity import (
     ws_checksum,
     ws_pairs,
 )
-from trainables.errors import DataFormatError, SweepInputError
-from trainables.paths import default_data_dir
+from trainables.core.errors import DataFormatError, SweepInputError
+from trainables.core.paths import default_data_dir
 
 
 @pytest.fixture(scope="module")

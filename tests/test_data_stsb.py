@@ -2,7 +2,7 @@
 import pytest
 
 from trainables.data.stsb import load_stsb
-from trainables.errors import DataFormatError
+from trainables.core.errors import DataFormatError
 
 
 def test_real_release_has_the_published_sizes(data_dir):

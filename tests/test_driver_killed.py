@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 
 from mlflow_helpers import metric_steps, runs_by_role
 from sweeps.electra_layers import main
-from trainables.paths import PROJECT_ROOT
+from trainables.core.paths import PROJECT_ROOT
 
 
 def _wait_for(predicate, driver, log, timeout=240, what="condition"):

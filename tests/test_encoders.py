@@ -4,11 +4,11 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from trainables.encoders import (
+from trainables.encoders.loading import (
     count_parameters, encode, load_config, load_pretrained, mean_pool, model_depth, paper_parameter_count, random_init,
     resolve_model, truncate,
 )
-from trainables.errors import SweepInputError
+from trainables.core.errors import SweepInputError
 
 SENTENCES = ["A man is playing a guitar.", "Two dogs run.", "A woman is slicing an onion on the table."]
 

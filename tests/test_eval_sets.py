@@ -10,8 +10,8 @@ import pytest
 import torch
 from scipy.stats import pearsonr, spearmanr
 
-from trainables.errors import DataFormatError, SweepInputError
-from trainables.eval_sets import eval_set_names, load_suite
+from trainables.core.errors import DataFormatError, SweepInputError
+from trainables.evaluation.sets import eval_set_names, load_suite
 
 # Two subsets of (sentence 1, sentence 2, cosine of their embeddings, gold line). The texts hold
 # what a careless reader breaks: quotes (csv quoting), U+2028 and a form feed (str.splitlines),
@@ -118,8 +118,8 @@ SENTENCES = ["A man is playing a guitar.", "Two dogs run.", "A woman is slicing 
 
 @pytest.mark.parametrize("kind", ["bert", "electra-generator", "mpnet", "deberta-v2"])
 def test_one_pass_equals_each_layers_truncated_forward(kind, tiny_models):
-    from trainables.encoders import truncate
-    from trainables.zero_shot import pool, pooled_layers
+    from trainables.encoders.loading import truncate
+    from trainables.evaluation.zero_shot import pool, pooled_layers
 
     model, tokenizer = _tiny(tiny_models, kind)
     if kind == "electra-generator":  # its embeddings are projected to the hidden size
@@ -139,7 +139,7 @@ def test_one_pass_equals_each_layers_truncated_forward(kind, tiny_models):
 
 @pytest.mark.parametrize("layers", [[0], [1], [2, 0]])
 def test_a_shallow_request_runs_a_truncated_copy_and_leaves_the_model_alone(layers, tiny_models):
-    from trainables.zero_shot import encode_sentences, pooled_layers
+    from trainables.evaluation.zero_shot import encode_sentences, pooled_layers
 
     model, tokenizer = _tiny(tiny_models, "bert")
     everything = pooled_layers(model, tokenizer, SENTENCES, [0, 1, 2, 3, 4], ["mean"])
@@ -158,7 +158,7 @@ def test_a_shallow_request_runs_a_truncated_copy_and_leaves_the_model_alone(laye
 def test_default_max_length(tiny_models, tmp_path):
     from transformers import AutoTokenizer
 
-    from trainables.zero_shot import default_max_length
+    from trainables.evaluation.zero_shot import default_max_length
 
     folder = tiny_models["bert"]
     assert default_max_length(folder) == 126  # the tiny tokenizer's limit
@@ -181,8 +181,8 @@ MTEB = [  # published MTEB scores: cosine Spearman, mean pooling
 def test_real_models_reproduce_published_mteb_scores(model_id, data_dir):
     from transformers import AutoModel, AutoTokenizer
 
-    from trainables.encoders import resolve_model
-    from trainables.zero_shot import encode_sentences
+    from trainables.encoders.loading import resolve_model
+    from trainables.evaluation.zero_shot import encode_sentences
 
     path = resolve_model(model_id)  # installed by `embsweep-assets install <id>`
     expected = {name: score for m, name, score in MTEB if m == model_id}

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from trainables.evaluation import BestTracker, correlations
+from trainables.evaluation.metrics import BestTracker, correlations
 
 
 def _ranks(values):

@@ -14,7 +14,7 @@ import torch
 
 from mlflow_helpers import runs_by_role
 from sweeps.electra_layers import main
-from trainables import schema
+from trainables.core import schema
 
 
 def _copy_model(source: str, target: Path, keep=("config.json", "model.safetensors")) -> Path:
@@ -62,7 +62,7 @@ def test_an_address_where_something_else_answers_is_refused_not_a_traceback(tmp_
     import subprocess
     import sys
 
-    from trainables.paths import PROJECT_ROOT
+    from trainables.core.paths import PROJECT_ROOT
 
     with socket.socket() as server:  # a TCP port that accepts connections but speaks no Ray
         server.bind(("127.0.0.1", 0))
@@ -94,11 +94,11 @@ def test_report_against_a_dead_server_fails_within_seconds(tmp_path, capsys):
 
 
 def test_credentials_stay_out_of_what_is_written(monkeypatch):
-    from trainables.endpoints import mlflow_store
+    from trainables.core.endpoints import mlflow_store
 
     monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
-    monkeypatch.setattr("trainables.endpoints.check_tracking_server", lambda uri, flag="": None)
+    monkeypatch.setattr("trainables.core.endpoints.check_tracking_server", lambda uri, flag="": None)
     import os
 
     assert mlflow_store("https://ann:s%40cret@mlflow.example:5000") == "https://mlflow.example:5000"
@@ -121,7 +121,7 @@ def test_diverged_training_fails_its_trial_once_with_the_reason(sweep_env, tiny_
 
 def test_success_is_judged_by_each_trials_final_state():
     from sweeps.engine.runner import failed_trials
-    from trainables.tmft import TMFT
+    from trainables.methods.tmft.method import TMFT
 
     contract = TMFT.metrics(SimpleNamespace(task="stsb", eval_sets="none"))
     config = {"model": "m", "layer": 1, "seed": 0}
@@ -137,7 +137,7 @@ def test_success_is_judged_by_each_trials_final_state():
 
 def test_summary_survives_nan_metrics():
     from sweeps.engine.summary import summary_table
-    from trainables.tmft import TMFT
+    from trainables.methods.tmft.method import TMFT
 
     contract = TMFT.metrics(SimpleNamespace(task="stsb", eval_sets="none"))
     frame = pd.DataFrame({"config/model": ["m", "m"], "config/layer": [0, 1], "config/seed": [0, 0],
@@ -149,7 +149,7 @@ def test_summary_survives_nan_metrics():
 
 def test_damaged_checkpoint_restarts_the_trial(tmp_path, tiny_task_data, capsys):
     """A truncated state.pt is named in a warning and the trial starts again from epoch 1."""
-    from trainables.tmft import TMFTData
+    from trainables.methods.tmft.method import TMFTData
 
     config = {"model": "m", "layer": 1, "seed": 0, "epochs": 2, "lr": 2e-5, "batch_size": 16, "weight_decay": 0.01,
               "warmup_ratio": 0.1, "task": "stsb"}
@@ -167,7 +167,7 @@ def test_damaged_checkpoint_restarts_the_trial(tmp_path, tiny_task_data, capsys)
 
 
 def test_checkpoints_load_without_unpickling_code(tmp_path, tiny_task_data):
-    from trainables.tmft import TMFTData
+    from trainables.methods.tmft.method import TMFTData
 
     config = {"model": "m", "layer": 1, "seed": 0, "epochs": 2, "lr": 2e-5, "batch_size": 16, "weight_decay": 0.01,
               "warmup_ratio": 0.1, "task": "stsb"}
@@ -184,7 +184,7 @@ def test_checkpoints_load_without_unpickling_code(tmp_path, tiny_task_data):
 
 def _bound(data):
     """The TMFT Trainable with its shared data, as tune.with_parameters gives it (no Ray needed)."""
-    from trainables.tmft import TMFTTrainable
+    from trainables.methods.tmft.method import TMFTTrainable
 
     class Bound(TMFTTrainable):
         def setup(self, config):
@@ -195,7 +195,7 @@ def _bound(data):
 
 @pytest.fixture(scope="module")
 def tiny_task_data(tiny_models, data_dir):
-    from trainables.tokenized import load_task, subset, tokenize_task
+    from trainables.training.tokenized import load_task, subset, tokenize_task
 
     examples, checksums = load_task("stsb", data_dir)
     examples = {s: rows if s == "train" else subset(rows, 40) for s, rows in examples.items()}
@@ -237,7 +237,7 @@ def test_sweeps_started_together_on_a_fresh_store_both_start(tmp_path):
 
 def test_one_name_started_twice_together_starts_once(tmp_path):
     from sweeps.engine import storage
-    from trainables.errors import SweepInputError
+    from trainables.core.errors import SweepInputError
 
     sweep_dir = str(tmp_path / "same")
     storage.claim(sweep_dir, "same")
@@ -270,7 +270,7 @@ def test_sentences_beyond_the_position_embeddings_are_truncated(tiny_models, tmp
     """A tokenizer without model_max_length must not yield more ids than the model has positions."""
     import json
 
-    from trainables.tokenized import load_task, subset, tokenize_task
+    from trainables.training.tokenized import load_task, subset, tokenize_task
 
     folder = shutil.copytree(tiny_models["bert"], tmp_path / "no-limit")
     settings = json.loads((folder / "tokenizer_config.json").read_text())

@@ -17,9 +17,9 @@ from mlflow import MlflowClient
 from mlflow_helpers import runs_by_role
 from sweeps.improvements import main
 from sweeps.engine.stages_plan import ROLE_STAGE, TAG_STAGE_KEY
-from trainables.stages import stage_root
-from trainables import schema
-from trainables.upstream import read_executions
+from trainables.stages.store import stage_root
+from trainables.core import schema
+from trainables.stages.upstream import read_executions
 
 STAGE_FLAGS = ["--ws-epochs", "1", "--ws-max-train-samples", "64", "--dapt-epochs", "1", "--dapt-max-sentences", "48",
                "--dapt-batch-size", "16", "--dapt-accumulation", "2"]
@@ -90,7 +90,7 @@ def test_stages_are_computed_once_and_shared_across_seeds_layers_and_sweeps(swee
 
 
 def test_bad_stage_flags_stop_before_anything_runs(sweep_env, tiny_models, capsys):
-    from trainables.errors import SweepInputError
+    from trainables.core.errors import SweepInputError
 
     flags = ["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", *sweep_env["flags"]]
     assert main([*flags, "--ws-batch-size", "0"]) == 2
@@ -145,7 +145,7 @@ def test_authors_dapt_schedule_peaks_at_80_percent_of_training():
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from trainables.dapt import schedule_steps
+    from trainables.methods.tmft.dapt import schedule_steps
 
     config = {"epochs": 10, "warmup_ratio": 0.1}
     batches, steps = 80, 10 * 10  # accumulation 8: 10 optimiser steps per epoch
@@ -165,7 +165,7 @@ def test_authors_dapt_schedule_peaks_at_80_percent_of_training():
 @pytest.mark.slow  # the default run has the plan and stage-compute tests below
 def test_tsdae_stage_is_computed_once_per_model_and_tmft_starts_from_it(sweep_env, tiny_models):
     """`--improvement tsdae`: one TSDAE stage per model whatever the layers and seeds, run by
-    trainables/tsdae.py's loop; its encoder differs from the pretrained one, and every trial
+    trainables/methods/tsdae/method.py's loop; its encoder differs from the pretrained one, and every trial
     names it (upstream_run_id, stage_key) and records the stage's settings."""
     import torch
     from transformers import AutoModel
@@ -218,13 +218,13 @@ def test_tsdae_stage_is_planned_once_per_model_with_its_settings_in_every_trial(
 
 
 def test_tsdae_stage_trains_the_encoder_tmft_starts_from(tmp_path, data_dir, tiny_models):
-    """The stage's compute (trainables/tsdae.py, the trial's loop) writes an encoder folder whose
+    """The stage's compute (trainables/methods/tsdae/method.py, the trial's loop) writes an encoder folder whose
     weights moved, and TMFT's encoder for `upstream_method` tsdae is that one, truncated."""
     import torch
     from transformers import AutoModel
 
-    from trainables import tsdae
-    from trainables.tmft import build_encoder
+    from trainables.methods.tsdae import method as tsdae
+    from trainables.methods.tmft.method import build_encoder
 
     config = tsdae.stage_config(corpus="wiki", steps=3, batch_size=4, lr=1e-3, pooling="cls", noise="delete",
                                 max_length=32, max_sentences=40)

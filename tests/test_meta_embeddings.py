@@ -1,5 +1,5 @@
-"""Meta-embeddings (trainables/meta_embeddings.py) and their token-embeddings stage
-(trainables/token_embeddings.py): word merging, each loss term against a numpy reference, the
+"""Meta-embeddings (trainables/methods/meta_embeddings/method.py) and their token-embeddings stage
+(trainables/methods/meta_embeddings/token_embeddings.py): word merging, each loss term against a numpy reference, the
 baselines against reference computations, a reused actor, and the sweep script end to end on two
 tiny sources of different sizes with each source encoded once across two sweeps."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainables import meta_embeddings as me
-from trainables import token_embeddings as te
+from trainables.methods.meta_embeddings import method as me
+from trainables.methods.meta_embeddings import token_embeddings as te
 
 
 # --- word merging -----------------------------------------------------------------------------------
@@ -227,8 +227,8 @@ def small_stages(tmp_path_factory, data_dir):
     from transformers import AutoModel, AutoTokenizer
 
     from trainables.data.stsb import load_stsb
-    from trainables.eval_sets import EvalData, EvalSuite, Subset
-    from trainables.tiny import build_tiny_model
+    from trainables.evaluation.sets import EvalData, EvalSuite, Subset
+    from trainables.encoders.tiny import build_tiny_model
 
     root = tmp_path_factory.mktemp("meta")
     splits = load_stsb(data_dir)
@@ -368,7 +368,7 @@ def test_a_collapsed_epoch_is_neither_kept_as_best_nor_stops_training(small_stag
 # --- the sweep script -----------------------------------------------------------------------------------------
 def _sweep_flags(sweep_env, tiny_models, tmp_path, stsb_sentences, data_dir, train_pairs: int) -> tuple[list[str], str]:
     """Flags of a sweep over two tiny sources of different sizes (BERT 32-d and 48-d)."""
-    from trainables.tiny import build_tiny_model
+    from trainables.encoders.tiny import build_tiny_model
 
     wide = build_tiny_model("bert", tmp_path / "bert48", layers=2, hidden=48, sentences=stsb_sentences, seed=7)
     flags = ["--storage-path", str(sweep_env["storage"]), "--mlflow-uri", sweep_env["uri"], "--experiment", "meta",
@@ -389,7 +389,7 @@ def _stage_runs_of_trials(uri: str) -> set[str]:
 @pytest.mark.slow
 def test_sources_are_encoded_once_across_sweeps(sweep_env, tiny_models, tmp_path, stsb_sentences, data_dir):
     from sweeps.meta_embeddings import main
-    from trainables.upstream import read_executions
+    from trainables.stages.upstream import read_executions
 
     flags, wide = _sweep_flags(sweep_env, tiny_models, tmp_path, stsb_sentences, data_dir, 16)
     assert main(flags + ["--name", "first", "--methods", "sse"]) == 0
@@ -403,7 +403,7 @@ def test_sources_are_encoded_once_across_sweeps(sweep_env, tiny_models, tmp_path
 def test_every_method_runs_and_each_source_is_encoded_once(sweep_env, tiny_models, tmp_path, stsb_sentences, data_dir):
     from sweeps.meta_embeddings import main
     from mlflow_helpers import runs_by_role
-    from trainables.upstream import read_executions
+    from trainables.stages.upstream import read_executions
 
     flags, wide = _sweep_flags(sweep_env, tiny_models, tmp_path, stsb_sentences, data_dir, 64)
     assert main(flags + ["--name", "first"]) == 0

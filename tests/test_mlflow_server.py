@@ -13,7 +13,7 @@ from server_helpers import MlflowServer, free_port, metrics, params, tags
 from sweeps import mlflow_server, mlflow_sync
 from sweeps.electra_layers import main
 from sweeps.engine import tracking
-from trainables import schema
+from trainables.core import schema
 
 ALL_METRICS = set(schema.EPOCH_METRICS) | set(schema.FINAL_METRICS)
 

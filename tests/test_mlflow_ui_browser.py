@@ -12,7 +12,7 @@ import pytest
 from mlflow_helpers import runs_by_role
 from server_helpers import MlflowServer
 from sweeps.electra_layers import main
-from trainables.paths import PROJECT_ROOT
+from trainables.core.paths import PROJECT_ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from trainables.data.multilingual_stsb import PAPER_MODELS, load_translated
-from trainables.errors import DataFormatError, SweepInputError
-from trainables.tasks import get_task
+from trainables.core.errors import DataFormatError, SweepInputError
+from trainables.training.tasks import get_task
 
 KORSTS_HEADER = "genre\tfilename\tyear\tid\tscore\tsentence1\tsentence2"
 KORSTS_ROWS = ["main-captions\tMSRvid\t2012test\t0001\t5.000\t비행기가 이륙하고 있다.\t비행기가 이륙하고 있다.",

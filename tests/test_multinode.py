@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mlflow_helpers import runs_by_role
-from trainables.paths import PROJECT_ROOT
+from trainables.core.paths import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
 

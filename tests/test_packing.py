@@ -5,7 +5,7 @@ from transformers import BertConfig
 from sweep_helpers import hold_all
 from mlflow_helpers import runs_by_role
 from sweeps.engine import packing
-from trainables import encoder_cost as cost
+from trainables.encoders import cost
 from sweeps.electra_layers import main
 
 BERT_BASE = BertConfig()  # 12 layers, hidden 768, 12 heads, vocabulary 30522: built locally, nothing fetched
@@ -23,7 +23,7 @@ def test_memory_rule_matches_the_documented_formula():
     shape = cost.shape_from_config(BERT_BASE, 12, 32, 128)
     from transformers import BertModel
 
-    from trainables.encoders import count_parameters
+    from trainables.encoders.loading import count_parameters
 
     assert shape.params == count_parameters(BertModel(BERT_BASE, add_pooling_layer=False))
     units = 64 * 128 * 12 * (34 * 768 + 5 * 12 * 128)
@@ -68,7 +68,7 @@ def test_auto_packing_on_logical_gpus(sweep_env, tiny_models, edit_trials, capsy
 @pytest.mark.parametrize("value", ["lots", "-1", "1.5"])
 def test_bad_gpu_values_are_refused(value):
     from sweeps.engine.cli import parse_gpus
-    from trainables.errors import SweepInputError
+    from trainables.core.errors import SweepInputError
 
     with pytest.raises(SweepInputError, match="--gpus-per-trial"):
         parse_gpus(value)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainables.precision import PRECISIONS, PrecisionError, adamw, check_request, resolve, stage_precision
+from trainables.training.precision import PRECISIONS, PrecisionError, adamw, check_request, resolve, stage_precision
 
 ROOT = Path(__file__).resolve().parents[1]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -71,7 +71,7 @@ def test_stage_keys_change_only_beyond_plain_fp32():
 def _trial(tiny_task, precision: str, device: str = "cpu"):
     from transformers import AutoModel
 
-    from trainables.pair_training import PairFineTuning
+    from trainables.training.pair_training import PairFineTuning
 
     torch.manual_seed(0)
     trial = PairFineTuning()
@@ -83,7 +83,7 @@ def _trial(tiny_task, precision: str, device: str = "cpu"):
 
 @pytest.fixture(scope="module")
 def tiny_task(tiny_models, data_dir):
-    from trainables.tokenized import load_task, subset, tokenize_task
+    from trainables.training.tokenized import load_task, subset, tokenize_task
 
     examples, checksums = load_task("stsb", data_dir)
     examples = {s: rows if s == "train" else subset(rows, 300) for s, rows in examples.items()}

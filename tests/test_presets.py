@@ -12,9 +12,9 @@ from analysis_helpers import log_runs
 from sweeps import electra_layers, improvements
 from sweeps.engine.runner import parser_for, plan_sweep
 from sweeps.engine import presets
-from trainables.electra_paper import PRESETS, TABLE1, TABLE2
-from trainables.method import get_method
-from trainables.tmft import TMFT
+from trainables.methods.tmft.electra_paper import PRESETS, TABLE1, TABLE2
+from trainables.methods import get_method
+from trainables.methods.tmft.method import TMFT
 
 # Depths of the paper's models, from their public configs.
 DEPTHS = {"google/bert_uncased_L-2_H-128_A-2": 2, "google/bert_uncased_L-4_H-256_A-4": 4,

@@ -5,8 +5,8 @@ import pandas as pd
 
 from sweeps.engine.progress import ProgressLine
 from sweeps.engine.summary import summary_table
-from trainables.method import MetricContract
-from trainables.schema import config_hash
+from trainables.core.method import MetricContract
+from trainables.core.schema import config_hash
 
 CONTRACT = MetricContract(primary="best_dev_spearman", report="test_spearman_at_best_dev", axes=("model", "layer", "seed"),
                           select="layer", seed="seed", short={"layer": "L", "seed": "s"})

@@ -2,8 +2,8 @@
 command line's choices taken from the registries."""
 import pytest
 
-from trainables.errors import SweepInputError
-from trainables.registry import Registry
+from trainables.core.errors import SweepInputError
+from trainables.core.registry import Registry
 
 
 class Base:
@@ -28,7 +28,7 @@ def test_registry_checks_the_base_class_and_names_known_entries():
 
 def test_cli_choices_come_from_the_registries():
     from sweeps.engine.runner import parser_for
-    from trainables.tasks import task_names
+    from trainables.training.tasks import task_names
 
     task_action = next(a for a in parser_for("tmft")._actions if a.dest == "task")
     assert list(task_action.choices) == task_names() == ["stsb", "korsts", "stsb-de", "stsb-es", "mrpc", "sick"]

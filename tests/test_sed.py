@@ -7,8 +7,8 @@ import torch
 from mlflow import MlflowClient
 
 from sweeps import electra_layers, sed
-from trainables import schema
-from trainables.upstream import read_executions
+from trainables.core import schema
+from trainables.stages.upstream import read_executions
 
 
 @pytest.fixture
@@ -63,8 +63,8 @@ def test_targets_run_once_for_every_student_and_not_again_in_a_later_sweep(sweep
 def test_the_targets_are_the_mean_of_the_teachers_pooled_embeddings(tmp_path, tiny_models, data_dir):
     from transformers import AutoModel, AutoTokenizer
 
-    from trainables import sed as sed_method
-    from trainables.encoders import mean_pool
+    from trainables.methods.sed import method as sed_method
+    from trainables.encoders.loading import mean_pool
 
     teachers = [("a", tiny_models["bert"]), ("b", tiny_models["electra-discriminator"])]
     corpus = tmp_path / "corpus.txt"

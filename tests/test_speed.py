@@ -7,7 +7,7 @@ from scipy.stats import spearmanr
 
 from mlflow_helpers import runs_by_role
 from sweeps.electra_layers import main
-from trainables.batches import train_batches
+from trainables.training.batches import train_batches
 
 
 def _lengths(n=1600, seed=0):
@@ -60,7 +60,7 @@ def test_the_costliest_trials_start_first(sweep_env, tiny_models):
 def test_the_mlm_decoder_at_masked_positions_only_gives_the_full_logits_there(kind, tiny_models):
     from transformers import AutoModelForMaskedLM
 
-    from trainables.dapt import masked_positions_only
+    from trainables.methods.tmft.dapt import masked_positions_only
 
     torch.manual_seed(0)
     model = AutoModelForMaskedLM.from_pretrained(tiny_models[kind]).eval()
@@ -87,7 +87,7 @@ def test_a_dapt_batch_in_length_sorted_chunks_trains_as_one_batch(tiny_models, d
 
     from safetensors.torch import load_file
 
-    from trainables import dapt
+    from trainables.methods.tmft import dapt
 
     model_dir = tmp_path / "no-dropout"
     shutil.copytree(tiny_models["bert"], model_dir)
@@ -117,8 +117,8 @@ def test_tokenised_data_is_cached_across_sweeps_and_keyed_by_what_changes_it(tin
 
     import transformers
 
-    from trainables import tokenized
-    from trainables.tokenized import load_task, tokenize_task, tokenized_cache_dir
+    from trainables.training import tokenized
+    from trainables.training.tokenized import load_task, tokenize_task, tokenized_cache_dir
 
     monkeypatch.setenv("EMBSWEEP_CACHE_DIR", str(tmp_path / "cache"))
     examples, checksums = load_task("stsb", data_dir)

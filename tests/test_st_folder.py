@@ -12,10 +12,10 @@ def test_sentence_transformers_loads_the_folder_as_the_project_pools(kind, layer
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel, AutoTokenizer
 
-    from trainables.encoders import load_pretrained, truncate
-    from trainables.st_folder import read_pooling, write_sentence_transformer
-    from trainables.pair_training import copy_tokenizer_files
-    from trainables.zero_shot import encode_sentences
+    from trainables.encoders.loading import load_pretrained, truncate
+    from trainables.encoders.st_folder import read_pooling, write_sentence_transformer
+    from trainables.training.pair_training import copy_tokenizer_files
+    from trainables.evaluation.zero_shot import encode_sentences
 
     sentences = ["A man is playing a guitar.", "Two dogs run on the beach.", "A woman slices an onion."]
     truncated = truncate(AutoModel.from_pretrained(tiny_models[kind]), layer).eval()

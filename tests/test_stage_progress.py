@@ -6,8 +6,8 @@ import math
 import pytest
 from mlflow import MlflowClient
 
-from trainables import schema
-from trainables.stage_progress import StageProgress, progress_line, progress_path, read_progress
+from trainables.core import schema
+from trainables.stages.progress import StageProgress, progress_line, progress_path, read_progress
 
 
 class Clock:
@@ -45,9 +45,10 @@ def test_progress_is_written_at_most_every_interval_and_formatted(tmp_path):
 @pytest.mark.parametrize("kind", ["dapt", "ws"])
 def test_a_real_stage_reports_every_optimiser_step_and_hides_an_earlier_attempts(kind, tmp_path, tiny_models, data_dir,
                                                                                   monkeypatch):
-    from trainables import dapt, word_similarity
-    from trainables.stages import make_spec
-    from trainables.upstream import execute
+    from trainables.methods.tmft import dapt
+    from trainables.methods.tmft import word_similarity
+    from trainables.stages.store import make_spec
+    from trainables.stages.upstream import execute
 
     if kind == "dapt":  # 48 sentences, 3 batches of 16, 2 optimiser steps per epoch
         config = dapt.stage_config(corpus="sick", epochs=2, batch_size=16, accumulation=2, lr=1e-4, head="auto",

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from trainables.errors import SweepInputError
-from trainables.stages import MANIFEST, StageStore, stage_key
+from trainables.core.errors import SweepInputError
+from trainables.stages.store import MANIFEST, StageStore, stage_key
 
 
 # Module-level helpers so spawned processes can unpickle them.

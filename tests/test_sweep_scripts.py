@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mlflow_helpers import runs_by_role
-from trainables.method import get_method
+from trainables.methods import get_method
 
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
 

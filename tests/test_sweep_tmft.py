@@ -8,8 +8,8 @@ from mlflow import MlflowClient
 from sweeps.electra_layers import main
 from sweep_helpers import hold_all
 from mlflow_helpers import metric_steps, runs_by_role
-from trainables import schema
-from trainables.faults import fault_spec
+from trainables.core import schema
+from trainables.core.faults import fault_spec
 
 
 def test_smoke_sweep_writes_one_parent_and_four_children_with_the_schema(sweep_env, tiny_models, capsys):
@@ -53,7 +53,7 @@ def test_zero_epochs_score_every_layer_from_one_forward_pass(sweep_env, tiny_mod
     """Without a dev/test subset, a zero-epoch STS-B sweep reads all layers from one `embeddings`
     stage (one forward pass per sentence) and gives the numbers of the per-layer path (forced here
     by --max-eval-samples at the splits' full size, which keeps every pair)."""
-    from trainables.upstream import read_executions
+    from trainables.stages.upstream import read_executions
 
     flags = [f for f in sweep_env["flags"]]
     flags[flags.index("--max-eval-samples") + 1] = "1500"
@@ -139,7 +139,7 @@ def test_four_half_gpu_trials_share_two_logical_gpus(sweep_env, tiny_models, edi
 
 
 def test_tokenisation_happens_once_per_model(sweep_env, tiny_models, monkeypatch):
-    import trainables.tokenized as tokenized
+    import trainables.training.tokenized as tokenized
     from sweeps.engine.runner import parser_for, plan_sweep
 
     calls = []

@@ -1,4 +1,4 @@
-"""Task definitions (trainables/tasks.py): F1 / macro-F1 / thresholds against hand computations,
+"""Task definitions (trainables/training/tasks.py): F1 / macro-F1 / thresholds against hand computations,
 the MRPC dev-threshold rule, the SICK head, word-similarity scores, the primary metric of each task,
 labels of the real MRPC and SICK files, and the DAPT model's MLM head (new, tied)."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainables.tasks import (
+from trainables.training.tasks import (
     accuracy, best_threshold, binary_f1, get_task, macro_f1, primary_metric, task_names, threshold_cuts,
 )
 
@@ -99,7 +99,7 @@ def test_word_similarity_scores_and_selection_rule():
 
 def test_primary_metric_per_task_and_the_method_contract_agrees():
     from sweeps.engine.runner import parser_for
-    from trainables.tmft import TMFT
+    from trainables.methods.tmft.method import TMFT
 
     assert primary_metric("stsb") == "spearman" and primary_metric("mrpc") == "f1" and primary_metric("sick") == "f1"
     for task, primary in (("stsb", "spearman"), ("mrpc", "f1"), ("sick", "f1")):
@@ -109,7 +109,7 @@ def test_primary_metric_per_task_and_the_method_contract_agrees():
 
 
 def test_tokenised_labels_of_the_real_mrpc_and_sick(data_dir, tiny_models):
-    from trainables.tokenized import load_task, subset, tokenize_task
+    from trainables.training.tokenized import load_task, subset, tokenize_task
 
     for task, allowed in (("mrpc", {0.0, 1.0}), ("sick", {0.0, 1.0, 2.0})):
         examples, checksums = load_task(task, data_dir)
@@ -122,7 +122,7 @@ def test_tokenised_labels_of_the_real_mrpc_and_sick(data_dir, tiny_models):
 
 @pytest.mark.parametrize("kind", ["bert", "electra-discriminator", "mpnet"])
 def test_dapt_model_gets_a_new_mlm_head_tied_to_the_input_embeddings(tiny_models, kind):
-    from trainables.dapt import mlm_model
+    from trainables.encoders.mlm import mlm_model
 
     model, source = mlm_model(tiny_models[kind], "auto")
     assert source == "new"  # the tiny models are saved as AutoModel: no MLM head

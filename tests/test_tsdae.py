@@ -1,9 +1,9 @@
-"""TSDAE and its baselines (trainables/tsdae.py): every objective through the real sweep script,
+"""TSDAE and its baselines (trainables/methods/tsdae/method.py): every objective through the real sweep script,
 refusal of encoders without a causal-LM decoder, decoder weight tying, and learning on a tiny BERT."""
 import pytest
 
 from mlflow_helpers import runs_by_role
-from trainables.errors import SweepInputError
+from trainables.core.errors import SweepInputError
 
 
 def _flags(sweep_env):
@@ -32,7 +32,7 @@ def test_every_objective_runs_through_the_sweep_script(sweep_env):
 
 @pytest.mark.parametrize("kind", ["mpnet"])
 def test_encoders_without_a_causal_decoder_are_refused(kind, tiny_models):
-    from trainables.tsdae import check_decoder
+    from trainables.methods.tsdae.method import check_decoder
 
     with pytest.raises(SweepInputError, match="no causal-LM decoder.*--method mlm,simcse,ct"):
         check_decoder(tiny_models[kind], "my-mpnet")
@@ -43,7 +43,7 @@ def test_decoder_weights_are_tied_after_a_step(tiny_models):
     import torch
     from sentence_transformers import losses
 
-    from trainables.tsdae import sentence_model
+    from trainables.methods.tsdae.method import sentence_model
 
     model = sentence_model(tiny_models["bert"], "cls", 32)
     loss = losses.DenoisingAutoEncoderLoss(model, tie_encoder_decoder=True)
@@ -70,7 +70,7 @@ def test_deletion_noise_is_sentence_transformers_own(monkeypatch, stsb_sentences
     import numpy as np
     from sentence_transformers.sentence_transformer.datasets import DenoisingAutoEncoderDataset
 
-    from trainables.tsdae import DELETE_RATIOS, noisy
+    from trainables.methods.tsdae.method import DELETE_RATIOS, noisy
 
     monkeypatch.setattr(nltk, "word_tokenize", functools.partial(nltk.word_tokenize, preserve_line=True))
     sentences = [*stsb_sentences[:300], 'He said "don\'t go." Then (really) he left, e.g. at 5 p.m.', "one", ""]
@@ -86,7 +86,7 @@ def test_deletion_noise_is_sentence_transformers_own(monkeypatch, stsb_sentences
 def test_deletion_noise_drops_the_ratio_and_keeps_a_word():
     import numpy as np
 
-    from trainables.tsdae import DELETE_RATIOS, noisy
+    from trainables.methods.tsdae.method import DELETE_RATIOS, noisy
 
     rng = np.random.RandomState(0)
     words = " ".join(f"w{i}" for i in range(1000))
@@ -107,7 +107,7 @@ def test_report_table_has_method_by_model_per_corpus_with_gains_over_the_untrain
 
     from analysis.report import build_report
     from analysis_helpers import log_runs
-    from trainables.tsdae import TSDAE
+    from trainables.methods.tsdae.method import TSDAE
 
     contract = {"method": "tsdae", **TSDAE.metrics(Namespace(eval_sets="stsb,sickr")).params()}
     untrained = {"m1": 50.0, "m2": 60.0}
@@ -138,7 +138,7 @@ def test_report_table_has_method_by_model_per_corpus_with_gains_over_the_untrain
 def _training(model_path, objective, sentences, lr=1e-3, max_length=32, **flags):
     from argparse import Namespace
 
-    from trainables.tsdae import Training, objective_settings
+    from trainables.methods.tsdae.method import Training, objective_settings
 
     args = Namespace(**{"steps": 4, "eval_steps": 2, "batch_size": 8, "ct_variant": "official", **flags})
     config = {"objective": objective, "seed": 0, "_model_path": model_path, "pooling": "cls", "max_length": max_length,
@@ -150,7 +150,7 @@ def test_official_ct_is_two_models_groups_of_8_pairs_rmsprop_schedule_and_no_dro
     import torch
     from sentence_transformers import losses
 
-    from trainables.tsdae import CT_RATES, ct_rate
+    from trainables.methods.tsdae.method import CT_RATES, ct_rate
 
     training = _training(tiny_models["bert"], "ct", stsb_sentences[:200])
     assert isinstance(training.loss, losses.ContrastiveTensionLoss) and isinstance(training.optimizer, torch.optim.RMSprop)
@@ -174,7 +174,7 @@ def test_official_ct_is_two_models_groups_of_8_pairs_rmsprop_schedule_and_no_dro
 def test_cost_grows_with_steps_and_tsdae_costs_more_than_mlm(tiny_models, stsb_sentences):
     from argparse import Namespace
 
-    from trainables.tsdae import objective_settings, trial_cost
+    from trainables.methods.tsdae.method import objective_settings, trial_cost
 
     def cost(objective, steps):
         args = Namespace(steps=steps, eval_steps=100, batch_size=8, ct_variant="official", max_length=128, gpu_tflops=None)
@@ -206,9 +206,9 @@ def test_tsdae_raises_stsb_dev_spearman_of_a_tiny_random_bert_above_the_untraine
     learns. With a word-level vocabulary (the 8,000 most frequent STS-B training words; the fixtures'
     600 words spell most content words in characters, and then 3,000 steps are not enough), a
     128-wide, 2-layer BERT at lr 1e-3 passes the untrained score by ~2,500 steps (57.7 after 4,000 in a scratch run)."""
-    from trainables.base import seed_everything
-    from trainables.eval_sets import load_suite
-    from trainables.tiny import build_tiny_model
+    from trainables.training.trainable import seed_everything
+    from trainables.evaluation.sets import load_suite
+    from trainables.encoders.tiny import build_tiny_model
 
     corpus = _stsb_corpus(data_dir)
     seed_everything(0)
@@ -229,8 +229,8 @@ def test_tsdae_learns_to_reconstruct_held_out_sentences_through_the_tied_decoder
     import numpy as np
     import torch
 
-    from trainables.tiny import build_tiny_model
-    from trainables.tsdae import noisy
+    from trainables.encoders.tiny import build_tiny_model
+    from trainables.methods.tsdae.method import noisy
 
     model = build_tiny_model("bert", tmp_path / "bert", sentences=stsb_sentences)
     corpus = _stsb_corpus(data_dir)

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 from sweeps.engine import presets
-from trainables.errors import SweepInputError
-from trainables.paths import default_data_dir
-from trainables.precision import PRECISIONS, check_request, trials_on_gpu
+from trainables.core.errors import SweepInputError
+from trainables.core.paths import default_data_dir
+from trainables.training.precision import PRECISIONS, check_request, trials_on_gpu
 
 
 def build_parser(prog: str, description: str, method, defaults: dict | None = None) -> argparse.ArgumentParser:
@@ -41,11 +41,11 @@ def build_parser(prog: str, description: str, method, defaults: dict | None = No
     run.add_argument("--max-trials-per-gpu", type=int, default=4, help="cap on trials sharing one GPU, for --gpus-per-trial auto")
     run.add_argument("--gpu-tflops", type=float, default=None,
                      help="effective TFLOP/s of one trial on your GPU, for the GPU-hours estimate (default: the figure measured "
-                          "on an H100 for the precision, in trainables/encoder_cost.py; scale it by your GPU's published "
+                          "on an H100 for the precision, in trainables/encoders/cost.py; scale it by your GPU's published "
                           "throughput against the H100's)")
     run.add_argument("--precision", default="auto", choices=PRECISIONS,
                      help="training and evaluation precision: auto = bf16 autocast on GPUs that have it, else fp16 with a "
-                          "gradient scaler, fp32 on the CPU (table in trainables/precision.py)")
+                          "gradient scaler, fp32 on the CPU (table in trainables/training/precision.py)")
     run.add_argument("--cpus-per-trial", type=float, default=1.0)
     run.add_argument("--max-concurrent", type=int, default=None, help="trials running at once (default: as many as resources allow)")
     run.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial, each from its last checkpoint")

@@ -1,7 +1,7 @@
 """How many trials share a GPU (`--gpus-per-trial auto`), and what a sweep will cost.
 
-Each method declares a `TrialCost` per trial (trainables/method.py: GPU memory in bytes and
-seconds on a whole GPU, from its own cost model; the encoder one is trainables/encoder_cost.py).
+Each method declares a `TrialCost` per trial (trainables/core/method.py: GPU memory in bytes and
+seconds on a whole GPU, from its own cost model; the encoder one is trainables/encoders/cost.py).
 The rule:
 
     trials per GPU = min(--max-trials-per-gpu (4), floor(0.9 x GPU memory / trial memory)), at least 1

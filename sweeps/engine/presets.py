@@ -1,5 +1,5 @@
 """Presets on the command line: `--preset NAME` runs the grid of one table or figure of a paper
-(the method's `presets`, trainables/method.py `Preset`), `--list-presets` prints every preset with
+(the method's `presets`, trainables/core/method.py `Preset`), `--list-presets` prints every preset with
 what it reproduces, its trial count and its GPU-hours estimate (the method's `estimate`, from
 public configs: no model is loaded).
 
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from trainables.errors import SweepInputError
-from trainables.method import Method, Preset, get_method
+from trainables.core.errors import SweepInputError
+from trainables.core.method import Method, Preset
+from trainables.methods import get_method
 
 
 def add_arguments(parser: argparse.ArgumentParser, method: type[Method]) -> None:

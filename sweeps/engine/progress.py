@@ -16,8 +16,8 @@ import time
 
 from ray import tune
 
-from trainables.method import MetricContract
-from trainables.schema import config_hash
+from trainables.core.method import MetricContract
+from trainables.core.schema import config_hash
 from sweeps.engine.summary import title
 
 

@@ -5,7 +5,7 @@ one-off work the trials share (`Method.plan`: models, data, tokenising, stage sp
 `SweepInputError` before anything is computed. `run_sweep(plan)` starts or restores the Tune
 experiment with one MLflow parent run, packs trials on GPUs by the method's cost model, prints
 progress, and ends with a table built from the method's metric contract. Nothing here knows a
-method's axes: it reads `MetricContract` and `TrialCost` (trainables/method.py).
+method's axes: it reads `MetricContract` and `TrialCost` (trainables/core/method.py).
 """
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ import time
 from argparse import Namespace
 from dataclasses import dataclass, field
 
-from trainables import endpoints
-from trainables.encoder_cost import CUDA_ALLOCATOR_ENV
-from trainables.errors import SweepInputError
-from trainables.method import MetricContract, PlanContext, get_method
-from trainables.paths import PROJECT_ROOT
-from trainables.schema import config_hash
+from trainables.core import endpoints
+from trainables.encoders.cost import CUDA_ALLOCATOR_ENV
+from trainables.core.errors import SweepInputError
+from trainables.core.method import MetricContract, PlanContext
+from trainables.methods import get_method
+from trainables.core.paths import PROJECT_ROOT
+from trainables.core.schema import config_hash
 from sweeps.engine import presets, storage
 from sweeps.engine.cli import build_parser, check_name, check_numbers, default_name
 

@@ -1,7 +1,7 @@
 """Upstream stages in the sweep driver: computed once before the trials, recorded in MLflow.
 
 A method's plan may carry stage specs (`MethodPlan.stages`, keyed by stage key; see
-trainables/upstream.py for a spec and trainables/improvements.py for a method that uses them)
+trainables/stages/upstream.py for a spec and trainables/methods/tmft/improvements.py for a method that uses them)
 and trials that name their stage by `stage_key` (one key, or a list of keys for a trial that
 reads several stages, e.g. one per meta-embedding source). `prepare_stages(plan, specs)` runs in
 the driver after the sweep's MLflow parent run exists and before any trial starts:
@@ -30,8 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from trainables import schema
-from trainables.stage_progress import progress_line, read_progress
+from trainables.core import schema
+from trainables.stages.progress import progress_line, read_progress
 
 TAG_STAGE_KEY = "embsweep.stage_key"
 TAG_STAGE_COPY_OF = "embsweep.stage_copy_of"
@@ -52,8 +52,8 @@ def _client(uri: str):
 
 def stage_params(spec: dict, static: dict) -> dict:
     """Params of a stage's run: the sweep-wide facts, the stage config (`stage_<key>`), what
-    every stage records, and what its kind adds (trainables/upstream.py `StageKind.params`)."""
-    from trainables.upstream import STAGES
+    every stage records, and what its kind adds (trainables/stages/upstream.py `StageKind.params`)."""
+    from trainables.stages.upstream import STAGES
 
     kind, config = STAGES.get(spec["kind"]), spec["config"]
     params = {k: v for k, v in static.items() if not k.startswith("data_sha_")}
@@ -130,7 +130,7 @@ def reused_stage_run(client, writer, plan, spec: dict, manifest: dict) -> str | 
 
 def stage_label(spec: dict, separator: str = " ") -> str:
     """e.g. `dapt bert-base-cased` or `ws all-MiniLM-L6-v2 L3` (the stage kind's own label)."""
-    from trainables.upstream import STAGES
+    from trainables.stages.upstream import STAGES
 
     extra = STAGES.get(spec["kind"]).label(spec["config"])
     return f"{spec['kind']}{separator}{Path(str(spec['model'])).name}" + (f"{separator}{extra}" if extra else "")
@@ -157,15 +157,23 @@ def _stage_resources(plan) -> tuple[float, float]:
     return float(cpus), float(gpus)
 
 
+def execute_stage(spec: dict, run_id: str, mlflow_uri: str) -> dict:
+    """`trainables.stages.upstream.execute` in a Ray worker, once the methods (which register the
+    stage kinds they own) are imported there."""
+    import trainables.methods  # noqa: F401
+    from trainables.stages.upstream import execute
+
+    return execute(spec, run_id, mlflow_uri)
+
+
 def prepare_stages(plan, specs: dict) -> None:
     """Compute missing stages (Ray tasks), record every stage's MLflow run, fill `upstream_run_id`.
     A line per stage when it starts and ends, and one per running stage every PROGRESS_INTERVAL_S
-    (its steps, read from the stage store: trainables/stage_progress.py)."""
+    (its steps, read from the stage store: trainables/stages/progress.py)."""
     import ray
 
     from sweeps.engine.tracking import MlflowWriter, spool_path
-    from trainables.stages import StageStore
-    from trainables.upstream import execute
+    from trainables.stages.store import StageStore
 
     client = _client(plan.mlflow_uri)
     writer = MlflowWriter(plan.mlflow_uri, spool_path(plan.sweep_dir, plan.parent_run_id))
@@ -184,7 +192,7 @@ def prepare_stages(plan, specs: dict) -> None:
           f"{len(missing)} to compute; store {next(iter(stores))}" if stores else "Stages: none needed", flush=True)
 
     cpus, gpus = _stage_resources(plan)
-    remote = ray.remote(execute).options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
+    remote = ray.remote(execute_stage).options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
     limit = plan.args.get("max_concurrent") or len(missing) or 1
     own_runs, waiting, queue, shown = {}, {}, list(missing), {}
     started = time.time()

@@ -71,7 +71,7 @@ def claim(sweep_dir: str, name: str) -> None:
         return
     import socket
 
-    from trainables.errors import SweepInputError
+    from trainables.core.errors import SweepInputError
 
     Path(sweep_dir).mkdir(parents=True, exist_ok=True)
     path = Path(sweep_dir, CLAIM_FILE)
@@ -105,7 +105,7 @@ def check_writable(storage_path: str) -> None:
     """A local storage path must be a folder this process can write (created if missing)."""
     if is_uri(storage_path):
         return
-    from trainables.errors import SweepInputError
+    from trainables.core.errors import SweepInputError
 
     path = Path(storage_path)
     if path.exists() and not path.is_dir():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from trainables.method import MetricContract
+from trainables.core.method import MetricContract
 
 LABEL_WIDTH = 45
 WORDS = {"spearman": "Spearman", "pearson": "Pearson", "f1": "F1"}

@@ -4,7 +4,7 @@ workers need no access to the store and a SQLite file has a single writer).
 
 A child run is found by (parent run, `embsweep.config_hash`) before one is created, so a
 retried, restored or resumed trial continues its own run; a metric is never logged twice at the
-same step (a run's logged steps are read back once). Schema: trainables/schema.py.
+same step (a run's logged steps are read back once). Schema: trainables/core/schema.py.
 
 Outages: every write goes through `MlflowWriter.submit` as one JSON-able operation that names
 its run by key (parent run id + config hash), never by run id. If the store is unreachable
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ray import tune
 
-from trainables import schema
+from trainables.core import schema
 
 SPOOL_FILE = "mlflow-spool.jsonl"
 SYNC_COMMAND = "python -m sweeps.mlflow_sync"
@@ -150,7 +150,7 @@ def start_parent_run(tracking_uri: str, experiment: str, sweep_name: str, params
     except Exception as error:
         if not is_transient(error):
             raise
-        from trainables.errors import SweepInputError
+        from trainables.core.errors import SweepInputError
 
         hint = " (start one with: python -m sweeps.mlflow_server)" if is_http(tracking_uri) else ""
         raise SweepInputError(f"--mlflow-uri {tracking_uri}: the MLflow store is unreachable, so the sweep did not start{hint}: {_short(error)}") from error

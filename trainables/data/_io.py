@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from trainables.errors import DataFormatError
+from trainables.core.errors import DataFormatError
 
 BOM = "\ufeff"
 
@@ -98,8 +98,8 @@ class ReleaseSplits:
             try:
                 dataset = load_dataset(self.hub_id)
             except Exception as error:  # offline, renamed, gated: the same for every trial
-                from trainables.errors import SweepInputError
-                from trainables.paths import default_data_dir
+                from trainables.core.errors import SweepInputError
+                from trainables.core.paths import default_data_dir
 
                 raise SweepInputError(f"--data-dir hub: the hub copy {self.hub_id} cannot be loaded ({type(error).__name__}: "
                                       f"{str(error).splitlines()[0][:160]}); pass --data-dir with the local release instead "

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from trainables.data._io import ReleaseSplits, iter_lines
 from trainables.data.stsb import PairExample
-from trainables.errors import DataFormatError
+from trainables.core.errors import DataFormatError
 
 SPLIT_FILES = {"train": "msr-para-train.tsv", "dev": "msr-para-val.tsv", "test": "msr-para-test.tsv"}
 HEADER = ("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from trainables.data._io import file_checksum, header_index, iter_lines, parse_float, require_file
 from trainables.data.stsb import PairExample
-from trainables.errors import DataFormatError, SweepInputError
+from trainables.core.errors import DataFormatError, SweepInputError
 
 SPLITS = ("train", "dev", "test")
 KORSTS_FILES = {split: f"sts-{split}.tsv" for split in SPLITS}

@@ -25,7 +25,7 @@ from pathlib import Path
 from trainables.data._io import header_index, iter_lines, require_file
 from trainables.data.sick import RELEASE as SICK_RELEASE, load_sick
 from trainables.data.stsb import RELEASE as STSB_RELEASE, file_checksum, load_stsb
-from trainables.errors import DataFormatError, SweepInputError
+from trainables.core.errors import DataFormatError, SweepInputError
 
 DAPT_SOURCES = ("sick", "stsb-train", "wiki", "allnli", "snli", "multinli")
 DEFAULT_DAPT_SOURCES = ("sick", "stsb-train", "wiki")

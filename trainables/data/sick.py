@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainables.data._io import ReleaseSplits, header_index, iter_lines, parse_float
-from trainables.errors import DataFormatError
+from trainables.core.errors import DataFormatError
 
 SPLIT_FILES = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
 LABELS = ("ENTAILMENT", "NEUTRAL", "CONTRADICTION")  # index = label id

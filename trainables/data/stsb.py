@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainables.data._io import ReleaseSplits, file_checksum  # noqa: F401  (file_checksum: re-exported)
-from trainables.errors import DataFormatError
+from trainables.core.errors import DataFormatError
 
 SPLIT_FILES = {"train": "sts-train.csv", "dev": "sts-dev.csv", "test": "sts-test.csv"}
 HUB_ID = "sentence-transformers/stsb"

@@ -29,7 +29,7 @@ import numpy as np
 
 from trainables.data._io import iter_lines, parse_float, require_file
 from trainables.data.stsb import PairExample, file_checksum
-from trainables.errors import DataFormatError, SweepInputError
+from trainables.core.errors import DataFormatError, SweepInputError
 
 # name -> (file, native maximum score); the order is the concatenation order of M2.
 WS_SETS = {

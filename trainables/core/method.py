@@ -1,0 +1,287 @@
+"""The method contract: what a method declares so that the sweep engine (sweeps/engine/) can plan,
+pack, run, track, report and analyse it without knowing anything else about it.
+
+A method is one registered subclass of `Method` (`@register_method("name")`) in one file under
+`trainables/` (found there by `import_methods`); its sweep script in `sweeps/` calls `sweeps.engine.runner.main(method="name")`.
+It declares:
+
+- `add_arguments(parser)`: its command-line flags (the engine adds the shared ones: storage,
+  MLflow, Ray, resources, seeds, search, resume, smoke test); `smoke`: the flag values of
+  `--smoke-test`; `check(args)`: refuse bad values of its flags (SweepInputError) before any work;
+- `plan(args, context) -> MethodPlan`: the driver-side work done once before trials (resolving
+  models, loading and tokenising data, the specs of upstream stages) and what reaches the
+  trials: the trial configs (the grid), the shared `data` shipped through Ray's object store, the
+  sweep-wide params, the data checksums, and each trial's cost (`TrialCost`: GPU memory and
+  seconds from the method's own cost model, for packing, the GPU-hours plan and the time left);
+- `metrics(args) -> MetricContract`: the primary metric and its direction, the score reported at
+  the selection, the companion, the per-epoch metric that schedulers see, the axes the sweep
+  varies and the axis a table selects over (e.g. the best layer per model by mean dev score);
+- optionally `search_space(args, base_config)`: the Optuna space of `--search optuna`;
+- optionally `presets` (name -> `Preset`: the flags of one table or figure of a paper, what it
+  reproduces and the paper's published numbers; `--preset NAME`, `--list-presets`) and
+  `estimate(args) -> Estimate` (trials and GPU-hours of a grid from public configs alone, without
+  loading any model, for `--list-presets`);
+- `trainable`: the Ray Tune Trainable class a trial runs.
+
+The contract is logged on the sweep's parent run and on every trial run (`MetricContract.params`),
+and the analysis groups and selects by what was logged.
+"""
+from __future__ import annotations
+
+from argparse import ArgumentParser, Namespace
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from trainables.core.errors import SweepInputError
+from trainables.core.registry import Registry
+
+
+@dataclass(frozen=True)
+class TrialCost:
+    """What one trial needs: GPU memory (bytes, for packing) and time (seconds on one whole GPU
+    at the sweep's --gpu-tflops, for the GPU-hours plan and the time left); `gpu=False` for a
+    trial that never touches a GPU (it gets no GPU share)."""
+
+    memory_bytes: float
+    seconds: float
+    gpu: bool = True
+
+
+@dataclass(frozen=True)
+class MetricContract:
+    """How a method's runs are scored, selected and labelled.
+
+    primary:    the final metric that ranks trials and selects (e.g. `best_dev_spearman`)
+    report:     the held-out score shown at the selection (e.g. `test_spearman_at_best_dev`)
+    companion:  a second score reported beside the primary (e.g. `test_pearson_at_best_dev`)
+    epoch:      the per-step metric a scheduler (ASHA) and Optuna optimise (e.g. `dev_spearman`)
+    mode:       "max" or "min"
+    axes:       the config keys a sweep of the method varies, seed included, e.g. (model, layer, seed)
+    select:     the axis a table picks the best value of, by the mean primary over seeds (None: none)
+    seed:       the axis averaged over (None: no repeats)
+    columns:    more final metrics for the end-of-sweep table (e.g. one per evaluation set)
+    label:      the primary's display name
+    reference:  (axis, value): the rows with that value of the axis are references (e.g. each
+                source encoder alone, or the untrained encoder); a table puts every row beside its own
+    reference_by: the axes a row shares with its reference row (e.g. model and corpus: each
+                method beside the same model untrained); where several reference rows qualify (e.g.
+                every source alone, with reference_by empty), the best of them by mean primary
+    """
+
+    primary: str
+    report: str
+    companion: str = ""
+    epoch: str = ""
+    mode: str = "max"
+    axes: tuple[str, ...] = ("model", "seed")
+    select: str | None = None
+    seed: str | None = "seed"
+    columns: tuple[str, ...] = ()
+    label: str = ""
+    short: dict = field(default_factory=dict)  # axis -> prefix in run names, e.g. {"layer": "L", "seed": "s"}
+    reference: tuple[str, str] | None = None
+    reference_by: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.mode not in ("max", "min"):
+            raise ValueError(f"mode must be 'max' or 'min', got {self.mode!r}")
+        for axis in (self.select, self.seed, self.reference[0] if self.reference else None, *self.reference_by):
+            if axis is not None and axis not in self.axes:
+                raise ValueError(f"{axis!r} is not one of the sweep's axes {self.axes}")
+
+    def params(self) -> dict:
+        """What the engine logs on every run, and the analysis reads back."""
+        return {
+            "metric_primary": self.primary, "metric_report": self.report, "metric_companion": self.companion,
+            "metric_mode": self.mode, "sweep_axes": ",".join(self.axes), "select_axis": self.select or "",
+            "seed_axis": self.seed or "", "metric_columns": ",".join(self.columns),
+            "reference_rows": "=".join(self.reference) if self.reference else "", "reference_by": ",".join(self.reference_by),
+        }
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The axes that make one row of a table: every axis but the selected one and the seed."""
+        return tuple(a for a in self.axes if a not in (self.select, self.seed))
+
+    def label_of(self, config: dict) -> str:
+        """A short run label, e.g. `all-MiniLM-L6-v2 L3 s0`."""
+        parts = []
+        for axis in self.axes:
+            value = config.get(axis)
+            if value is None:
+                continue
+            if axis in self.short:
+                parts.append(f"{self.short[axis]}{value}")
+            elif "/" in str(value) or axis == "model":
+                parts.append(str(value).rstrip("/").split("/")[-1])
+            else:
+                parts.append(f"{axis}={value}")
+        return " ".join(parts)
+
+    def better(self, a: float, b: float | None) -> bool:
+        return b is None or (a > b if self.mode == "max" else a < b)
+
+
+@dataclass(frozen=True)
+class PublishedScore:
+    """One row of a paper's table: the score of `model` under `method` on `task` at the layer the
+    paper selected (scores x100; `params_m` in millions, as the paper counts them)."""
+
+    method: str
+    model: str
+    layer: int
+    params_m: float
+    dev_spearman: float
+    dev_pearson: float
+    test_spearman: float
+    test_pearson: float
+    selection: str = "best"   # "best": the layer with the best dev score; "last": the model's last layer
+    task: str = "stsb"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """The grid of one table or figure of a paper, by name.
+
+    method:     the registered method that runs it (its script is `script`)
+    reproduces: what it reproduces, e.g. "Table 1: TMFT, WS+TMFT and DAPT+TMFT on STS-B"
+    flags:      flag values (argparse dests) the preset sets; flags given on the command line win
+    source:     the citation of the published numbers
+    published:  the paper's numbers for the report to put beside the sweep's (empty: plot only)
+    note:       what else the reader needs (e.g. "the paper gives only a plot")
+    follow_up:  commands to run after the sweep ({sweep_dir}, {mlflow_uri} filled in)
+    """
+
+    name: str
+    method: str
+    script: str
+    reproduces: str
+    flags: dict
+    source: str = ""
+    published: tuple[PublishedScore, ...] = ()
+    note: str = ""
+    follow_up: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a grid costs, priced without loading any model: trials and GPU-hours on one GPU."""
+
+    trials: int
+    gpu_hours: float | None
+    note: str = ""    # what this grid's figure leaves out or approximates
+    basis: str = ""   # how every figure of the method is priced
+
+
+@dataclass
+class PlanContext:
+    """What the engine hands a method at planning time."""
+
+    storage_path: str           # absolute local path or URI of the sweep's storage
+    mlflow_uri: str             # the tracking store (to resolve runs:/ model references)
+    smoke_test: bool = False
+    default_models: str = ""    # the parser's default --models (a smoke test swaps it for a tiny model)
+
+
+@dataclass
+class MethodPlan:
+    """The driver-side result of `Method.plan`: everything trials need, computed once."""
+
+    configs: list[dict]
+    data: Any = None                      # shipped to every trial once (tune.with_parameters)
+    costs: dict = field(default_factory=dict)   # values of the method's `cost_axes` (a tuple) -> TrialCost
+    static_params: dict = field(default_factory=dict)
+    checksums: dict = field(default_factory=dict)
+    stages: dict = field(default_factory=dict)  # upstream stage specs by key (trainables/stages/upstream.py), run
+                                                # by the engine before the trials; configs name theirs by `stage_key`
+                                                # (a key, or a list of keys: the engine sets `upstream_run_id`
+                                                # to the stage's run id, or the list of their ids)
+    method_label: str | None = None       # the method name(s) recorded on the parent run
+
+
+class Method:
+    """Base of every registered method (see the module docstring)."""
+
+    name: ClassVar[str] = ""
+    trainable: ClassVar[type | None] = None
+    description: ClassVar[str] = ""
+    smoke: ClassVar[dict] = {}
+    cost_axes: ClassVar[tuple[str, ...]] = ()  # the config keys a trial's cost depends on
+    presets: ClassVar[dict[str, Preset]] = {}
+
+    @classmethod
+    def add_arguments(cls, parser: ArgumentParser, defaults: dict) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def check(cls, args: Namespace) -> None:
+        """Refuse bad values of the method's own flags (SweepInputError)."""
+
+    @classmethod
+    def metrics(cls, args: Namespace) -> MetricContract:
+        raise NotImplementedError
+
+    @classmethod
+    def plan(cls, args: Namespace, context: PlanContext) -> MethodPlan:
+        raise NotImplementedError
+
+    @classmethod
+    def search_space(cls, args: Namespace, base: dict) -> dict:
+        raise SweepInputError(f"--search optuna is not available for method {cls.name!r}")
+
+    @classmethod
+    def estimate(cls, args: Namespace) -> Estimate | None:
+        """Trials and GPU-hours of the grid `args` describe, from public configs alone (None: unknown)."""
+        return None
+
+    @classmethod
+    def trainable_class(cls) -> type:
+        if cls.trainable is None:
+            raise NotImplementedError(f"method {cls.name!r} declares no trainable")
+        return cls.trainable
+
+
+METHODS = Registry("method", Method)
+register_method = METHODS.register
+
+
+# --- flag helpers the methods share ------------------------------------------------------------
+def parse_int_list(text: str, flag: str) -> list[int]:
+    """'0,1,2' or '0-4' (or a mix) -> sorted unique non-negative ints; SweepInputError otherwise."""
+    values = []
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            continue
+        try:
+            low, high = (int(v) for v in part.split("-", 1)) if "-" in part[1:] else (int(part), int(part))
+        except ValueError:
+            raise SweepInputError(f"{flag} {text!r} is not a comma-separated list of integers (e.g. 0,1,2 or 0-4)") from None
+        if high < low:
+            raise SweepInputError(f"{flag} {text!r}: the range {part} runs backwards; write {high}-{low}")
+        values.extend(range(low, high + 1))
+    if not values:
+        raise SweepInputError(f"{flag} is empty")
+    if any(v < 0 for v in values):
+        raise SweepInputError(f"{flag} {text!r} holds a negative value")
+    return sorted(set(values))
+
+
+def parse_layers(text: str) -> list[int] | None:
+    """None means all layers of each model."""
+    return None if str(text).strip().lower() == "all" else parse_int_list(text, "--layers")
+
+
+def parse_names(text: str, flag: str, known: list[str] | None = None) -> list[str]:
+    """A comma-separated list of names, each checked against `known` when given."""
+    names = [n.strip() for n in str(text).split(",") if n.strip()]
+    if not names:
+        raise SweepInputError(f"{flag} is empty")
+    if known is not None:
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise SweepInputError(f"{flag}: unknown {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
+    return list(dict.fromkeys(names))
+
+
+def add_seeds_argument(group, default: str = "0,1,2,3,4") -> None:
+    group.add_argument("--seeds", default=default, help="comma-separated seeds, or a range like 0-4")

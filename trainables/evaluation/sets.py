@@ -1,0 +1,304 @@
+"""Evaluation sets for zero-shot and end-of-trial scoring, in a registry (a new set is one class).
+
+| name          | data                                                                 | pairs  |
+|---------------|----------------------------------------------------------------------|--------|
+| sts12..sts16  | SemEval STS test sets, SentEval layout: any folder `STS<YY>-en-test` | 3108, 1500, 3750 (12-14 here) |
+|               | under the data dir; subsets `STS.input.<s>.txt` + `STS.gs.<s>.txt`   |        |
+| stsb          | STS-B test                                                           | 1379   |
+| stsb_dev      | STS-B dev                                                            | 1500   |
+| sickr         | SICK relatedness, test split (SentEval's)                            | 4927   |
+| sickr_all     | SICK relatedness, train + trial + test (MTEB's)                      | 9927   |
+
+SentEval layout rules: a blank gold line is an unscored pair (skipped); a gold file without its
+input twin (STS13 `SMT`, STS12 `ALL`) is skipped; input and gold files have as many lines. Files
+are read as UTF-8 (undecodable bytes replaced), split on line feeds only, never with csv quoting.
+Several copies of a year under the data dir must hold the same files.
+
+`load_suite(names, data_dir)` returns an `EvalSuite`: the sets, their unique sentences in a fixed
+order, and `score(embeddings)` (rows aligned with `sentences`) giving, from the cosine of each
+pair's embeddings against gold, x100:
+- `<set>_spearman`, `<set>_pearson`: over all the set's pairs pooled (MTEB's main score);
+- `<set>_spearman_mean`: the mean of the per-subset Spearman (SentEval's);
+- `<set>_<subset>_spearman` for sets of several subsets;
+- `mean_spearman`: the mean of `<set>_spearman` over the suite.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from trainables.data._io import parse_float
+from trainables.core.errors import DataFormatError, SweepInputError
+from trainables.evaluation.metrics import correlations
+from trainables.core.method import parse_names
+from trainables.core.registry import Registry
+
+
+@dataclass
+class Subset:
+    s1: list[str]
+    s2: list[str]
+    gold: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.gold)
+
+
+@dataclass
+class EvalData:
+    name: str
+    subsets: dict[str, Subset]
+    checksum: str
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.subsets.values())
+
+
+class EvalSet:
+    """A registered evaluation set: `load(data_dir)` -> EvalData."""
+
+    name = ""
+    description = ""
+
+    def load(self, data_dir) -> EvalData:
+        raise NotImplementedError
+
+
+EVAL_SETS = Registry("evaluation set", EvalSet)
+register_eval_set = EVAL_SETS.register
+
+
+def eval_set_names() -> list[str]:
+    return EVAL_SETS.names()
+
+
+def _digest(paths) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(Path(path).name.encode())
+        digest.update(Path(path).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+# --- SemEval STS in the SentEval layout ------------------------------------------------------
+def _layout_hint(folder: str) -> str:
+    return f"the SentEval layout: {folder}/STS.input.<subset>.txt with STS.gs.<subset>.txt"
+
+
+def subset_files(folder: Path) -> dict[str, tuple[Path, Path]]:
+    """{subset: (input file, gold file)}; a gold file without its input twin is left out (STS13
+    `SMT`, withheld by its distributor; STS12 `ALL`, an aggregate)."""
+    pairs = {}
+    for gold_path in sorted(folder.glob("STS.gs.*.txt")):
+        subset = gold_path.name[len("STS.gs."):-len(".txt")]
+        input_path = folder / f"STS.input.{subset}.txt"
+        if input_path.is_file():
+            pairs[subset] = (input_path, gold_path)
+    return pairs
+
+
+def _files_read(folder: Path) -> list[Path]:
+    return [path for pair in subset_files(folder).values() for path in pair]
+
+
+def find_sts_year(data_dir, year: int) -> Path:
+    """The folder `STS<YY>-en-test` anywhere under `data_dir` (identical copies: the first)."""
+    folder = f"STS{year:02d}-en-test"
+    root = Path(data_dir)
+    found = sorted(p for p in root.rglob(folder) if p.is_dir()) if root.is_dir() else []
+    if not found:
+        raise SweepInputError(f"evaluation set sts{year:02d}: no folder {folder} under {root}. Put the SemEval "
+                              f"STS{year:02d} English test set there in {_layout_hint(folder)}, or pass --data-dir")
+    if len(found) > 1 and len({_digest(_files_read(path)) for path in found}) > 1:
+        raise SweepInputError(f"evaluation set sts{year:02d}: {len(found)} different folders {folder} under {root} "
+                              f"({', '.join(map(str, found))}); keep one of them")
+    return found[0]
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines of `path`, split on \\n only (a sentence may hold U+2028 or a form feed), decoded
+    as UTF-8 with undecodable bytes replaced, a leading byte-order mark and CRs dropped."""
+    lines = path.read_bytes().decode("utf-8-sig", errors="replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def read_subset(input_path: Path, gold_path: Path) -> Subset:
+    """The scored pairs of one subset (a blank gold line is an unscored pair: skipped)."""
+    gold_lines, input_lines = read_lines(gold_path), read_lines(input_path)
+    if len(gold_lines) != len(input_lines):
+        raise DataFormatError(gold_path, f"{len(gold_lines)} gold lines but {len(input_lines)} sentence pairs "
+                                         f"in {input_path.name}; each line of one must match the same line of the other")
+    s1, s2, gold = [], [], []
+    for line_no, (score, pair) in enumerate(zip(gold_lines, input_lines), start=1):
+        if not score.strip():
+            continue
+        fields = pair.split("\t")
+        if len(fields) < 2:
+            raise DataFormatError(input_path, "expected two tab-separated sentences", line_no)
+        gold.append(parse_float(gold_path, score, line_no, "gold score"))
+        s1.append(fields[0])
+        s2.append(fields[1])
+    return Subset(s1, s2, np.asarray(gold, dtype=np.float64))
+
+
+def read_senteval_folder(folder: Path) -> dict[str, Subset]:
+    subsets = {subset: read_subset(*paths) for subset, paths in subset_files(folder).items()}
+    if not subsets:
+        raise DataFormatError(folder, f"no subset in {_layout_hint(folder.name)}")
+    return subsets
+
+
+class SemEvalSTS(EvalSet):
+    year = 0
+
+    def load(self, data_dir) -> EvalData:
+        folder = find_sts_year(data_dir, self.year)
+        return EvalData(self.name, read_senteval_folder(folder), _digest(_files_read(folder)))
+
+
+for _year in range(12, 17):
+    register_eval_set(f"sts{_year}")(type(f"STS{_year}", (SemEvalSTS,), {
+        "year": _year, "description": f"SemEval STS 20{_year} English test set (SentEval layout)"}))
+
+
+# --- STS-B and SICK relatedness ------------------------------------------------------------------
+def _pairs(examples) -> Subset:
+    return Subset([e.sentence1 for e in examples], [e.sentence2 for e in examples],
+                  np.asarray([e.score for e in examples], dtype=np.float64))
+
+
+class StsbSplit(EvalSet):
+    split = "test"
+
+    def load(self, data_dir) -> EvalData:
+        from trainables.data.stsb import load_stsb, stsb_checksums
+
+        examples = load_stsb(data_dir, splits=(self.split,))[self.split]
+        return EvalData(self.name, {"all": _pairs(examples)}, stsb_checksums(data_dir)[self.split])
+
+
+@register_eval_set("stsb")
+class StsbTest(StsbSplit):
+    split, description = "test", "STS Benchmark test"
+
+
+@register_eval_set("stsb_dev")
+class StsbDev(StsbSplit):
+    split, description = "dev", "STS Benchmark dev"
+
+
+class SickRelatedness(EvalSet):
+    splits: tuple = ("test",)
+
+    def load(self, data_dir) -> EvalData:
+        from trainables.data.sick import load_sick, sick_checksums
+
+        loaded = load_sick(data_dir, splits=self.splits)
+        checksums = sick_checksums(data_dir)
+        examples = [e for split in self.splits for e in loaded[split]]
+        return EvalData(self.name, {"all": _pairs(examples)},
+                        hashlib.sha256("".join(checksums[s] for s in self.splits).encode()).hexdigest()[:16])
+
+
+@register_eval_set("sickr")
+class SickrTest(SickRelatedness):
+    splits, description = ("test",), "SICK relatedness, test split (SentEval)"
+
+
+@register_eval_set("sickr_all")
+class SickrAll(SickRelatedness):
+    splits, description = ("train", "dev", "test"), "SICK relatedness, all 9,927 pairs (MTEB)"
+
+
+# --- the suite ----------------------------------------------------------------------------------
+def metric_safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name)
+
+
+@dataclass
+class EvalSuite:
+    """Loaded sets and their unique sentences; picklable (it is shipped to trials)."""
+
+    sets: dict[str, EvalData]
+    sentences: list[str] = field(init=False)
+    # set -> subset -> (rows of the first sentences, rows of the second ones) in `sentences`
+    index: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(init=False, repr=False)
+
+    def __post_init__(self):
+        position: dict[str, int] = {}
+        self.index = {}
+        for name, data in self.sets.items():
+            self.index[name] = {}
+            for subset, pairs in data.subsets.items():
+                first = np.asarray([position.setdefault(s, len(position)) for s in pairs.s1], dtype=np.int64)
+                second = np.asarray([position.setdefault(s, len(position)) for s in pairs.s2], dtype=np.int64)
+                self.index[name][subset] = (first, second)
+        self.sentences = list(position)
+
+    @property
+    def checksums(self) -> dict[str, str]:
+        return {name: data.checksum for name, data in self.sets.items()}
+
+    def score(self, embeddings: np.ndarray) -> dict[str, float]:
+        embeddings = np.asarray(embeddings, dtype=np.float64)
+        if len(embeddings) != len(self.sentences):
+            raise ValueError(f"{len(embeddings)} embeddings for {len(self.sentences)} sentences")
+        norms = np.linalg.norm(embeddings, axis=1, keepdims=True)
+        unit = embeddings / np.clip(norms, 1e-12, None)
+        out = {}
+        for name, data in self.sets.items():
+            cosines, golds, per_subset = [], [], []
+            for subset, pairs in data.subsets.items():
+                first, second = self.index[name][subset]
+                cosine = np.sum(unit[first] * unit[second], axis=1)
+                cosines.append(cosine)
+                golds.append(pairs.gold)
+                spearman = correlations(cosine, pairs.gold)["spearman"]
+                per_subset.append(spearman)
+                if len(data.subsets) > 1:
+                    out[f"{name}_{metric_safe(subset)}_spearman"] = spearman
+            pooled = correlations(np.concatenate(cosines), np.concatenate(golds))
+            out[f"{name}_spearman"], out[f"{name}_pearson"] = pooled["spearman"], pooled["pearson"]
+            out[f"{name}_spearman_mean"] = float(np.mean(per_subset))
+        out["mean_spearman"] = float(np.mean([out[f"{name}_spearman"] for name in self.sets]))
+        return out
+
+
+def load_suite(names: list[str], data_dir) -> EvalSuite:
+    """The named sets loaded from `data_dir` (SweepInputError / DataFormatError naming what is missing)."""
+    return EvalSuite({name: EVAL_SETS.get(name)().load(data_dir) for name in names})
+
+
+def add_eval_sets_argument(group, default: str) -> None:
+    group.add_argument("--eval-sets", default=default,
+                       help=f"evaluation sets scored with the best-dev weights at the end of each trial, or 'none'; "
+                            f"known: {', '.join(eval_set_names())}")
+
+
+def parse_eval_sets(text: str) -> list[str]:
+    return [] if str(text).strip().lower() in ("", "none") else parse_names(text, "--eval-sets", eval_set_names())
+
+
+PAPER_SETS = ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr")  # the papers' STS suite
+
+
+def suite_sets(text: str, data_dir) -> tuple[list[str], list[str]]:
+    """(sets to use, default sets not found). `papers` = STS12-16, STS-B test, SICK-R where found."""
+    if str(text).strip().lower() != "papers":
+        return parse_names(text, "--sets", eval_set_names()), []
+    found, missing = [], []
+    for name in PAPER_SETS:
+        try:
+            load_suite([name], data_dir)
+            found.append(name)
+        except SweepInputError:
+            missing.append(name)
+    if not found:
+        raise SweepInputError(f"--sets papers: none of {', '.join(PAPER_SETS)} was found under {data_dir}; pass --data-dir")
+    return found, missing

@@ -1,0 +1,128 @@
+"""Upstream stages (the first half of WS+TMFT, DAPT+TMFT and TSDAE+TMFT, ...), executed in the stage store.
+
+A stage is described by a plain-JSON `spec`:
+
+    {"kind": "ws" | "dapt" | "tsdae" | ..., "key": <stage key>, "root": <stage store dir>, "model": <model id>,
+     "model_path": <local folder>, "data_dir": ..., "data_checksum": ..., "config": {...}}
+
+`key = stage_key(model id + weights fingerprint, config, data checksum)` (`make_spec` in trainables/stages/store.py), so
+every trial and every later sweep with the same storage path that needs the same stage finds the
+same directory `<root>/<key>/`. `execute(spec, run_id, mlflow_uri)` returns the stage's manifest:
+it computes the stage under the store's lock unless it is already there (one process computes,
+concurrent callers wait and reuse). Each computation appends one line to
+`<root>/executions.jsonl` (key, kind, model, layer, seconds, host, pid): the record of how often
+stages really ran, which the tests and `benchmarks/stage_reuse.py` read. While it computes, a
+stage reports its steps in `<root>/<key>.progress.json` for the driver (trainables/stages/progress.py).
+
+The MLflow run of a stage is created by the sweep driver (sweeps/engine/stages_plan.py), which passes its
+id in; the manifest's `result` keeps it (`mlflow_run_id`, `mlflow_uri`) with the per-epoch history.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import time
+from pathlib import Path
+
+from trainables.core.registry import Registry
+
+EXECUTION_LOG = "executions.jsonl"
+
+
+class StageKind:
+    """A kind of upstream stage, registered (`@STAGES.register(name)`) by the package that owns it:
+    `compute(spec, out_dir) -> result` builds it, `downstream` is the method of the trials that start
+    from it, `task` what its MLflow run records, `params` that run's params beyond the stage config
+    (`stage_<key>`) and the common ones."""
+
+    name = ""
+    downstream = ""
+    task = ""
+
+    @staticmethod
+    def compute(spec: dict, out_dir: Path) -> dict:
+        raise NotImplementedError
+
+    @staticmethod
+    def params(config: dict) -> dict:
+        return {}
+
+    @staticmethod
+    def label(config: dict) -> str:
+        """What tells two stages of one model apart in run names and progress lines."""
+        return ""
+
+
+STAGES = Registry("stage", StageKind)
+
+
+def _finite(value):
+    """JSON-safe: NaN and infinities become None (the manifest is strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def append_execution(root, record: dict) -> None:
+    line = json.dumps(record, sort_keys=True) + "\n"
+    fd = os.open(Path(root) / EXECUTION_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def read_executions(root) -> list[dict]:
+    path = Path(root) / EXECUTION_LOG
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _set_threads() -> None:
+    import torch
+
+    cpus = os.cpu_count() or 1
+    try:
+        import ray
+
+        if ray.is_initialized():  # in a Ray task: the CPUs it was given
+            cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", cpus)
+    except Exception:
+        pass
+    torch.set_num_threads(max(1, int(cpus)))
+
+
+def execute(spec: dict, run_id: str | None = None, mlflow_uri: str | None = None) -> dict:
+    """The stage's manifest, computing the stage first unless the store already holds it."""
+    from trainables.stages.progress import clear_progress
+    from trainables.stages.store import StageStore
+
+    store = StageStore(spec["root"])
+    kind = STAGES.get(spec["kind"])
+    if store.lookup(spec["key"]) is None:  # imports outside the timed compute (a fresh worker pays them once)
+        import transformers  # noqa: F401
+
+    def compute(out_dir: Path) -> dict:
+        clear_progress(spec)  # an earlier attempt's, until this one writes its own
+        _set_threads()
+        started = time.time()
+        result = kind.compute(spec, out_dir)
+        seconds = time.time() - started
+        append_execution(spec["root"], {
+            "key": spec["key"], "kind": spec["kind"], "model": spec["model"], "layer": spec["config"].get("layer"),
+            "seconds": seconds, "host": socket.gethostname(), "pid": os.getpid(), "finished": time.time(),
+            "mlflow_run_id": run_id,
+        })
+        (Path(out_dir) / "spec.json").write_text(json.dumps(spec, indent=2, sort_keys=True))
+        return _finite({**result, "mlflow_run_id": run_id, "mlflow_uri": mlflow_uri, "seconds": seconds})
+
+    metadata = {k: spec[k] for k in ("kind", "model", "model_identity", "data_checksum", "config")}
+    store.get_or_compute(spec["key"], compute, metadata)
+    return store.read_manifest(spec["key"])
