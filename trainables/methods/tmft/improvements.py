@@ -6,7 +6,8 @@ The method is TMFT's grid and trainable with more flags (`--improvement`, a list
 and none, the plain TMFT beside them, for Table 1 from one sweep; `both` = ws,dapt; and the
 stage settings `--ws-*`, `--dapt-*`, `--tsdae-*`, `--stage-*`) and with stage specs in its plan: for
 every (model, layer, seed) and improvement a trial with method `ws+tmft`, `dapt+tmft` or `tsdae+tmft`
-(TSDAE's training loop is trainables/methods/tsdae/method.py's, the trial's and the stage's alike), the key of the
+(the `tsdae` stage kind is TSDAE's, found in the stage registry: its flags, check, config and
+recorded params come from it), the key of the
 stage it starts from (`stage_key`), the stage settings as params and the stage's directory
 (`_upstream_path`). Stages live in the content-addressed store `<storage-path>/stages/` (or
 `--stage-dir`); the engine computes the missing ones before the trials (sweeps/engine/stages_plan.py)
@@ -21,6 +22,7 @@ from trainables.core.errors import SweepInputError
 from trainables.core.method import MethodPlan, MetricContract, register_method
 from trainables.training.precision import stage_precision
 from trainables.stages.store import stage_root
+from trainables.methods.tmft import dapt, word_similarity
 from trainables.methods.tmft.method import TMFT
 from trainables.stages.upstream import STAGES
 
@@ -40,9 +42,6 @@ class Improvements(TMFT):
 
     @classmethod
     def add_arguments(cls, parser, defaults: dict) -> None:
-        from trainables.methods.tmft import dapt
-        from trainables.methods.tsdae import method as tsdae
-        from trainables.methods.tmft import word_similarity
 
         super().add_arguments(parser, defaults)
         group = parser.add_argument_group("improvements (upstream stages)")
@@ -74,9 +73,7 @@ class Improvements(TMFT):
         group.add_argument("--ws-split", choices=WS_SPLITS, default="numpy",
                            help="word-pair split: numpy (seeded, this project's), sklearn-compat (the authors' "
                                 "train_test_split with np.random.seed(0))")
-        tsdae.add_training_flags(group, "tsdae-")
-        group.add_argument("--tsdae-corpus", default="wiki", help="TSDAE stage: 'wiki' (the Wikipedia sample) or a text file, one sentence a line")
-        group.add_argument("--tsdae-max-sentences", type=int, default=None, help="TSDAE stage: the first N sentences of the corpus")
+        STAGES.get("tsdae").add_arguments(group)
         group.add_argument("--stage-dir", default=None, help="the stage store (default: <storage-path>/stages; must be a local or shared file system)")
         group.add_argument("--stage-cpus", type=float, default=None, help="CPUs per stage task (default: --cpus-per-trial)")
         group.add_argument("--stage-gpus", type=float, default=None, help="GPUs per stage task (default: 1 when trials use GPUs, else 0)")
@@ -94,10 +91,7 @@ class Improvements(TMFT):
         for flag in ("ws_lr", "dapt_lr"):
             if not a[flag] > 0:
                 raise SweepInputError(f"--{flag.replace('_', '-')} must be positive, got {a[flag]}")
-        from trainables.methods.tsdae import method as tsdae
-
-        tsdae.check_training_flags(a, "tsdae-")
-        tsdae.check_corpus(a["tsdae_corpus"], "--tsdae-corpus")
+        STAGES.get("tsdae").check(a)
         for flag in ("ws_max_train_samples", "dapt_max_sentences", "tsdae_max_sentences"):
             if a[flag] is not None and a[flag] <= 0:
                 raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {a[flag]}")
@@ -121,9 +115,6 @@ class Improvements(TMFT):
 
     @classmethod
     def plan(cls, args, context) -> MethodPlan:
-        from trainables.methods.tmft import dapt
-        from trainables.methods.tsdae import method as tsdae
-        from trainables.methods.tmft import word_similarity
         from trainables.data.sentences import dapt_corpus_checksum, parse_sources
         from trainables.data.word_similarity import ws_checksum
         from trainables.stages.store import make_spec
@@ -143,9 +134,7 @@ class Improvements(TMFT):
             for path in set(paths.values()):
                 dapt.check_model(path)
         if "tsdae" in kinds:
-            _, tsdae_corpus, checksums["tsdae"] = tsdae.read_corpus(a["tsdae_corpus"], data_dir, a["tsdae_max_sentences"])
-            for model, path in paths.items():
-                tsdae.check_decoder(path, model)
+            checksums["tsdae"] = STAGES.get("tsdae").prepare(a, paths, data_dir)
         specs, configs = {}, []
         for base in planned.configs:
             for kind in kinds:
@@ -159,10 +148,7 @@ class Improvements(TMFT):
                         max_train_samples=a["ws_max_train_samples"], max_eval_samples=a["max_eval_samples"],
                         split_method=a["ws_split"])
                 elif kind == "tsdae":
-                    config = tsdae.stage_config(
-                        corpus=a["tsdae_corpus"], steps=a["tsdae_steps"], batch_size=a["tsdae_batch_size"], lr=a["tsdae_lr"],
-                        pooling=a["tsdae_pooling"], noise=a["tsdae_noise"], max_length=a["tsdae_max_length"],
-                        max_sentences=a["tsdae_max_sentences"])
+                    config = STAGES.get("tsdae").config(a)
                 else:
                     config = dapt.stage_config(
                         corpus="+".join(sources), epochs=a["dapt_epochs"], batch_size=a["dapt_batch_size"],
@@ -198,8 +184,7 @@ def downstream_params(kind: str, a: dict) -> dict:
         return {"ws_selection": a["ws_selection"], "ws_epochs": a["ws_epochs"], "ws_batch_size": a["ws_batch_size"],
                 "ws_lr": a["ws_lr"], "ws_max_train_samples": a["ws_max_train_samples"], "ws_split": a["ws_split"]}
     if kind == "tsdae":
-        return {f"tsdae_{k}": a[f"tsdae_{k}"] for k in ("corpus", "steps", "batch_size", "lr", "pooling", "noise",
-                                                        "max_length", "max_sentences")}
+        return STAGES.get("tsdae").downstream_params(a)
     from trainables.data.sentences import parse_sources
 
     return {"dapt_corpus": "+".join(parse_sources(a["dapt_corpus"])), "dapt_epochs": a["dapt_epochs"],

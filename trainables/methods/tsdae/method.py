@@ -483,9 +483,45 @@ def compute(spec: dict, out_dir: Path) -> dict:
 
 @STAGES.register("tsdae")
 class TsdaeStage(StageKind):
+    """TSDAE once per model, for TMFT trials that start from it (`--improvement tsdae`): besides the
+    stage itself, what that method asks of it, all under `--tsdae-*` flags."""
+
     downstream, task = "tsdae+tmft", "denoising"
     compute = staticmethod(compute)
 
     @staticmethod
     def params(config: dict) -> dict:
         return {"tsdae_corpus": config["corpus"], "tsdae_steps": config["steps"]}
+
+    @staticmethod
+    def add_arguments(group) -> None:
+        add_training_flags(group, "tsdae-")
+        group.add_argument("--tsdae-corpus", default="wiki",
+                           help="TSDAE stage: 'wiki' (the Wikipedia sample) or a text file, one sentence a line")
+        group.add_argument("--tsdae-max-sentences", type=int, default=None,
+                           help="TSDAE stage: the first N sentences of the corpus")
+
+    @staticmethod
+    def check(a: dict) -> None:
+        check_training_flags(a, "tsdae-")
+        check_corpus(a["tsdae_corpus"], "--tsdae-corpus")
+
+    @staticmethod
+    def prepare(a: dict, paths: dict, data_dir) -> str:
+        """The corpus checksum, once every model (id -> folder) is known to have a decoder."""
+        _, _, checksum = read_corpus(a["tsdae_corpus"], data_dir, a["tsdae_max_sentences"])
+        for model, path in paths.items():
+            check_decoder(path, model)
+        return checksum
+
+    @staticmethod
+    def config(a: dict) -> dict:
+        return stage_config(corpus=a["tsdae_corpus"], steps=a["tsdae_steps"], batch_size=a["tsdae_batch_size"],
+                            lr=a["tsdae_lr"], pooling=a["tsdae_pooling"], noise=a["tsdae_noise"],
+                            max_length=a["tsdae_max_length"], max_sentences=a["tsdae_max_sentences"])
+
+    @staticmethod
+    def downstream_params(a: dict) -> dict:
+        """The stage settings recorded in every downstream trial's params."""
+        return {f"tsdae_{k}": a[f"tsdae_{k}"]
+                for k in ("corpus", "steps", "batch_size", "lr", "pooling", "noise", "max_length", "max_sentences")}
