@@ -7,6 +7,7 @@
 
 Bad input (no store, no experiment, no runs, unknown model) prints one message and exits 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,17 +24,28 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--mlflow-uri", required=True, help="tracking URI, e.g. sqlite:////abs/path/mlflow.db")
     report.add_argument("--experiment", default=None, help="experiment name (default: every experiment)")
     report.add_argument("--out", required=True, help="output folder (created)")
-    report.add_argument("--where", action="append", default=[], metavar="PARAM=VALUE",
-                        help="keep only runs with this param value (repeatable), e.g. --where random_init=False")
+    report.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="PARAM=VALUE",
+        help="keep only runs with this param value (repeatable), e.g. --where random_init=False",
+    )
 
     cka = commands.add_parser("cka", help="linear CKA per layer index between two models")
     cka.add_argument("--models", required=True, help="two hub ids or model folders, comma-separated: A,B")
-    cka.add_argument("--checkpoints", default=None,
-                     help="a finished sweep's checkpoint folder (its trials' best-dev weights, */trial.json with best/)")
+    cka.add_argument(
+        "--checkpoints",
+        default=None,
+        help="a finished sweep's checkpoint folder (its trials' best-dev weights, */trial.json with best/)",
+    )
     cka.add_argument("--data-dir", default=None, help="data root holding stsbenchmark/ (default: ../shared/data)")
     cka.add_argument("--max-sentences", type=int, default=None, help="use only the first N test sentences")
-    cka.add_argument("--unique-sentences", action="store_true",
-                     help="the 2,552 unique test sentences (default: all 2,758 with duplicates, as the authors' code)")
+    cka.add_argument(
+        "--unique-sentences",
+        action="store_true",
+        help="the 2,552 unique test sentences (default: all 2,758 with duplicates, as the authors' code)",
+    )
     cka.add_argument("--batch-size", type=int, default=64)
     cka.add_argument("--out", required=True, help="output folder (created)")
     cka.add_argument("--mlflow-uri", default=None, help="log the CSV and plot as artifacts of a run here")
@@ -64,9 +76,16 @@ def main(argv=None) -> int:
 
             models = [m.strip() for m in args.models.split(",") if m.strip()]
             frame, files, run_id = run_cka(
-                models, args.out, data_dir=args.data_dir, checkpoints=args.checkpoints,
-                max_sentences=args.max_sentences, unique=args.unique_sentences, tracking_uri=args.mlflow_uri,
-                experiment=args.experiment, batch_size=args.batch_size)
+                models,
+                args.out,
+                data_dir=args.data_dir,
+                checkpoints=args.checkpoints,
+                max_sentences=args.max_sentences,
+                unique=args.unique_sentences,
+                tracking_uri=args.mlflow_uri,
+                experiment=args.experiment,
+                batch_size=args.batch_size,
+            )
             print(frame.to_string(index=False))
             print("wrote " + ", ".join(str(f) for f in files) + (f"; MLflow run {run_id}" if run_id else ""))
     except SweepInputError as error:

@@ -17,6 +17,7 @@ By default the sentences are all 2,758 of the test split (sentence1 and sentence
 duplicates included), as the authors' code does; `unique=True` takes the 2,552 unique ones in
 order of first appearance.
 """
+
 from __future__ import annotations
 
 import json
@@ -94,7 +95,7 @@ def hidden_state_embeddings(model_dir, sentences: list[str], batch_size: int = 6
     chunks: list[list[np.ndarray]] = []
     with torch.inference_mode():
         for start in range(0, len(sentences), batch_size):
-            batch = [sentences[i] for i in order[start:start + batch_size]]
+            batch = [sentences[i] for i in order[start : start + batch_size]]
             encoded = tokenizer(batch, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
             encoded = {k: v.to(model.device) for k, v in encoded.items() if k in ("input_ids", "attention_mask")}
             outputs = model(**encoded, output_hidden_states=True)
@@ -126,9 +127,17 @@ def find_checkpoints(directory) -> pd.DataFrame:
                 continue
             log.warning("%s has no best-dev weights (best/): using its last epoch (encoder/)", path.parent)
         trial = json.loads(path.read_text())
-        rows.append({"model": str(trial.get("model")), "layer": int(trial["layer"]), "seed": trial.get("seed"),
-                     "method": trial.get("method", "tmft"), "task": trial.get("task"), "encoder": str(encoder),
-                     "weights": weights})
+        rows.append(
+            {
+                "model": str(trial.get("model")),
+                "layer": int(trial["layer"]),
+                "seed": trial.get("seed"),
+                "method": trial.get("method", "tmft"),
+                "task": trial.get("task"),
+                "encoder": str(encoder),
+                "weights": weights,
+            }
+        )
     columns = ["model", "layer", "seed", "method", "task", "encoder", "weights"]
     return pd.DataFrame(rows, columns=columns)
 
@@ -143,8 +152,9 @@ def _same_model(recorded: str, requested: str, resolved: Path) -> bool:
 
 
 # ---- the comparison -------------------------------------------------------------------------
-def compare_models(model_a: str, model_b: str, sentences: list[str], checkpoints=None,
-                   batch_size: int = 64) -> pd.DataFrame:
+def compare_models(
+    model_a: str, model_b: str, sentences: list[str], checkpoints=None, batch_size: int = 64
+) -> pd.DataFrame:
     """CKA per layer index between two models, pretrained and (given `checkpoints`) fine-tuned.
 
     Returns rows (source, method, layer, seed, cka, model_a, model_b, n_sentences); `source` is
@@ -157,8 +167,16 @@ def compare_models(model_a: str, model_b: str, sentences: list[str], checkpoints
     paths = {m: resolve_model(m) for m in (model_a, model_b)}
     states = {m: hidden_state_embeddings(paths[m], sentences, batch_size) for m in (model_a, model_b)}
     depth = min(len(states[model_a]), len(states[model_b])) - 1
-    rows = [{"source": "pretrained", "method": None, "layer": layer, "seed": None,
-             "cka": linear_cka(states[model_a][layer], states[model_b][layer])} for layer in range(depth + 1)]
+    rows = [
+        {
+            "source": "pretrained",
+            "method": None,
+            "layer": layer,
+            "seed": None,
+            "cka": linear_cka(states[model_a][layer], states[model_b][layer]),
+        }
+        for layer in range(depth + 1)
+    ]
     if checkpoints is not None:
         rows += _finetuned_rows(model_a, model_b, paths, find_checkpoints(checkpoints), sentences, batch_size)
     frame = pd.DataFrame(rows)
@@ -172,20 +190,30 @@ def _finetuned_rows(model_a, model_b, paths, found: pd.DataFrame, sentences, bat
         mine = found[[_same_model(m, model, paths[model]) for m in found["model"]]]
         side[model] = {(r.method, r.layer, r.seed): r.encoder for r in mine.itertuples()}
         if not side[model]:
-            raise SweepInputError(f"No checkpoint for model {model!r} under the checkpoint directory "
-                                  f"(models found: {', '.join(sorted(found['model'].unique())) or 'none'}).")
+            raise SweepInputError(
+                f"No checkpoint for model {model!r} under the checkpoint directory "
+                f"(models found: {', '.join(sorted(found['model'].unique())) or 'none'})."
+            )
     common = sorted(set(side[model_a]) & set(side[model_b]), key=lambda k: (str(k[0]), k[1], str(k[2])))
     if not common:
         raise SweepInputError(f"No (method, layer, seed) has checkpoints for both {model_a!r} and {model_b!r}.")
     rows = []
     for method, layer, seed in common:
-        embedded = [hidden_state_embeddings(side[m][(method, layer, seed)], sentences, batch_size)
-                    for m in (model_a, model_b)]
+        embedded = [
+            hidden_state_embeddings(side[m][(method, layer, seed)], sentences, batch_size) for m in (model_a, model_b)
+        ]
         for states in embedded:
             if len(states) <= layer:
                 raise SweepInputError(f"Checkpoint of layer {layer} has only {len(states) - 1} layers.")
-        rows.append({"source": "finetuned", "method": method, "layer": layer, "seed": seed,
-                     "cka": linear_cka(embedded[0][layer], embedded[1][layer])})
+        rows.append(
+            {
+                "source": "finetuned",
+                "method": method,
+                "layer": layer,
+                "seed": seed,
+                "cka": linear_cka(embedded[0][layer], embedded[1][layer]),
+            }
+        )
     return rows
 
 
@@ -201,16 +229,23 @@ def plot_cka(frame: pd.DataFrame):
     names = display_names([frame["model_a"].iloc[0], frame["model_b"].iloc[0]])
     fig, ax = new_figure((7.0, 4.4))
     pre = frame[frame["source"] == "pretrained"].sort_values("layer")
-    ax.plot(pre["layer"], pre["cka"], marker="o", markersize=4, color="black", linestyle="--", zorder=4,
-            label="pretrained")
+    ax.plot(
+        pre["layer"], pre["cka"], marker="o", markersize=4, color="black", linestyle="--", zorder=4, label="pretrained"
+    )
     tuned = frame[frame["source"] == "finetuned"]
     for i, (method, group) in enumerate(tuned.groupby("method", sort=True)):
         stats = group.groupby("layer")["cka"].agg(["mean", "std", "count"]).reset_index()
         color = matplotlib.colormaps["tab10"](i)
         counts = sorted(stats["count"].unique())
         n = "/".join(str(c) for c in counts) + (" seed" if counts == [1] else " seeds")
-        ax.plot(stats["layer"], stats["mean"], marker="s", color=color, linewidth=2.2,
-                label=f"after {method_name(method)} at that layer (mean of {n})")
+        ax.plot(
+            stats["layer"],
+            stats["mean"],
+            marker="s",
+            color=color,
+            linewidth=2.2,
+            label=f"after {method_name(method)} at that layer (mean of {n})",
+        )
         std = stats["std"].fillna(0).to_numpy()
         ax.fill_between(stats["layer"], stats["mean"] - std, stats["mean"] + std, color=color, alpha=0.2, linewidth=0)
     ax.set_ylim(-0.02, 1.02)
@@ -218,8 +253,10 @@ def plot_cka(frame: pd.DataFrame):
     ax.set_xlabel("Layer index l (0 = embedding output)")
     ax.set_ylabel("Linear CKA (0 to 1)")
     model_a, model_b = frame["model_a"].iloc[0], frame["model_b"].iloc[0]
-    ax.set_title(f"Linear CKA, {names[model_a]} vs {names[model_b]}: STS-B test, "
-                 f"{int(frame['n_sentences'].iloc[0])} sentences", fontsize=10.5)
+    ax.set_title(
+        f"Linear CKA, {names[model_a]} vs {names[model_b]}: STS-B test, {int(frame['n_sentences'].iloc[0])} sentences",
+        fontsize=10.5,
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=9, loc="lower left")
     return fig
@@ -251,8 +288,13 @@ def log_to_mlflow(frame: pd.DataFrame, files, tracking_uri: str, experiment: str
     run = client.create_run(experiment_id, tags={TAG_ROLE: CKA_ROLE}, run_name=f"cka {model_a} vs {model_b}")
     run_id = run.info.run_id
     try:
-        values = {"method": "cka", "model_a": model_a, "model_b": model_b,
-                  "n_sentences": int(frame["n_sentences"].iloc[0]), **(params or {})}
+        values = {
+            "method": "cka",
+            "model_a": model_a,
+            "model_b": model_b,
+            "n_sentences": int(frame["n_sentences"].iloc[0]),
+            **(params or {}),
+        }
         pre = frame[frame["source"] == "pretrained"]
         metrics = [Metric("cka_pretrained", float(r.cka), 0, int(r.layer)) for r in pre.itertuples()]
         tuned = frame[frame["source"] == "finetuned"].groupby("layer")["cka"].mean()
@@ -267,8 +309,17 @@ def log_to_mlflow(frame: pd.DataFrame, files, tracking_uri: str, experiment: str
     return run_id
 
 
-def run_cka(models: list[str], out_dir, data_dir=None, checkpoints=None, max_sentences=None, unique=False,
-            tracking_uri=None, experiment="cka", batch_size=64) -> tuple[pd.DataFrame, list[Path], str | None]:
+def run_cka(
+    models: list[str],
+    out_dir,
+    data_dir=None,
+    checkpoints=None,
+    max_sentences=None,
+    unique=False,
+    tracking_uri=None,
+    experiment="cka",
+    batch_size=64,
+) -> tuple[pd.DataFrame, list[Path], str | None]:
     """The `python -m analysis cka` command: compute, write, and log if `tracking_uri` is given."""
     from trainables.core.paths import default_data_dir
 

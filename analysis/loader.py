@@ -18,6 +18,7 @@ When a run lacks `dev_pearson_at_best_dev` (or `dev_accuracy_at_best_dev` for F1
 filled from the per-epoch history: the companion metric at the epoch with the best dev primary
 metric (the first such epoch; for an epoch logged twice, the last value logged).
 """
+
 from __future__ import annotations
 
 import re
@@ -35,7 +36,15 @@ ROLE_SWEEP = "sweep"
 INT_PARAMS = ("layer", "seed", "epochs", "batch_size", "params_truncated", "params_paper")
 FLOAT_PARAMS = ("lr",)
 ID_COLUMNS = (
-    "run_id", "parent_run_id", "sweep", "experiment", "run_name", "status", "start_time", "end_time", "config_hash",
+    "run_id",
+    "parent_run_id",
+    "sweep",
+    "experiment",
+    "run_name",
+    "status",
+    "start_time",
+    "end_time",
+    "config_hash",
 )
 # Primary metric of a task -> its companion reported beside it (Table 2: Spearman / Pearson).
 COMPANION = {"spearman": "pearson", "f1": "accuracy"}
@@ -51,7 +60,7 @@ def _client(tracking_uri: str):
     from mlflow import MlflowClient
 
     if tracking_uri.startswith("sqlite:///"):
-        path = Path(tracking_uri[len("sqlite:///"):])
+        path = Path(tracking_uri[len("sqlite:///") :])
         if not path.is_file():
             raise AnalysisError(
                 f"No MLflow database at {path} (from --mlflow-uri {tracking_uri}). An absolute path needs four "
@@ -77,7 +86,9 @@ def _experiments(client, experiment: str | None) -> dict[str, str]:
         found = client.get_experiment_by_name(experiment)
         if found is None or found.lifecycle_stage != "active":
             names = sorted(e.name for e in _paged(client.search_experiments))
-            raise AnalysisError(f"No experiment named {experiment!r} in this MLflow store; it has: {', '.join(names) or 'none'}.")
+            raise AnalysisError(
+                f"No experiment named {experiment!r} in this MLflow store; it has: {', '.join(names) or 'none'}."
+            )
         return {found.experiment_id: found.name}
     return {e.experiment_id: e.name for e in _paged(client.search_experiments)}
 
@@ -105,17 +116,25 @@ def _row(run, experiments: dict[str, str], parents: dict) -> dict:
     named = {data.params.get(k) for k in ("metric_primary", "metric_report", "metric_companion")}
     named.update(data.params.get("metric_columns", "").split(","))  # what the run's contract names is final
     row.update({k: v for k, v in data.metrics.items() if _is_final_metric(k) or k in named})
-    row.update({  # identity last: a param of the same name never hides it
-        "run_id": info.run_id, "parent_run_id": parent_id, "sweep": sweep,
-        "experiment": experiments.get(info.experiment_id, info.experiment_id), "run_name": info.run_name,
-        "status": info.status, "start_time": _timestamp(info.start_time), "end_time": _timestamp(info.end_time),
-        "config_hash": data.tags.get(TAG_CONFIG_HASH) or data.params.get("config_hash"),
-    })
+    row.update(
+        {  # identity last: a param of the same name never hides it
+            "run_id": info.run_id,
+            "parent_run_id": parent_id,
+            "sweep": sweep,
+            "experiment": experiments.get(info.experiment_id, info.experiment_id),
+            "run_name": info.run_name,
+            "status": info.status,
+            "start_time": _timestamp(info.start_time),
+            "end_time": _timestamp(info.end_time),
+            "config_hash": data.tags.get(TAG_CONFIG_HASH) or data.params.get("config_hash"),
+        }
+    )
     return row
 
 
 def _at_best_epoch(client, run_id: str, primary: str, companion: str) -> float:
     """`dev_<companion>` at the epoch of the best `dev_<primary>` (first best epoch), or NaN."""
+
     def by_step(key):
         history = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
         return pd.Series({m.step: m.value for m in history}, dtype=float)  # last value per step wins
@@ -164,8 +183,9 @@ def _order_and_type(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[first + rest_params + metrics].sort_values(sort, kind="stable").reset_index(drop=True)
 
 
-def load_runs(tracking_uri: str, experiment: str | None = None, *, fill_from_history: bool = True,
-              allow_empty: bool = False) -> pd.DataFrame:
+def load_runs(
+    tracking_uri: str, experiment: str | None = None, *, fill_from_history: bool = True, allow_empty: bool = False
+) -> pd.DataFrame:
     """All trial runs under `tracking_uri` (one experiment, or all of them) as one DataFrame.
 
     Raises `AnalysisError` when the store or the experiment does not exist, or (unless

@@ -6,33 +6,60 @@
 an unknown hub id) -> its last path component. `display_names` keeps names unique. Also the
 names of methods, tasks, metrics and evaluation sets (`score_name`: `stsb_spearman` -> "STS-B").
 """
+
 from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
 
 _BERT_MINIATURES = {
-    (2, 128): "tiny", (4, 256): "mini", (4, 512): "small", (8, 512): "medium", (12, 768): "base",
+    (2, 128): "tiny",
+    (4, 256): "mini",
+    (4, 512): "small",
+    (8, 512): "medium",
+    (12, 768): "base",
 }
 _PATTERNS = [
-    (re.compile(r"^(?P<family>\w*electra|electricidad)-(?P<size>small|base|large)(?:-v\d+)?-(?P<kind>discriminator|generator)$", re.I),
-     lambda m: f"{_family(m['family'])}-{m['kind'][0].upper()} {m['size'].lower()}"),
-    (re.compile(r"^(?P<family>gelectra)-(?P<size>small|base|large)$", re.I),
-     lambda m: f"{_family(m['family'])}-D {m['size'].lower()}"),
-    (re.compile(r"^bert-(?P<size>tiny|mini|small|medium|base|large)(?:-cased|-uncased)?$", re.I),
-     lambda m: f"BERT {m['size'].lower()}"),
-    (re.compile(r"^bert_uncased_L-(?P<l>\d+)_H-(?P<h>\d+)_A-\d+$", re.I),
-     lambda m: f"BERT {_BERT_MINIATURES.get((int(m['l']), int(m['h'])), 'L' + m['l'] + '-H' + m['h'])}"),
-    (re.compile(r"^deberta-v3-(?P<size>xsmall|small|base|large)$", re.I),
-     lambda m: f"DeBERTaV3 {m['size'].lower()}"),
+    (
+        re.compile(
+            r"^(?P<family>\w*electra|electricidad)-(?P<size>small|base|large)(?:-v\d+)?-(?P<kind>discriminator|generator)$",
+            re.I,
+        ),
+        lambda m: f"{_family(m['family'])}-{m['kind'][0].upper()} {m['size'].lower()}",
+    ),
+    (
+        re.compile(r"^(?P<family>gelectra)-(?P<size>small|base|large)$", re.I),
+        lambda m: f"{_family(m['family'])}-D {m['size'].lower()}",
+    ),
+    (
+        re.compile(r"^bert-(?P<size>tiny|mini|small|medium|base|large)(?:-cased|-uncased)?$", re.I),
+        lambda m: f"BERT {m['size'].lower()}",
+    ),
+    (
+        re.compile(r"^bert_uncased_L-(?P<l>\d+)_H-(?P<h>\d+)_A-\d+$", re.I),
+        lambda m: f"BERT {_BERT_MINIATURES.get((int(m['l']), int(m['h'])), 'L' + m['l'] + '-H' + m['h'])}",
+    ),
+    (re.compile(r"^deberta-v3-(?P<size>xsmall|small|base|large)$", re.I), lambda m: f"DeBERTaV3 {m['size'].lower()}"),
 ]
-METHOD_NAMES = {"tmft": "TMFT", "ws+tmft": "WS+TMFT", "dapt+tmft": "DAPT+TMFT", "cka": "CKA", "evaluate": "Zero-shot evaluation"}
+METHOD_NAMES = {
+    "tmft": "TMFT",
+    "ws+tmft": "WS+TMFT",
+    "dapt+tmft": "DAPT+TMFT",
+    "cka": "CKA",
+    "evaluate": "Zero-shot evaluation",
+}
 METHOD_ORDER = ("tmft", "ws+tmft", "dapt+tmft")
 TASK_NAMES = {"stsb": "STS-B", "sts-b": "STS-B", "mrpc": "MRPC", "sick": "SICK"}
 METRIC_NAMES = {"spearman": "Spearman", "pearson": "Pearson", "f1": "F1", "accuracy": "accuracy"}
 # Evaluation sets (trainables/evaluation/sets.py) as the papers' zero-shot tables head their columns.
-SET_NAMES = {**{f"sts{year}": f"STS{year}" for year in range(12, 17)}, "stsb": "STS-B", "stsb_dev": "STS-B dev",
-             "sickr": "SICK-R", "sickr_all": "SICK-R all", "mean": "Avg."}
+SET_NAMES = {
+    **{f"sts{year}": f"STS{year}" for year in range(12, 17)},
+    "stsb": "STS-B",
+    "stsb_dev": "STS-B dev",
+    "sickr": "SICK-R",
+    "sickr_all": "SICK-R all",
+    "mean": "Avg.",
+}
 
 
 _FAMILIES = {"electra": "ELECTRA", "koelectra": "KoELECTRA", "gelectra": "GELECTRA", "electricidad": "Electricidad"}

@@ -10,6 +10,7 @@ packages whatever kernels Jupyter knows about.
     python -m analysis.nbrun analysis/notebooks/layer_curves.ipynb MLFLOW_URI=sqlite:////abs/mlflow.db
     (writes layer_curves.executed.ipynb beside it; NAME=VALUE values are Python literals or text)
 """
+
 from __future__ import annotations
 
 import ast
@@ -59,14 +60,20 @@ def run_notebook(path, parameters: dict | None = None, cwd=None, timeout: int = 
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / KERNEL_NAME
         spec.mkdir()
-        (spec / "kernel.json").write_text(json.dumps({
-            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "Python (embsweep)", "language": "python",
-        }))
+        (spec / "kernel.json").write_text(
+            json.dumps(
+                {
+                    "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                    "display_name": "Python (embsweep)",
+                    "language": "python",
+                }
+            )
+        )
         specs = KernelSpecManager(kernel_dirs=[tmp])
         manager = AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=specs)
-        client = NotebookClient(nb, km=manager, timeout=timeout,
-                                resources={"metadata": {"path": str(cwd or Path(path).parent)}})
+        client = NotebookClient(
+            nb, km=manager, timeout=timeout, resources={"metadata": {"path": str(cwd or Path(path).parent)}}
+        )
         client.execute()
     if output is not None:
         nbformat.write(nb, str(output))

@@ -5,6 +5,7 @@ higher score. So ties keep both points: two points with the same parameter count
 the front (neither has fewer parameters), and so are two with the same score. Points with a
 missing parameter count or score are never on the front and dominate nothing.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -11,6 +11,7 @@
 - `plot_metric_curves(rows, columns, title)`: several final metrics against the layer, one line
   per metric (a zero-shot evaluation of one model and pooling: one line per evaluation set).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -78,8 +79,17 @@ def plot_layer_curves(summary, method: str, task: str, colors=None):
         ax.plot(x, mean, marker=".", color=color, label=f"{names[model]} (n={seeds})")
         ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.18, linewidth=0)
         best = curve[curve["is_best_layer"]]
-        ax.plot(best["layer"], best["test_mean"], marker="*", markersize=15, color=color,
-                markeredgecolor="black", markeredgewidth=0.8, linestyle="none", zorder=5)
+        ax.plot(
+            best["layer"],
+            best["test_mean"],
+            marker="*",
+            markersize=15,
+            color=color,
+            markeredgecolor="black",
+            markeredgewidth=0.8,
+            linestyle="none",
+            zorder=5,
+        )
     handles, labels = ax.get_legend_handles_labels()
     handles.append(Line2D([], [], marker="*", markersize=13, color="grey", markeredgecolor="black", linestyle="none"))
     labels.append("best layer by mean dev")
@@ -142,9 +152,16 @@ def _outside_area(box, frame) -> float:
 
 
 # Offsets (unit direction) and text alignment, in order of preference.
-_DIRECTIONS = [(0.8, 0.6, "left", "bottom"), (1, 0, "left", "center"), (0.8, -0.6, "left", "top"),
-               (-0.8, 0.6, "right", "bottom"), (-1, 0, "right", "center"), (-0.8, -0.6, "right", "top"),
-               (0, 1, "center", "bottom"), (0, -1, "center", "top")]
+_DIRECTIONS = [
+    (0.8, 0.6, "left", "bottom"),
+    (1, 0, "left", "center"),
+    (0.8, -0.6, "left", "top"),
+    (-0.8, 0.6, "right", "bottom"),
+    (-1, 0, "right", "center"),
+    (-0.8, -0.6, "right", "top"),
+    (0, 1, "center", "bottom"),
+    (0, -1, "center", "top"),
+]
 _STEPS = (1, 1.8, 2.8, 4, 5.5, 7.5, 10)
 
 
@@ -186,9 +203,19 @@ def place_labels(ax, xs, ys, texts, fontsize=8.5, avoid_lines=(), colors=None):
                 break
         _, step, (dx, dy, ha, va), box = best
         arrow = {"arrowstyle": "-", "color": "0.55", "lw": 0.6, "shrinkA": 0, "shrinkB": 4} if step > 1 else None
-        annotations.append(ax.annotate(
-            texts[i], (xs[i], ys[i]), xytext=(7 * step * dx, 7 * step * dy), textcoords="offset points",
-            ha=ha, va=va, fontsize=fontsize, arrowprops=arrow, color=(colors[i] if colors is not None else None)))
+        annotations.append(
+            ax.annotate(
+                texts[i],
+                (xs[i], ys[i]),
+                xytext=(7 * step * dx, 7 * step * dy),
+                textcoords="offset points",
+                ha=ha,
+                va=va,
+                fontsize=fontsize,
+                arrowprops=arrow,
+                color=(colors[i] if colors is not None else None),
+            )
+        )
         taken.append(box)
     return annotations
 
@@ -204,26 +231,56 @@ def plot_pareto(points, colors=None, title: str | None = None):
     metric = points["metric"].iloc[0]
     fig, ax = new_figure((9.0, 5.4))
     front = points[points["on_front"]].sort_values(["params_m", "test_mean"])
-    front_style = dict(color="0.55", linewidth=1.6, marker="o", markersize=14, markerfacecolor="none",
-                       markeredgecolor="0.55", markeredgewidth=1.2)
+    front_style = dict(
+        color="0.55",
+        linewidth=1.6,
+        marker="o",
+        markersize=14,
+        markerfacecolor="none",
+        markeredgecolor="0.55",
+        markeredgewidth=1.2,
+    )
     (front_line,) = ax.plot(front["params_m"], front["test_mean"], zorder=1, **front_style)
     for _, row in points.iterrows():
         kind = row["row_kind"]
         if kind == "layer":
-            ax.scatter(row["params_m"], row["test_mean"], s=14, zorder=2, marker="o", color=colors[row["model"]], alpha=0.6)
+            ax.scatter(
+                row["params_m"], row["test_mean"], s=14, zorder=2, marker="o", color=colors[row["model"]], alpha=0.6
+            )
             continue
         last = kind == "last"
-        ax.scatter(row["params_m"], row["test_mean"], s=55, zorder=3, marker=MARKER_LAST if last else MARKER_BEST,
-                   facecolors="white" if last else colors[row["model"]], edgecolors=colors[row["model"]], linewidths=1.6)
-    handles = [Line2D([], [], label="Pareto front", **front_style),
-               Line2D([], [], marker=MARKER_BEST, color="0.3", linestyle="none", label="best layer by mean dev")]
+        ax.scatter(
+            row["params_m"],
+            row["test_mean"],
+            s=55,
+            zorder=3,
+            marker=MARKER_LAST if last else MARKER_BEST,
+            facecolors="white" if last else colors[row["model"]],
+            edgecolors=colors[row["model"]],
+            linewidths=1.6,
+        )
+    handles = [
+        Line2D([], [], label="Pareto front", **front_style),
+        Line2D([], [], marker=MARKER_BEST, color="0.3", linestyle="none", label="best layer by mean dev"),
+    ]
     if (points["row_kind"] == "last").any():
-        handles.append(Line2D([], [], marker=MARKER_LAST, color="0.3", markerfacecolor="white", linestyle="none",
-                              label="last layer (where not the best)"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker=MARKER_LAST,
+                color="0.3",
+                markerfacecolor="white",
+                linestyle="none",
+                label="last layer (where not the best)",
+            )
+        )
     if (points["row_kind"] == "layer").any():
         handles.append(Line2D([], [], marker="o", markersize=4, color="0.3", linestyle="none", label="other layers"))
-    handles += [Line2D([], [], marker=MARKER_BEST, color=colors[m], linestyle="none", label=names[m])
-                for m in sorted(names, key=lambda m: names[m].lower())]
+    handles += [
+        Line2D([], [], marker=MARKER_BEST, color=colors[m], linestyle="none", label=names[m])
+        for m in sorted(names, key=lambda m: names[m].lower())
+    ]
     ax.legend(handles=handles, fontsize=8.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     x, y = points["params_m"].to_numpy(float), points["test_mean"].to_numpy(float)
     ypad = max(np.ptp(y), 1.0)
@@ -239,8 +296,10 @@ def plot_pareto(points, colors=None, title: str | None = None):
         xpad = max(np.ptp(x), x.max() * 0.05, 1e-3)
         ax.set_xlim(max(0.0, x.min() - 0.25 * xpad), x.max() + 0.4 * xpad)
     count = points["params_count"].iloc[0] if "params_count" in points and len(points) else "params_truncated"
-    ax.set_xlabel(f"Parameters, {PARAM_LABELS.get(count, PARAM_LABELS['params_truncated'])} (millions"
-                  + (", log scale)" if log_x else ")"))
+    ax.set_xlabel(
+        f"Parameters, {PARAM_LABELS.get(count, PARAM_LABELS['params_truncated'])} (millions"
+        + (", log scale)" if log_x else ")")
+    )
     ax.set_ylabel(_score_label(metric, "Test") + " (mean over seeds)")
     if title is None:
         row = points.iloc[0]
@@ -248,7 +307,15 @@ def plot_pareto(points, colors=None, title: str | None = None):
     ax.set_title(title, fontsize=11)
     ax.grid(alpha=0.3)
     labelled = points[(points["row_kind"] != "layer") | points["on_front"]]
-    labels = [f"{names[r['model']]}, l={int(r['layer'])}" + (" (last)" if r["row_kind"] == "last" else "")
-              for _, r in labelled.iterrows()]
-    place_labels(ax, labelled["params_m"].to_numpy(float), labelled["test_mean"].to_numpy(float), labels, avoid_lines=[front_line])
+    labels = [
+        f"{names[r['model']]}, l={int(r['layer'])}" + (" (last)" if r["row_kind"] == "last" else "")
+        for _, r in labelled.iterrows()
+    ]
+    place_labels(
+        ax,
+        labelled["params_m"].to_numpy(float),
+        labelled["test_mean"].to_numpy(float),
+        labels,
+        avoid_lines=[front_line],
+    )
     return fig

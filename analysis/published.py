@@ -7,6 +7,7 @@ the last layer for the paper's "last" rows; mean ± sample std over seeds; the p
 count where the runs logged it) and the difference ours - paper. A published row the runs do not
 cover says so. Where the paper gives only a plot, the section says that.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -14,9 +15,23 @@ import pandas as pd
 from analysis.summary import layer_family, selected_layers, summarize
 from analysis.tables import to_markdown
 
-COLUMNS = ["method", "model", "layer (paper)", "layer (ours)", "params M (paper)", "params M (ours)",
-           "dev Spearman (paper)", "dev Spearman (ours)", "test Spearman (paper)", "test Spearman (ours)",
-           "Δ test Spearman", "test Pearson (paper)", "test Pearson (ours)", "Δ test Pearson", "seeds"]
+COLUMNS = [
+    "method",
+    "model",
+    "layer (paper)",
+    "layer (ours)",
+    "params M (paper)",
+    "params M (ours)",
+    "dev Spearman (paper)",
+    "dev Spearman (ours)",
+    "test Spearman (paper)",
+    "test Spearman (ours)",
+    "Δ test Spearman",
+    "test Pearson (paper)",
+    "test Pearson (ours)",
+    "Δ test Pearson",
+    "seeds",
+]
 
 
 def preset_names(runs: pd.DataFrame) -> list[str]:
@@ -29,30 +44,49 @@ def comparison(runs: pd.DataFrame, preset) -> pd.DataFrame:
     ours = selected_layers(rows) if not rows.empty else rows
     out = []
     for paper in preset.published:
-        match = ours[(ours["method"] == paper.method) & (ours["task"] == paper.task) & (ours["model"] == paper.model)] \
-            if not ours.empty else ours
+        match = (
+            ours[(ours["method"] == paper.method) & (ours["task"] == paper.task) & (ours["model"] == paper.model)]
+            if not ours.empty
+            else ours
+        )
         if paper.selection == "last":
-            match = rows[(rows["method"] == paper.method) & (rows["task"] == paper.task) & (rows["model"] == paper.model)
-                         & rows["is_last_layer"]] if not rows.empty else rows
+            match = (
+                rows[
+                    (rows["method"] == paper.method)
+                    & (rows["task"] == paper.task)
+                    & (rows["model"] == paper.model)
+                    & rows["is_last_layer"]
+                ]
+                if not rows.empty
+                else rows
+            )
         else:
             match = match[match["row_kind"] == "best"] if not match.empty else match
         row = match.iloc[0] if len(match) else None
-        get = (lambda key: row[key] if row is not None and key in row and pd.notna(row[key]) else None)
+        get = lambda key: row[key] if row is not None and key in row and pd.notna(row[key]) else None
         params = get("params_paper")
-        out.append({
-            "method": paper.method, "model": paper.model + (" (last layer)" if paper.selection == "last" else ""),
-            "layer (paper)": paper.layer, "layer (ours)": get("layer"),
-            "params M (paper)": paper.params_m, "params M (ours)": None if params is None else params / 1e6,
-            "dev Spearman (paper)": paper.dev_spearman, "dev Spearman (ours)": get("dev_mean"),
-            "dev Spearman std": get("dev_std"),
-            "test Spearman (paper)": paper.test_spearman, "test Spearman (ours)": get("test_mean"),
-            "test Spearman std": get("test_std"),
-            "Δ test Spearman": None if get("test_mean") is None else get("test_mean") - paper.test_spearman,
-            "test Pearson (paper)": paper.test_pearson, "test Pearson (ours)": get("test2_mean"),
-            "test Pearson std": get("test2_std"),
-            "Δ test Pearson": None if get("test2_mean") is None else get("test2_mean") - paper.test_pearson,
-            "seeds": get("n_seeds") or 0,
-        })
+        out.append(
+            {
+                "method": paper.method,
+                "model": paper.model + (" (last layer)" if paper.selection == "last" else ""),
+                "layer (paper)": paper.layer,
+                "layer (ours)": get("layer"),
+                "params M (paper)": paper.params_m,
+                "params M (ours)": None if params is None else params / 1e6,
+                "dev Spearman (paper)": paper.dev_spearman,
+                "dev Spearman (ours)": get("dev_mean"),
+                "dev Spearman std": get("dev_std"),
+                "test Spearman (paper)": paper.test_spearman,
+                "test Spearman (ours)": get("test_mean"),
+                "test Spearman std": get("test_std"),
+                "Δ test Spearman": None if get("test_mean") is None else get("test_mean") - paper.test_spearman,
+                "test Pearson (paper)": paper.test_pearson,
+                "test Pearson (ours)": get("test2_mean"),
+                "test Pearson std": get("test2_std"),
+                "Δ test Pearson": None if get("test2_mean") is None else get("test2_mean") - paper.test_pearson,
+                "seeds": get("n_seeds") or 0,
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -63,21 +97,40 @@ def comparison_markdown(table: pd.DataFrame) -> str:
         text = f"{value:+.2f}" if signed else f"{value:.2f}"
         return text if std is None or pd.isna(std) else f"{text} ± {std:.2f}"
 
-    shown = pd.DataFrame({
-        "method": table["method"], "model": table["model"],
-        "layer paper / ours": [f"{p} / {'–' if o is None or pd.isna(o) else int(o)}"
-                               for p, o in zip(table["layer (paper)"], table["layer (ours)"])],
-        "params M paper / ours": [f"{p:.2f} / {num(o)}" for p, o in zip(table["params M (paper)"], table["params M (ours)"])],
-        "dev Spearman paper / ours": [f"{p:.2f} / {num(o, s)}" for p, o, s in
-                                      zip(table["dev Spearman (paper)"], table["dev Spearman (ours)"], table["dev Spearman std"])],
-        "test Spearman paper / ours": [f"{p:.2f} / {num(o, s)}" for p, o, s in
-                                       zip(table["test Spearman (paper)"], table["test Spearman (ours)"], table["test Spearman std"])],
-        "Δ Spearman": [num(v, signed=True) for v in table["Δ test Spearman"]],
-        "test Pearson paper / ours": [f"{p:.2f} / {num(o, s)}" for p, o, s in
-                                      zip(table["test Pearson (paper)"], table["test Pearson (ours)"], table["test Pearson std"])],
-        "Δ Pearson": [num(v, signed=True) for v in table["Δ test Pearson"]],
-        "seeds": table["seeds"].astype(int),
-    })
+    shown = pd.DataFrame(
+        {
+            "method": table["method"],
+            "model": table["model"],
+            "layer paper / ours": [
+                f"{p} / {'–' if o is None or pd.isna(o) else int(o)}"
+                for p, o in zip(table["layer (paper)"], table["layer (ours)"])
+            ],
+            "params M paper / ours": [
+                f"{p:.2f} / {num(o)}" for p, o in zip(table["params M (paper)"], table["params M (ours)"])
+            ],
+            "dev Spearman paper / ours": [
+                f"{p:.2f} / {num(o, s)}"
+                for p, o, s in zip(
+                    table["dev Spearman (paper)"], table["dev Spearman (ours)"], table["dev Spearman std"]
+                )
+            ],
+            "test Spearman paper / ours": [
+                f"{p:.2f} / {num(o, s)}"
+                for p, o, s in zip(
+                    table["test Spearman (paper)"], table["test Spearman (ours)"], table["test Spearman std"]
+                )
+            ],
+            "Δ Spearman": [num(v, signed=True) for v in table["Δ test Spearman"]],
+            "test Pearson paper / ours": [
+                f"{p:.2f} / {num(o, s)}"
+                for p, o, s in zip(
+                    table["test Pearson (paper)"], table["test Pearson (ours)"], table["test Pearson std"]
+                )
+            ],
+            "Δ Pearson": [num(v, signed=True) for v in table["Δ test Pearson"]],
+            "seeds": table["seeds"].astype(int),
+        }
+    )
     return to_markdown(shown.astype(str))
 
 
@@ -89,19 +142,33 @@ def sections(runs: pd.DataFrame, tables_dir, write_csv) -> list[str]:
     for name in preset_names(runs):
         preset = find_preset(name)
         if preset is None:
-            lines += ["", f"## Preset {name}", "", f"No preset called {name!r} is known to this version of the code.", ""]
+            lines += [
+                "",
+                f"## Preset {name}",
+                "",
+                f"No preset called {name!r} is known to this version of the code.",
+                "",
+            ]
             continue
         lines += ["", f"## {preset.reproduces} (preset `{name}`)", ""]
         if not preset.published:
-            lines += [f"The paper gives only a plot of this; the sweep's curves and tables are below.{_note(preset)}", ""]
+            lines += [
+                f"The paper gives only a plot of this; the sweep's curves and tables are below.{_note(preset)}",
+                "",
+            ]
             continue
         table = comparison(runs[runs["preset"].astype(str) == name], preset)
         path = tables_dir / f"paper_{name}.csv"
         write_csv(table, path)
-        lines += [f"Beside the paper's published numbers ({preset.source}); ours: the layer with the best mean dev "
-                  f"Spearman (or the last layer, where the paper's row is the last layer), mean ± std over seeds; "
-                  f"Δ = ours - paper; parameters as the paper counts them (embeddings and the first l layers) "
-                  f"([CSV](tables/{path.name})).{_note(preset)}", "", comparison_markdown(table), ""]
+        lines += [
+            f"Beside the paper's published numbers ({preset.source}); ours: the layer with the best mean dev "
+            f"Spearman (or the last layer, where the paper's row is the last layer), mean ± std over seeds; "
+            f"Δ = ours - paper; parameters as the paper counts them (embeddings and the first l layers) "
+            f"([CSV](tables/{path.name})).{_note(preset)}",
+            "",
+            comparison_markdown(table),
+            "",
+        ]
     return lines
 
 

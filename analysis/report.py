@@ -16,6 +16,7 @@ Writes into OUT:
   tables/paper_<preset>.csv with the paper's published numbers beside the sweep's (analysis/published.py);
 - README.md: the index that shows all of it, including the excluded runs.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,8 +33,18 @@ from analysis.names import display_names, method_name, method_sort_key, task_nam
 from analysis.pareto import pareto_points
 from analysis.plots import model_colors, plot_layer_curves, plot_metric_curves, plot_pareto, save_figure
 from analysis.summary import TABLE_FAMILY, flag_mixed_configs, layer_family, split_runs, summarize
-from analysis.tables import (metric_columns, score_columns, scores_markdown, scores_table, table1, table1_markdown,
-                             table2, table2_markdown, table_axes, to_markdown)
+from analysis.tables import (
+    metric_columns,
+    score_columns,
+    scores_markdown,
+    scores_table,
+    table1,
+    table1_markdown,
+    table2,
+    table2_markdown,
+    table_axes,
+    to_markdown,
+)
 
 
 @dataclass
@@ -69,8 +80,8 @@ def _runs_overview(runs: pd.DataFrame, complete: pd.DataFrame) -> str:
     runs = runs.assign(**{c: runs[c] if c in runs else pd.NA for c in ("task", "model", "layer", "seed")})
     runs["task"] = runs["task"].fillna("")
     counts = runs.groupby(["sweep", "method", "task"], dropna=False).agg(
-        trials=("run_id", "size"), models=("model", "nunique"), layers=("layer", "nunique"),
-        seeds=("seed", "nunique"))
+        trials=("run_id", "size"), models=("model", "nunique"), layers=("layer", "nunique"), seeds=("seed", "nunique")
+    )
     used = complete.groupby(["sweep", "method", "task"], dropna=False).size()
     counts["complete"] = used.reindex(counts.index).fillna(0).astype(int)
     counts = counts.reset_index()
@@ -92,8 +103,9 @@ def _group_label(axes: list[str], key: tuple) -> str:
     return ", ".join(display_names([v])[str(v)] if a == "model" else f"{a}={v}" for a, v in zip(axes, key))
 
 
-def _layer_curves(rows: pd.DataFrame, others: list[str], columns: list[str], stem: str, heading: str,
-                  figures: Path, report: Report) -> list[str]:
+def _layer_curves(
+    rows: pd.DataFrame, others: list[str], columns: list[str], stem: str, heading: str, figures: Path, report: Report
+) -> list[str]:
     """A figure per group of the `others` axes (e.g. per model and pooling) with two layers or
     more: one line per column against the layer."""
     lines = []
@@ -102,11 +114,18 @@ def _layer_curves(rows: pd.DataFrame, others: list[str], columns: list[str], ste
             continue  # one layer: the table says it all
         key = key if isinstance(key, tuple) else (key,)
         label = _group_label(others, key)
-        files = save_figure(plot_metric_curves(group, columns, f"{heading}: {label}"), figures,
-                            f"curves_{stem}" + "".join(f"_{slug(value)}" for value in key))
+        files = save_figure(
+            plot_metric_curves(group, columns, f"{heading}: {label}"),
+            figures,
+            f"curves_{stem}" + "".join(f"_{slug(value)}" for value in key),
+        )
         report.files += files
-        lines += [f"![{label}](figures/{files[0].name})", "",
-                  f"{label}: each score against the layer ([SVG](figures/{files[1].name})).", ""]
+        lines += [
+            f"![{label}](figures/{files[0].name})",
+            "",
+            f"{label}: each score against the layer ([SVG](figures/{files[1].name})).",
+            "",
+        ]
     return lines
 
 
@@ -125,9 +144,15 @@ def _table_family_sections(others: pd.DataFrame, figures: Path, tables: Path, wr
         write_csv(table, tables / f"scores_{stem}.csv")
         (tables / f"scores_{stem}.md").write_text(markdown)
         report.files.append(tables / f"scores_{stem}.md")
-        lines += ["", f"## {heading}", "",
-                  f"Every {', '.join(axes)} (scores ×100; [Markdown](tables/scores_{stem}.md), "
-                  f"[CSV](tables/scores_{stem}.csv)):", "", markdown]
+        lines += [
+            "",
+            f"## {heading}",
+            "",
+            f"Every {', '.join(axes)} (scores ×100; [Markdown](tables/scores_{stem}.md), "
+            f"[CSV](tables/scores_{stem}.csv)):",
+            "",
+            markdown,
+        ]
         if "layer" in axes:
             columns = metric_columns(rows) or scores[:1]
             lines += _layer_curves(rows, [a for a in axes if a != "layer"], columns, stem, heading, figures, report)
@@ -138,7 +163,10 @@ def select_runs(runs: pd.DataFrame, where: dict[str, str] | None) -> pd.DataFram
     """The runs whose params equal every `where` value (compared as text, e.g. {"lr": "2e-05"})."""
     for key, value in (where or {}).items():
         if key not in runs:
-            raise AnalysisError(f"--where {key}=...: no such param; the runs have: {', '.join(runs.attrs.get('param_columns', runs.columns))}.")
+            raise AnalysisError(
+                f"--where {key}=...: no such param; the runs have: "
+                f"{', '.join(runs.attrs.get('param_columns', runs.columns))}."
+            )
         runs = runs[runs[key].astype(str) == str(value)]
     if runs.empty:
         raise AnalysisError(f"No trial run matches --where {' '.join(f'{k}={v}' for k, v in where.items())}.")
@@ -173,25 +201,39 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
     if where:
         source += ", runs with " + ", ".join(f"`{k}={v}`" for k, v in where.items())
     lines = [
-        "# Sweep report", "",
-        f"Source: {source}; generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}.", "",
+        "# Sweep report",
+        "",
+        f"Source: {source}; generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}.",
+        "",
         f"{len(runs)} trial runs: {len(complete)} complete and used, {len(excluded)} left out "
         "([see below](#runs-left-out)). Scores are ×100, mean ± sample std (ddof=1) over seeds; where a method "
         "selects (e.g. the best layer of each model), it selects by the highest mean **dev** (primary) score "
-        "(the lowest for `metric_mode` min), and its test score is reported.", "",
-        "| file | content |", "|---|---|",
+        "(the lowest for `metric_mode` min), and its test score is reported.",
+        "",
+        "| file | content |",
+        "|---|---|",
         "| [runs.csv](runs.csv) | one row per trial run: params, final metrics, status |",
         "| [summary.csv](summary.csv) | one row per (method, task, model, layer), or per (method, task, axes of its "
         "contract): n_seeds, means, stds, best/last layer, `is_best` |",
         "| [excluded_runs.csv](excluded_runs.csv) | runs left out of the averages, with the reason |",
-        "| [pareto_points.csv](pareto_points.csv) | every (model, layer) mean with `row_kind` (best, last, layer) and `on_front` |", "",
-        "## Runs by sweep", "", _runs_overview(runs, complete),
+        "| [pareto_points.csv](pareto_points.csv) | every (model, layer) mean with `row_kind` (best, last, layer) "
+        "and `on_front` |",
+        "",
+        "## Runs by sweep",
+        "",
+        _runs_overview(runs, complete),
     ]
     mixed = flag_mixed_configs(report.summary)
     if not mixed.empty:
         shown = ["method", "task", *table_axes(mixed), "n_seeds", "configs", "varying"]
-        lines += ["", "**Warning:** these rows average runs with different settings (`varying`); separate them "
-                  "with `--where PARAM=VALUE`:", "", to_markdown(mixed[shown].astype(str).replace({"<NA>": ""})), ""]
+        lines += [
+            "",
+            "**Warning:** these rows average runs with different settings (`varying`); separate them "
+            "with `--where PARAM=VALUE`:",
+            "",
+            to_markdown(mixed[shown].astype(str).replace({"<NA>": ""})),
+            "",
+        ]
     if summary.empty and others.empty:
         lines += ["", "No complete runs yet: nothing to plot or tabulate.", ""]
     lines += published.sections(runs, tables, write_csv)
@@ -205,25 +247,43 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
             write_csv(t1, stem.with_suffix(".csv"))
             stem.with_suffix(".md").write_text(markdown)
             report.files.append(stem.with_suffix(".md"))
-            lines += ["", f"## {task_name(task)}: methods compared (Table 1 layout)", "",
-                      "Best layer by mean dev per model and method; test maximum per method in bold "
-                      f"([CSV](tables/{stem.name}.csv)).", "", markdown]
+            lines += [
+                "",
+                f"## {task_name(task)}: methods compared (Table 1 layout)",
+                "",
+                "Best layer by mean dev per model and method; test maximum per method in bold "
+                f"([CSV](tables/{stem.name}.csv)).",
+                "",
+                markdown,
+            ]
 
     for method, task in _groups(summary):
         name = slug(method, task)
         rows = summary[(summary["method"] == method) & (summary["task"] == task)]
         lines += ["", f"## {method_name(method)} on {task_name(task)}", ""]
-        layer_files = save_figure(plot_layer_curves(summary, method, task, colors=colors), figures, f"layer_curves_{name}")
-        lines += [f"![layer curves](figures/{layer_files[0].name})", "",
-                  f"Layer curves ([SVG](figures/{layer_files[1].name})).", ""]
+        layer_files = save_figure(
+            plot_layer_curves(summary, method, task, colors=colors), figures, f"layer_curves_{name}"
+        )
+        lines += [
+            f"![layer curves](figures/{layer_files[0].name})",
+            "",
+            f"Layer curves ([SVG](figures/{layer_files[1].name})).",
+            "",
+        ]
         report.files += layer_files
         group_points = points[(points["method"] == method) & (points["task"] == task)]
         if group_points["params_m"].notna().any():
             pareto_files = save_figure(plot_pareto(group_points, colors=colors), figures, f"pareto_{name}")
             front = display_names(rows["model"].unique())
-            on_front = ", ".join(f"{front[r.model]} (l={r.layer})" for r in group_points[group_points["on_front"]].itertuples())
-            lines += [f"![Pareto front](figures/{pareto_files[0].name})", "",
-                      f"Pareto front ([SVG](figures/{pareto_files[1].name})): {on_front}.", ""]
+            on_front = ", ".join(
+                f"{front[r.model]} (l={r.layer})" for r in group_points[group_points["on_front"]].itertuples()
+            )
+            lines += [
+                f"![Pareto front](figures/{pareto_files[0].name})",
+                "",
+                f"Pareto front ([SVG](figures/{pareto_files[1].name})): {on_front}.",
+                "",
+            ]
             report.files += pareto_files
         t2 = table2(summary, method, task)
         markdown = table2_markdown(t2, rows["metric"].iloc[0])
@@ -231,13 +291,23 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
         write_csv(t2, stem.with_suffix(".csv"))
         stem.with_suffix(".md").write_text(markdown)
         report.files.append(stem.with_suffix(".md"))
-        lines += [f"Best layer by mean dev, and the last layer where different (Table 2 layout; "
-                  f"[CSV](tables/{stem.name}.csv)):", "", markdown]
+        lines += [
+            f"Best layer by mean dev, and the last layer where different (Table 2 layout; "
+            f"[CSV](tables/{stem.name}.csv)):",
+            "",
+            markdown,
+        ]
 
     lines += _table_family_sections(others, figures, tables, write_csv, report)
-    lines += ["", "## Runs left out", "",
-              "Not finished, failed, missing a selection metric, or an older duplicate of a configuration; "
-              "none of them is in any mean above.", "", _excluded_markdown(excluded)]
+    lines += [
+        "",
+        "## Runs left out",
+        "",
+        "Not finished, failed, missing a selection metric, or an older duplicate of a configuration; "
+        "none of them is in any mean above.",
+        "",
+        _excluded_markdown(excluded),
+    ]
     report.index.write_text("\n".join(lines) + "\n")
     report.files.append(report.index)
     return report

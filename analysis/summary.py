@@ -33,6 +33,7 @@ evaluation: model, pooling, layer, no seed). `configs` counts the distinct setti
 but the row's axes, the seed and provenance) averaged in a row and `varying` names the params
 that differ, so mixed sweeps are flagged rather than silently merged.
 """
+
 from __future__ import annotations
 
 import re
@@ -41,8 +42,16 @@ import pandas as pd
 
 from analysis.loader import COMPANION
 
-CONTRACT_KEYS = ("sweep_axes", "select_axis", "seed_axis", "metric_primary", "metric_report", "metric_companion",
-                 "metric_mode", "metric_columns")
+CONTRACT_KEYS = (
+    "sweep_axes",
+    "select_axis",
+    "seed_axis",
+    "metric_primary",
+    "metric_report",
+    "metric_companion",
+    "metric_mode",
+    "metric_columns",
+)
 # Runs of one contract are summarised together; their metric_columns (which may differ between
 # sweeps of a method, e.g. other evaluation sets) are merged.
 CONTRACT = [k for k in CONTRACT_KEYS if k != "metric_columns"]
@@ -52,8 +61,10 @@ HYPER = ["epochs", "lr", "batch_size"]
 # Parameter counts a run logs: the paper's (embeddings + the first l layers; trainables/encoders/loading.py)
 # and the whole truncated model's. Tables and the Pareto plot show the paper's where runs have it.
 PARAM_COUNTS = ("params_paper", "params_truncated")
-PARAM_LABELS = {"params_paper": "the paper's count: embeddings and the first l layers",
-                "params_truncated": "the whole truncated model"}
+PARAM_LABELS = {
+    "params_paper": "the paper's count: embeddings and the first l layers",
+    "params_truncated": "the whole truncated model",
+}
 
 
 def params_column(frame) -> str | None:
@@ -64,8 +75,19 @@ def params_column(frame) -> str | None:
 
 
 REFERENCE = ("reference_rows", "reference_by")  # not grouping keys: runs logged before they existed have none
-PROVENANCE = {"seed", "git_commit", "config_hash", "sweep", "search", "data_dir", "preset", "params_truncated", "params_paper",
-              *CONTRACT_KEYS, *REFERENCE}
+PROVENANCE = {
+    "seed",
+    "git_commit",
+    "config_hash",
+    "sweep",
+    "search",
+    "data_dir",
+    "preset",
+    "params_truncated",
+    "params_paper",
+    *CONTRACT_KEYS,
+    *REFERENCE,
+}
 PROVENANCE_PREFIXES = ("version_", "data_sha_")
 FINISHED = "FINISHED"
 LAYER_FAMILY, TABLE_FAMILY = "layers", "table"
@@ -76,9 +98,13 @@ def legacy_contract(primary: str) -> dict[str, str]:
     """TMFT's contract, read into runs logged before contracts were; primary 'spearman' or 'f1'."""
     companion = COMPANION.get(primary, "")
     return {
-        "sweep_axes": "model,layer,seed", "select_axis": "layer", "seed_axis": "seed",
-        "metric_primary": f"best_dev_{primary}", "metric_report": f"test_{primary}_at_best_dev",
-        "metric_companion": f"test_{companion}_at_best_dev" if companion else "", "metric_mode": "max",
+        "sweep_axes": "model,layer,seed",
+        "select_axis": "layer",
+        "seed_axis": "seed",
+        "metric_primary": f"best_dev_{primary}",
+        "metric_report": f"test_{primary}_at_best_dev",
+        "metric_companion": f"test_{companion}_at_best_dev" if companion else "",
+        "metric_mode": "max",
         "metric_columns": "",
     }
 
@@ -219,10 +245,12 @@ def _settings(runs: pd.DataFrame, keys: list[str], seed: str) -> pd.DataFrame:
         return pd.DataFrame({"configs": 1, "varying": ""}, index=groups.size().index)
     as_text = runs[settings].astype(str).groupby([runs[k] for k in keys], sort=True)
     varying = as_text.agg(lambda s: s.nunique() > 1)
-    return pd.DataFrame({
-        "configs": as_text.apply(lambda g: len(g.drop_duplicates())),
-        "varying": varying.apply(lambda row: ",".join(c for c in settings if row[c]), axis=1),
-    })
+    return pd.DataFrame(
+        {
+            "configs": as_text.apply(lambda g: len(g.drop_duplicates())),
+            "varying": varying.apply(lambda row: ",".join(c for c in settings if row[c]), axis=1),
+        }
+    )
 
 
 def _mark_selection(out: pd.DataFrame, keys: list[str], select: str, mode: str) -> pd.DataFrame:
@@ -231,7 +259,8 @@ def _mark_selection(out: pd.DataFrame, keys: list[str], select: str, mode: str) 
     if select:
         for _, group in out.groupby([k for k in keys if k != select], sort=False):
             ranked = group[group["dev_mean"].notna()].sort_values(
-                ["dev_mean", select], ascending=[mode == "min", True], kind="stable")
+                ["dev_mean", select], ascending=[mode == "min", True], kind="stable"
+            )
             if not ranked.empty:
                 out.loc[ranked.index[0], "is_best"] = True
             if select == "layer":
@@ -262,8 +291,12 @@ def _summarize_contract(runs: pd.DataFrame) -> pd.DataFrame:
     for generic, name in scores.items():
         out[f"{generic}_mean"], out[f"{generic}_std"] = out[f"{name}_mean"], out[f"{name}_std"]
     reference = {key: contract[key] if isinstance(contract.get(key), str) else "" for key in REFERENCE}
-    out = out.reset_index().assign(**{key: contract[key] for key in CONTRACT}, metric_columns=",".join(columns),
-                                   family=contract["family"], **reference)
+    out = out.reset_index().assign(
+        **{key: contract[key] for key in CONTRACT},
+        metric_columns=",".join(columns),
+        family=contract["family"],
+        **reference,
+    )
     return _mark_selection(out, keys, contract["select_axis"], contract["metric_mode"])
 
 
@@ -280,8 +313,24 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     (see the module docstring)."""
     complete, _ = split_runs(runs)
     if complete.empty:
-        return pd.DataFrame(columns=["method", "task", "model", "layer", "metric", "n_seeds", "dev_mean", "dev_std",
-                                     "test_mean", "test_std", "is_best", "is_best_layer", "is_last_layer", "family"])
+        return pd.DataFrame(
+            columns=[
+                "method",
+                "task",
+                "model",
+                "layer",
+                "metric",
+                "n_seeds",
+                "dev_mean",
+                "dev_std",
+                "test_mean",
+                "test_std",
+                "is_best",
+                "is_best_layer",
+                "is_last_layer",
+                "family",
+            ]
+        )
     parts = [_summarize_contract(rows) for _, rows in complete.groupby(CONTRACT, sort=True)]
     summary = pd.concat(parts, ignore_index=True).sort_values(["family", "method", "task"], kind="stable")
     return _typed_layer(summary.reset_index(drop=True))
@@ -311,7 +360,11 @@ def selected_layers(summary: pd.DataFrame) -> pd.DataFrame:
     best = summary[summary["is_best_layer"]].assign(row_kind="best")
     last = summary[summary["is_last_layer"] & ~summary["is_best_layer"]].assign(row_kind="last")
     rows = pd.concat([best, last]).assign(_order=lambda f: (f["row_kind"] == "last").astype(int))
-    return rows.sort_values(["method", "task", "model", "_order"], kind="stable").drop(columns="_order").reset_index(drop=True)
+    return (
+        rows.sort_values(["method", "task", "model", "_order"], kind="stable")
+        .drop(columns="_order")
+        .reset_index(drop=True)
+    )
 
 
 def flag_mixed_configs(summary: pd.DataFrame) -> pd.DataFrame:

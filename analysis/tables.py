@@ -17,6 +17,7 @@
   reference row with the same values of the axes in `reference_by` (e.g. the same model and
   corpus) or, where several qualify (e.g. every source alone), the best of them by mean primary.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,19 +30,28 @@ from analysis.summary import COMPANION, PARAM_LABELS, names, params_column, row_
 
 def _metric_labels(primary: str) -> dict[str, str]:
     companion = COMPANION.get(primary, "")
-    return {"dev": f"dev_{primary}", "dev2": f"dev_{companion}", "test": f"test_{primary}",
-            "test2": f"test_{companion}"}
+    return {
+        "dev": f"dev_{primary}",
+        "dev2": f"dev_{companion}",
+        "test": f"test_{primary}",
+        "test2": f"test_{companion}",
+    }
 
 
 def _numeric(rows: pd.DataFrame, primary: str) -> pd.DataFrame:
     names = display_names(rows["model"].unique())
     count = params_column(rows)
-    out = pd.DataFrame({
-        "model": rows["model"].to_numpy(), "name": rows["model"].map(names).to_numpy(),
-        "row_kind": rows["row_kind"].to_numpy(), "layer": rows["layer"].to_numpy(),
-        "params": rows[count].to_numpy() if count else pd.NA, "params_count": count or "",
-        "n_seeds": rows["n_seeds"].to_numpy(),
-    })
+    out = pd.DataFrame(
+        {
+            "model": rows["model"].to_numpy(),
+            "name": rows["model"].map(names).to_numpy(),
+            "row_kind": rows["row_kind"].to_numpy(),
+            "layer": rows["layer"].to_numpy(),
+            "params": rows[count].to_numpy() if count else pd.NA,
+            "params_count": count or "",
+            "n_seeds": rows["n_seeds"].to_numpy(),
+        }
+    )
     for kind, label in _metric_labels(primary).items():
         for stat in ("mean", "std"):
             column = f"{kind}_{stat}"
@@ -86,6 +96,7 @@ def _params(value) -> str:
 
 def to_markdown(frame: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown table of a DataFrame of strings."""
+
     def cell(value) -> str:
         text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
         return text.replace("|", "\\|")
@@ -99,16 +110,25 @@ def to_markdown(frame: pd.DataFrame) -> str:
 def table2_markdown(table: pd.DataFrame, primary: str = "spearman") -> str:
     labels = _metric_labels(primary)
     companion = COMPANION.get(primary, "")
-    shown = pd.DataFrame({
-        "Model": [n + (" (last layer)" if k == "last" else "") for n, k in zip(table["name"], table["row_kind"])],
-        "Layer": table["layer"].astype(str), "Params": table["params"].map(_params),
-        "Seeds": table["n_seeds"].astype(str),
-    })
-    for kind, split, metric in (("dev", "Dev", primary), ("dev2", "Dev", companion),
-                                ("test", "Test", primary), ("test2", "Test", companion)):
+    shown = pd.DataFrame(
+        {
+            "Model": [n + (" (last layer)" if k == "last" else "") for n, k in zip(table["name"], table["row_kind"])],
+            "Layer": table["layer"].astype(str),
+            "Params": table["params"].map(_params),
+            "Seeds": table["n_seeds"].astype(str),
+        }
+    )
+    for kind, split, metric in (
+        ("dev", "Dev", primary),
+        ("dev2", "Dev", companion),
+        ("test", "Test", primary),
+        ("test2", "Test", companion),
+    ):
         label = labels[kind]
         if table[f"{label}_mean"].notna().any():
-            shown[f"{split} {metric_name(metric)}"] = [_fmt(m, s) for m, s in zip(table[f"{label}_mean"], table[f"{label}_std"])]
+            shown[f"{split} {metric_name(metric)}"] = [
+                _fmt(m, s) for m, s in zip(table[f"{label}_mean"], table[f"{label}_std"])
+            ]
     return to_markdown(shown) + params_note(table)
 
 
@@ -133,16 +153,18 @@ def table1_markdown(table: pd.DataFrame, primary: str = "spearman") -> str:
             hit = group[group["method"] == method]
             tag = method_name(method)
             if hit.empty:
-                row.update({f"{tag} layer": "–", f"{tag} params": "–", f"{tag} dev {pair}": "–",
-                            f"{tag} test {pair}": "–"})
+                row.update(
+                    {f"{tag} layer": "–", f"{tag} params": "–", f"{tag} dev {pair}": "–", f"{tag} test {pair}": "–"}
+                )
                 continue
             r = hit.iloc[0]
             best = table.loc[table["method"] == method, f"{labels['test']}_mean"].max()
             row[f"{tag} layer"] = str(r["layer"])
             row[f"{tag} params"] = _params(r["params"])
             row[f"{tag} dev {pair}"] = _pair(r, labels["dev"], labels["dev2"])
-            row[f"{tag} test {pair}"] = _pair(r, labels["test"], labels["test2"],
-                                              bold_first=r[f"{labels['test']}_mean"] == best)
+            row[f"{tag} test {pair}"] = _pair(
+                r, labels["test"], labels["test2"], bold_first=r[f"{labels['test']}_mean"] == best
+            )
         rows.append(row)
     return to_markdown(pd.DataFrame(rows)) + params_note(table)
 
@@ -155,7 +177,11 @@ def params_note(table: pd.DataFrame) -> str:
 
 def metric_columns(rows: pd.DataFrame) -> list[str]:
     """The metric columns of the contracts of summary rows (e.g. one per evaluation set) that have a mean."""
-    return [c for c in dict.fromkeys(c for text in rows["metric_columns"].unique() for c in names(text)) if f"{c}_mean" in rows]
+    return [
+        c
+        for c in dict.fromkeys(c for text in rows["metric_columns"].unique() for c in names(text))
+        if f"{c}_mean" in rows
+    ]
 
 
 def score_columns(rows: pd.DataFrame) -> list[str]:
@@ -214,8 +240,9 @@ def _beside_reference(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     references = [best.get(key) for key in keys]
     for score in score_columns(rows):
         values = table[score].to_numpy(dtype=float)
-        table[f"{score}_vs_reference"] = [values[i] - values[r] if r is not None else float("nan")
-                                          for i, r in enumerate(references)]
+        table[f"{score}_vs_reference"] = [
+            values[i] - values[r] if r is not None else float("nan") for i, r in enumerate(references)
+        ]
     table["is_reference"] = False
     table.loc[table.index[sorted(best.values())], "is_reference"] = True
     table.attrs["reference"] = {"rows": spec, "by": by}
@@ -236,9 +263,12 @@ def scores_markdown(table: pd.DataFrame, axes: list[str], scores: list[str], sel
         stds = table[f"{score}_std"] if f"{score}_std" in table else [None] * len(table)
         maxima = table[f"{score}_max"] if f"{score}_max" in table else [None] * len(table)
         deltas = table[f"{score}_vs_reference"] if f"{score}_vs_reference" in table else [None] * len(table)
-        shown[score_name(score)] = [_fmt(mean, std) + ("" if pd.isna(std) or top is None or pd.isna(top) else f" (max {top:.2f})")
-                                    + ("" if delta is None or pd.isna(delta) else f" (Δ {delta:+.2f})")
-                                    for mean, std, top, delta in zip(table[score], stds, maxima, deltas)]
+        shown[score_name(score)] = [
+            _fmt(mean, std)
+            + ("" if pd.isna(std) or top is None or pd.isna(top) else f" (max {top:.2f})")
+            + ("" if delta is None or pd.isna(delta) else f" (Δ {delta:+.2f})")
+            for mean, std, top, delta in zip(table[score], stds, maxima, deltas)
+        ]
     if "n_seeds" in table:
         shown["Seeds"] = table["n_seeds"].astype(str)
     note = ""
@@ -248,6 +278,8 @@ def scores_markdown(table: pd.DataFrame, axes: list[str], scores: list[str], sel
         if axis in shown:
             shown[axis] = shown[axis].where(~table["is_reference"], shown[axis] + " (reference)")
         same = f" with the same {', '.join(reference['by'])}" if reference.get("by") else ""
-        note = (f"\nΔ: each score minus its reference row's (rows {reference.get('rows', '')}{same}; "
-                "the best by mean dev score where several qualify).\n")
+        note = (
+            f"\nΔ: each score minus its reference row's (rows {reference.get('rows', '')}{same}; "
+            "the best by mean dev score where several qualify).\n"
+        )
     return to_markdown(shown) + note

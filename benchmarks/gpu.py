@@ -26,6 +26,7 @@ all-MiniLM-L6-v2, `embsweep-assets install sentence-transformers/all-MiniLM-L6-v
     python benchmarks/gpu.py --smoke                            # a tiny model, runs on the CPU
     python benchmarks/gpu.py --out results.json --concurrency 1,2,4,8
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,9 +46,17 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 MODEL_SHAPES = {  # the public checkpoints' configs, with the tokenizer's vocabulary size
-    "bert-base": dict(kind="bert", hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
-    "electra-base-generator": dict(kind="electra", embedding_size=768, hidden_size=256, num_hidden_layers=12,
-                                   num_attention_heads=4, intermediate_size=1024),
+    "bert-base": dict(
+        kind="bert", hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072
+    ),
+    "electra-base-generator": dict(
+        kind="electra",
+        embedding_size=768,
+        hidden_size=256,
+        num_hidden_layers=12,
+        num_attention_heads=4,
+        intermediate_size=1024,
+    ),
     "tiny": dict(kind="bert", hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
 }
 
@@ -63,7 +72,9 @@ def model_config(name: str, vocab_size: int):
 
     shape = dict(MODEL_SHAPES[name])
     kind = shape.pop("kind")
-    return (BertConfig if kind == "bert" else ElectraConfig)(vocab_size=vocab_size, max_position_embeddings=512, **shape)
+    return (BertConfig if kind == "bert" else ElectraConfig)(
+        vocab_size=vocab_size, max_position_embeddings=512, **shape
+    )
 
 
 # --- one trial, in its own process ------------------------------------------------------------
@@ -90,8 +101,15 @@ def worker(spec_path: str) -> None:
         full = AutoModel.from_config(model_config(spec["model"], spec["vocab_size"]))
     encoder = truncate(full, spec["layer"])
     trial = PairFineTuning()
-    config = {"seed": spec["seed"], "batch_size": spec["batch_size"], "eval_batch_size": 64, "lr": 2e-5,
-              "weight_decay": 0.01, "warmup_ratio": 0.1, "precision": spec["precision"]}
+    config = {
+        "seed": spec["seed"],
+        "batch_size": spec["batch_size"],
+        "eval_batch_size": 64,
+        "lr": 2e-5,
+        "weight_decay": 0.01,
+        "warmup_ratio": 0.1,
+        "precision": spec["precision"],
+    }
     trial.init_fine_tuning(encoder, task, config, device, spec["epochs"])
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -108,10 +126,19 @@ def worker(spec_path: str) -> None:
         scores = trial.evaluate()
         eval_s += time.perf_counter() - t1
         train_s += t1 - t0
-    result = {"startup_s": ready - started, "go": go, "end": time.time(), "train_s": train_s, "eval_s": eval_s,
-              "cpu_s": time.process_time() - cpu_started,
-              "precision_used": trial.precision.name, "params": count_parameters(trial.model),
-              "dev_spearman": scores.get("dev_spearman"), "test_spearman": scores.get("test_spearman"), "device": str(device)}
+    result = {
+        "startup_s": ready - started,
+        "go": go,
+        "end": time.time(),
+        "train_s": train_s,
+        "eval_s": eval_s,
+        "cpu_s": time.process_time() - cpu_started,
+        "precision_used": trial.precision.name,
+        "params": count_parameters(trial.model),
+        "dev_spearman": scores.get("dev_spearman"),
+        "test_spearman": scores.get("test_spearman"),
+        "device": str(device),
+    }
     if device.type == "cuda":
         result.update(peak_allocated=torch.cuda.max_memory_allocated(), peak_reserved=torch.cuda.max_memory_reserved())
     Path(spec["result"]).write_text(json.dumps(result))
@@ -158,9 +185,13 @@ def cuda_context_bytes() -> int | None:
         return None
 
     def used() -> int:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "--id=0"],
-                             capture_output=True, text=True, check=True).stdout
-        return int(out.split()[0]) * 2 ** 20
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "--id=0"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return int(out.split()[0]) * 2**20
 
     before = used()
     torch.zeros(1, device="cuda")
@@ -175,8 +206,14 @@ def run_batch(name: str, spec: dict, n: int, folder: Path) -> dict:
     go = batch / "go"
     processes = []
     for index in range(n):
-        own = {**spec, "seed": index, "threads": max(1, (os.cpu_count() or 1) // n), "go": str(go), "ready": str(batch / f"ready-{index}"),
-               "result": str(batch / f"result-{index}.json")}
+        own = {
+            **spec,
+            "seed": index,
+            "threads": max(1, (os.cpu_count() or 1) // n),
+            "go": str(go),
+            "ready": str(batch / f"ready-{index}"),
+            "result": str(batch / f"result-{index}.json"),
+        }
         (batch / f"spec-{index}.json").write_text(json.dumps(own))
         processes.append(subprocess.Popen([sys.executable, __file__, "--worker", str(batch / f"spec-{index}.json")]))
     while not all((batch / f"ready-{i}").exists() for i in range(n)):
@@ -190,14 +227,25 @@ def run_batch(name: str, spec: dict, n: int, folder: Path) -> dict:
         raise SystemExit(f"a worker of {batch.name} failed (exit codes {codes})")
     results = [json.loads((batch / f"result-{i}.json").read_text()) for i in range(n)]
     wall = max(r["end"] for r in results) - min(r["go"] for r in results)
-    return {"model": name, "precision": spec["precision"], "precision_used": results[0]["precision_used"], "trials": n,
-            "wall_s": wall, "trials_per_hour": n * 3600 / wall, "startup_s": max(r["startup_s"] for r in results),
-            "train_s": results[0]["train_s"], "eval_s": results[0]["eval_s"], "params": results[0]["params"],
-            "memory_per_trial": (memory.peak - memory.baseline) / n if memory.cuda else None,
-            "peak_reserved": max(r.get("peak_reserved", 0) for r in results),
-            "peak_allocated": max(r.get("peak_allocated", 0) for r in results), "cpu_s": results[0]["cpu_s"],
-            "device": results[0]["device"],
-            "dev_spearman": [r["dev_spearman"] for r in results], "test_spearman": [r["test_spearman"] for r in results]}
+    return {
+        "model": name,
+        "precision": spec["precision"],
+        "precision_used": results[0]["precision_used"],
+        "trials": n,
+        "wall_s": wall,
+        "trials_per_hour": n * 3600 / wall,
+        "startup_s": max(r["startup_s"] for r in results),
+        "train_s": results[0]["train_s"],
+        "eval_s": results[0]["eval_s"],
+        "params": results[0]["params"],
+        "memory_per_trial": (memory.peak - memory.baseline) / n if memory.cuda else None,
+        "peak_reserved": max(r.get("peak_reserved", 0) for r in results),
+        "peak_allocated": max(r.get("peak_allocated", 0) for r in results),
+        "cpu_s": results[0]["cpu_s"],
+        "device": results[0]["device"],
+        "dev_spearman": [r["dev_spearman"] for r in results],
+        "test_spearman": [r["test_spearman"] for r in results],
+    }
 
 
 def tokenised_stsb(tokenizer_dir: str, data_dir: str, train_pairs: int | None, eval_pairs: int | None):
@@ -209,8 +257,17 @@ def tokenised_stsb(tokenizer_dir: str, data_dir: str, train_pairs: int | None, e
     return tokenize_task("stsb", tokenizer_dir, examples, checksums, train_pairs)
 
 
-def estimates(name: str, task, vocab_size: int, layer: int, batch_size: int, epochs: int, gpu_tflops: float | None,
-              precision: str, weights: str | None = None) -> dict:
+def estimates(
+    name: str,
+    task,
+    vocab_size: int,
+    layer: int,
+    batch_size: int,
+    epochs: int,
+    gpu_tflops: float | None,
+    precision: str,
+    weights: str | None = None,
+) -> dict:
     """The cost model's memory and seconds for the trial, and its FLOPs."""
     from trainables.encoders import cost as encoder_cost
 
@@ -238,15 +295,24 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--train-pairs", type=int, default=None, help="default: all 5,749 STS-B training pairs")
     parser.add_argument("--eval-pairs", type=int, default=None, help="default: all dev and test pairs")
-    parser.add_argument("--data-dir", default=None, help="folder holding stsbenchmark/ (default: the project's data dir)")
+    parser.add_argument(
+        "--data-dir", default=None, help="folder holding stsbenchmark/ (default: the project's data dir)"
+    )
     parser.add_argument("--tokenizer", default=None, help="a BERT-uncased WordPiece tokenizer folder")
-    parser.add_argument("--gpu-tflops", type=float, default=None,
-                        help="the cost model's throughput to compare against (default: its H100 figure per precision)")
+    parser.add_argument(
+        "--gpu-tflops",
+        type=float,
+        default=None,
+        help="the cost model's throughput to compare against (default: its H100 figure per precision)",
+    )
     parser.add_argument("--gpu-memory-gb", type=float, default=None, help="for the packing rule (default: this GPU's)")
     parser.add_argument("--out", default=None, help="also write every figure as JSON here")
     parser.add_argument("--smoke", action="store_true", help="a tiny model, 64 pairs, CPU-able: checks the benchmark")
-    parser.add_argument("--weights", default=None, help="a real model folder instead of --models (its own tokenizer): "
-                                                          "the seeds' scores then compare precisions")
+    parser.add_argument(
+        "--weights",
+        default=None,
+        help="a real model folder instead of --models (its own tokenizer): the seeds' scores then compare precisions",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -268,21 +334,27 @@ def main() -> None:
         args.models, args.tokenizer = Path(args.weights).name, args.weights
     tokenizer = args.tokenizer or default_tokenizer()
     if not Path(tokenizer, "vocab.txt").is_file() and not Path(tokenizer, "tokenizer.json").is_file():
-        raise SystemExit(f"no tokenizer at {tokenizer}: pass --tokenizer DIR (a BERT-uncased WordPiece tokenizer) or run "
-                         "`embsweep-assets install sentence-transformers/all-MiniLM-L6-v2`")
+        raise SystemExit(
+            f"no tokenizer at {tokenizer}: pass --tokenizer DIR (a BERT-uncased WordPiece tokenizer) or run "
+            "`embsweep-assets install sentence-transformers/all-MiniLM-L6-v2`"
+        )
     task = tokenised_stsb(tokenizer, data_dir, args.train_pairs, args.eval_pairs)
     from transformers import AutoTokenizer
 
     vocab_size = len(AutoTokenizer.from_pretrained(tokenizer))
     cuda = torch.cuda.is_available()
     gpu = torch.cuda.get_device_name() if cuda else "none (CPU)"
-    gpu_memory_gb = args.gpu_memory_gb or (torch.cuda.get_device_properties(0).total_memory / 1024 ** 3 if cuda else 24.0)
+    gpu_memory_gb = args.gpu_memory_gb or (torch.cuda.get_device_properties(0).total_memory / 1024**3 if cuda else 24.0)
     models = args.models.split(",")
     precisions = args.precisions.split(",")
     counts = [int(n) for n in args.concurrency.split(",")]
-    print(f"device: {gpu}; CUDA context per process {context / 2 ** 30 if context else 0:.2f} GiB; torch {torch.__version__}; {len(task.splits['train'])} training pairs, "
-          f"{len(task.splits['dev'])} dev, {len(task.splits['test'])} test; {args.epochs} epoch(s), batch {args.batch_size}",
-          flush=True)
+    print(
+        f"device: {gpu}; CUDA context per process {context / 2**30 if context else 0:.2f} GiB; torch "
+        f"{torch.__version__}; {len(task.splits['train'])} training pairs, "
+        f"{len(task.splits['dev'])} dev, {len(task.splits['test'])} test; {args.epochs} epoch(s), batch "
+        f"{args.batch_size}",
+        flush=True,
+    )
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -291,46 +363,89 @@ def main() -> None:
             pickle.dump(task, handle)
         for n in counts:  # every configuration alone first, so a cut-short run still has them
             for name in models:
-                depth = weights_config(args.weights).num_hidden_layers if args.weights else MODEL_SHAPES[name]["num_hidden_layers"]
+                depth = (
+                    weights_config(args.weights).num_hidden_layers
+                    if args.weights
+                    else MODEL_SHAPES[name]["num_hidden_layers"]
+                )
                 layer = args.layer if args.layer is not None else depth
                 for precision in precisions:
-                    spec = {"model": name, "vocab_size": vocab_size, "layer": layer, "precision": precision, "weights": args.weights,
-                            "epochs": args.epochs, "batch_size": args.batch_size, "task": str(folder / "task.pkl")}
+                    spec = {
+                        "model": name,
+                        "vocab_size": vocab_size,
+                        "layer": layer,
+                        "precision": precision,
+                        "weights": args.weights,
+                        "epochs": args.epochs,
+                        "batch_size": args.batch_size,
+                        "task": str(folder / "task.pkl"),
+                    }
                     row = run_batch(name, spec, n, folder)
                     if context is not None:  # sampling can miss a short peak; a process holds at least this
                         row["memory_per_trial"] = max(row["memory_per_trial"], row["peak_reserved"] + context)
-                    row.update(layer=layer, estimate=estimates(name, task, vocab_size, layer, args.batch_size, args.epochs,
-                                                               args.gpu_tflops, row["precision_used"], args.weights))
+                    row.update(
+                        layer=layer,
+                        estimate=estimates(
+                            name,
+                            task,
+                            vocab_size,
+                            layer,
+                            args.batch_size,
+                            args.epochs,
+                            args.gpu_tflops,
+                            row["precision_used"],
+                            args.weights,
+                        ),
+                    )
                     row["packing_trials_per_gpu"] = trials_per_gpu(row["estimate"]["memory"], gpu_memory_gb)
                     rows.append(row)
-                    print(f"  {name} L{layer} {row['precision_used']} x{n}: {row['wall_s']:.1f} s, "
-                          f"{row['trials_per_hour']:.0f} trials/h, start-up {row['startup_s']:.1f} s; dev/test Spearman by seed "
-                          + ", ".join(f"{d:.2f}/{t:.2f}" for d, t in zip(row["dev_spearman"], row["test_spearman"])), flush=True)
+                    print(
+                        f"  {name} L{layer} {row['precision_used']} x{n}: {row['wall_s']:.1f} s, "
+                        f"{row['trials_per_hour']:.0f} trials/h, start-up {row['startup_s']:.1f} s; dev/test "
+                        "Spearman by seed "
+                        + ", ".join(f"{d:.2f}/{t:.2f}" for d, t in zip(row["dev_spearman"], row["test_spearman"])),
+                        flush=True,
+                    )
                     if args.out:
-                        Path(args.out).write_text(json.dumps({"device": gpu, "cuda_context": context, "rows": rows}, indent=1))
+                        Path(args.out).write_text(
+                            json.dumps({"device": gpu, "cuda_context": context, "rows": rows}, indent=1)
+                        )
     report(rows, gpu, args.gpu_tflops)
 
 
 def report(rows: list[dict], gpu: str, gpu_tflops: float) -> None:
-    gib = 1024 ** 3
-    print(f"\n{'model':<24}{'prec':>5}{'at once':>8}{'trials/h':>10}{'x fp32 alone':>13}{'s/trial':>9}"
-          f"{'GiB/trial':>10}{'rule GiB':>9}{'rule fits':>10}")
+    gib = 1024**3
+    print(
+        f"\n{'model':<24}{'prec':>5}{'at once':>8}{'trials/h':>10}{'x fp32 alone':>13}{'s/trial':>9}"
+        f"{'GiB/trial':>10}{'rule GiB':>9}{'rule fits':>10}"
+    )
     for row in rows:
-        alone = next((r for r in rows if r["model"] == row["model"] and r["precision_used"] == "fp32" and r["trials"] == 1), None)
+        alone = next(
+            (r for r in rows if r["model"] == row["model"] and r["precision_used"] == "fp32" and r["trials"] == 1), None
+        )
         ratio = row["trials_per_hour"] / alone["trials_per_hour"] if alone else float("nan")
         memory = row["memory_per_trial"]
-        print(f"{row['model']:<24}{row['precision_used']:>5}{row['trials']:>8}{row['trials_per_hour']:>10.0f}{ratio:>12.2f}x"
-              f"{row['wall_s'] / row['trials']:>9.1f}{(memory / gib if memory else float('nan')):>10.2f}"
-              f"{row['estimate']['memory'] / gib:>9.2f}{row['packing_trials_per_gpu']:>10}")
-    print(f"\none trial alone on {gpu}: measured GPU-seconds (train + dev/test evaluation) against the cost model "
-          f"({f'--gpu-tflops {gpu_tflops:g}' if gpu_tflops else 'its H100 figures'})")
-    print(f"{'model':<24}{'prec':>5}{'measured s':>11}{'CPU s':>7}{'model s':>9}{'model/measured':>15}{'effective TFLOP/s':>18}")
+        print(
+            f"{row['model']:<24}{row['precision_used']:>5}{row['trials']:>8}{row['trials_per_hour']:>10.0f}{ratio:>12.2f}x"
+            f"{row['wall_s'] / row['trials']:>9.1f}{(memory / gib if memory else float('nan')):>10.2f}"
+            f"{row['estimate']['memory'] / gib:>9.2f}{row['packing_trials_per_gpu']:>10}"
+        )
+    print(
+        f"\none trial alone on {gpu}: measured GPU-seconds (train + dev/test evaluation) against the cost model "
+        f"({f'--gpu-tflops {gpu_tflops:g}' if gpu_tflops else 'its H100 figures'})"
+    )
+    print(
+        f"{'model':<24}{'prec':>5}{'measured s':>11}{'CPU s':>7}{'model s':>9}"
+        f"{'model/measured':>15}{'effective TFLOP/s':>18}"
+    )
     for row in rows:
         if row["trials"] != 1:
             continue
         measured = row["train_s"] + row["eval_s"]
-        print(f"{row['model']:<24}{row['precision_used']:>5}{measured:>11.1f}{row['cpu_s']:>7.1f}{row['estimate']['seconds']:>9.1f}"
-              f"{row['estimate']['seconds'] / measured:>15.2f}{row['estimate']['flops'] / measured / 1e12:>18.1f}")
+        print(
+            f"{row['model']:<24}{row['precision_used']:>5}{measured:>11.1f}{row['cpu_s']:>7.1f}{row['estimate']['seconds']:>9.1f}"
+            f"{row['estimate']['seconds'] / measured:>15.2f}{row['estimate']['flops'] / measured / 1e12:>18.1f}"
+        )
 
 
 if __name__ == "__main__":

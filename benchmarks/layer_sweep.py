@@ -16,6 +16,7 @@ means is within two seed standard deviations of the authors' (the larger of the 
     python benchmarks/layer_sweep.py --model sentence-transformers/all-mpnet-base-v2 --seeds 0,1,2
     python benchmarks/layer_sweep.py --arms project                    # without the length-grouped arm
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from benchmarks.truncation import make_trial  # noqa: E402
-from trainables.encoders.loading import load_config, model_depth, resolve_model  # noqa: E402
 from trainables.core.paths import default_data_dir  # noqa: E402
+from trainables.encoders.loading import load_config, model_depth, resolve_model  # noqa: E402
 from trainables.methods.tmft.method import TMFTData  # noqa: E402
 from trainables.training.tokenized import load_task, tokenize_task  # noqa: E402
 
@@ -43,8 +44,18 @@ def authors_sweep(args, layers, seeds) -> tuple[float, dict]:
     examples, checksums = load_task("stsb", args.data_dir)
     path = resolve_model(args.model)
     data = TMFTData({args.model: tokenize_task("stsb", path, examples, checksums, args.train_samples)})
-    base = {"method": "tmft", "task": "stsb", "model": args.model, "epochs": args.epochs, "lr": 2e-5,
-            "batch_size": 32, "weight_decay": 0.01, "warmup_ratio": 0.1, "eval_batch_size": 64, "test_every_epoch": True}
+    base = {
+        "method": "tmft",
+        "task": "stsb",
+        "model": args.model,
+        "epochs": args.epochs,
+        "lr": 2e-5,
+        "batch_size": 32,
+        "weight_decay": 0.01,
+        "warmup_ratio": 0.1,
+        "eval_batch_size": 64,
+        "test_every_epoch": True,
+    }
     scores = {}
     for layer in layers:
         for seed in seeds:
@@ -62,19 +73,42 @@ def project_sweep(args, layers, seeds, grouped: bool) -> tuple[float, dict]:
     from sweeps.electra_layers import main
 
     root = Path(tempfile.mkdtemp(prefix="layer-sweep-"))
-    argv = ["--models", args.model, "--layers", ",".join(map(str, layers)), "--seeds", ",".join(map(str, seeds)),
-            "--epochs", str(args.epochs), "--max-train-samples", str(args.train_samples), "--storage-path", str(root),
-            "--data-dir", args.data_dir, "--name", "bench", "--cpus-per-trial", str(args.cpus_per_trial),
-            *(["--length-grouped"] if grouped else [])]
+    argv = [
+        "--models",
+        args.model,
+        "--layers",
+        ",".join(map(str, layers)),
+        "--seeds",
+        ",".join(map(str, seeds)),
+        "--epochs",
+        str(args.epochs),
+        "--max-train-samples",
+        str(args.train_samples),
+        "--storage-path",
+        str(root),
+        "--data-dir",
+        args.data_dir,
+        "--name",
+        "bench",
+        "--cpus-per-trial",
+        str(args.cpus_per_trial),
+        *(["--length-grouped"] if grouped else []),
+    ]
     started = time.perf_counter()
     if main(argv) != 0:
         raise SystemExit("the project's sweep failed")
     seconds = time.perf_counter() - started
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
-    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])
-            if "test_spearman_at_best_dev" in r.data.metrics]
-    return seconds, {(int(r.data.params["layer"]), int(r.data.params["seed"])): r.data.metrics["test_spearman_at_best_dev"]
-                     for r in runs}
+    runs = [
+        r
+        for e in client.search_experiments()
+        for r in client.search_runs([e.experiment_id])
+        if "test_spearman_at_best_dev" in r.data.metrics
+    ]
+    return seconds, {
+        (int(r.data.params["layer"]), int(r.data.params["seed"])): r.data.metrics["test_spearman_at_best_dev"]
+        for r in runs
+    }
 
 
 def _stats(scores: dict, layer: int, seeds) -> tuple[float, float]:
@@ -90,16 +124,22 @@ def main(argv=None) -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--train-samples", type=int, default=1000)
     parser.add_argument("--cpus-per-trial", type=float, default=1.0)
-    parser.add_argument("--arms", default="project,grouped",
-                        help="the project's arms beside the authors' way: project (plain order), grouped (--length-grouped)")
+    parser.add_argument(
+        "--arms",
+        default="project,grouped",
+        help="the project's arms beside the authors' way: project (plain order), grouped (--length-grouped)",
+    )
     args = parser.parse_args(argv)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if not arms or set(arms) - {"project", "grouped"}:
         parser.error(f"--arms takes project and/or grouped, got {args.arms!r}")
     seeds = [int(s) for s in args.seeds.split(",")]
     layers = list(range(model_depth(load_config(resolve_model(args.model))) + 1))
-    print(f"{args.model}: layers 0..{layers[-1]}, seeds {args.seeds}, {args.epochs} epoch(s) on {args.train_samples} "
-          f"training pairs, full STS-B dev and test, {os.cpu_count()} CPUs\n", flush=True)
+    print(
+        f"{args.model}: layers 0..{layers[-1]}, seeds {args.seeds}, {args.epochs} epoch(s) on {args.train_samples} "
+        f"training pairs, full STS-B dev and test, {os.cpu_count()} CPUs\n",
+        flush=True,
+    )
     results = {"authors": authors_sweep(args, layers, seeds)}
     print(f"authors: {results['authors'][0]:.0f} s", flush=True)
     for name, grouped in (("project", False), ("project grouped", True)):

@@ -16,6 +16,7 @@ models survive between trials) and a fresh worker per trial (`--no-reuse-actors`
     python benchmarks/orchestration.py                    # 16 tiny-model trials, 2 at a time
     python benchmarks/orchestration.py --trials-per-seed 4 --seeds 0-5 --epochs 3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,8 +78,8 @@ def main(argv=None):
     import ray
 
     from sweeps.engine.runner import QUIET_ENV
-    from trainables.data.stsb import load_stsb
     from trainables.core.paths import default_data_dir
+    from trainables.data.stsb import load_stsb
     from trainables.encoders.tiny import build_tiny_model
 
     os.environ.update(QUIET_ENV)
@@ -86,17 +87,43 @@ def main(argv=None):
     sentences = [e.sentence1 for e in load_stsb(default_data_dir(), splits=("train",))["train"][:2000]]
     model = build_tiny_model("bert", work / "tiny-bert", layers=4, hidden=64, sentences=sentences)
     ray.init(address="local", num_cpus=args.concurrency, include_dashboard=False, log_to_driver=False)
-    common = ["--models", str(model), "--layers", args.layers, "--seeds", args.seeds, "--epochs", str(args.epochs),
-              "--max-train-samples", str(args.train_samples), "--max-eval-samples", "300", "--batch-size", "16",
-              "--cpus-per-trial", "1", "--gpus-per-trial", "0", "--storage-path", str(work / "runs"),
-              "--mlflow-uri", f"sqlite:///{work / 'mlflow.db'}", "--experiment", "orchestration"]
-    print(f"{'variant':<28} {'trials':>6} {'wall (s)':>10} {'sum trial (s)':>14} {'ideal (s)':>10} {'overhead':>10}"
-          f" {'startup':>9} {'gaps (s)':>9} {'gaps/busy':>12}")
+    common = [
+        "--models",
+        str(model),
+        "--layers",
+        args.layers,
+        "--seeds",
+        args.seeds,
+        "--epochs",
+        str(args.epochs),
+        "--max-train-samples",
+        str(args.train_samples),
+        "--max-eval-samples",
+        "300",
+        "--batch-size",
+        "16",
+        "--cpus-per-trial",
+        "1",
+        "--gpus-per-trial",
+        "0",
+        "--storage-path",
+        str(work / "runs"),
+        "--mlflow-uri",
+        f"sqlite:///{work / 'mlflow.db'}",
+        "--experiment",
+        "orchestration",
+    ]
+    print(
+        f"{'variant':<28} {'trials':>6} {'wall (s)':>10} {'sum trial (s)':>14} {'ideal (s)':>10} {'overhead':>10}"
+        f" {'startup':>9} {'gaps (s)':>9} {'gaps/busy':>12}"
+    )
     reuse = run_variant("reused actors (default)", [*common, "--name", "reuse"], args.concurrency)
     fresh = run_variant("fresh worker per trial", [*common, "--name", "fresh", "--no-reuse-actors"], args.concurrency)
     per_trial = lambda v: (v[0] - v[1]) * args.concurrency / v[2]
-    print(f"\nlost per trial: reused {per_trial(reuse):.2f} s, fresh {per_trial(fresh):.2f} s; "
-          f"sweep wall time fresh / reused = {fresh[0] / reuse[0]:.2f}x")
+    print(
+        f"\nlost per trial: reused {per_trial(reuse):.2f} s, fresh {per_trial(fresh):.2f} s; "
+        f"sweep wall time fresh / reused = {fresh[0] / reuse[0]:.2f}x"
+    )
     ray.shutdown()
 
 

@@ -21,6 +21,7 @@ TFLOP/s on the RTX 3090 against 67 on the H100 SXM, so 11.7 effective TFLOP/s on
 
     python benchmarks/paper_grid_cost.py
 """
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.gpu import default_tokenizer  # noqa: E402
-from trainables.methods.tmft import electra_paper  # noqa: E402
 from trainables.encoders import cost as encoder_cost
+from trainables.methods.tmft import electra_paper  # noqa: E402
 
 MODELS = electra_paper.CONFIGS  # public configs of the 13 English models
 BASE_MODELS = electra_paper.BASE_MODELS
@@ -63,7 +64,9 @@ def trial_seconds(config, task, layer: int, precision: str, tflops: float | None
     shape = encoder_cost.shape_from_config(config, layer, BATCH, 1)
     per_layer = encoder_cost.shape_from_config(config, 1, BATCH, 1).layer_params
     upper = (depth - layer) * per_layer  # run forward only, in training and in evaluation
-    flops = EPOCHS * (6 * shape.layer_params * tokens + 2 * upper * tokens + 2 * (shape.layer_params + upper) * eval_tokens)
+    flops = EPOCHS * (
+        6 * shape.layer_params * tokens + 2 * upper * tokens + 2 * (shape.layer_params + upper) * eval_tokens
+    )
     gpu = flops / ((tflops or encoder_cost.GPU_TFLOPS[precision]) * 1e12)
     launches = EPOCHS * (3 * steps * (layer + 1) + steps * (depth - layer) + eval_batches * (depth + 1))
     return max(gpu, launches * encoder_cost.LAUNCH_SECONDS[precision])
@@ -79,24 +82,37 @@ def main() -> None:
         examples, checksums = load_task(name, default_data_dir())
         tasks[name] = tokenize_task(name, tokenizer, examples, checksums)
     rtx3090 = encoder_cost.GPU_TFLOPS["fp32"] * RTX3090_FP32 / H100_FP32
-    columns = [("H100 fp32", "fp32", None), ("H100 tf32", "tf32", None), ("H100 bf16", "bf16", None),
-               ("RTX 3090 fp32", "fp32", rtx3090)]
+    columns = [
+        ("H100 fp32", "fp32", None),
+        ("H100 tf32", "tf32", None),
+        ("H100 bf16", "bf16", None),
+        ("RTX 3090 fp32", "fp32", rtx3090),
+    ]
     cells = grid()
     trials = sum((MODELS[m][1] + 1) * SEEDS for _, m in cells)
-    print(f"the paper's English TMFT grid: {len(cells)} model x task families, {trials} trials "
-          f"(every layer, {SEEDS} seeds, {EPOCHS} epochs, batch {BATCH}); GPU-hours, one trial after another\n")
+    print(
+        f"the paper's English TMFT grid: {len(cells)} model x task families, {trials} trials "
+        f"(every layer, {SEEDS} seeds, {EPOCHS} epochs, batch {BATCH}); GPU-hours, one trial after another\n"
+    )
     print(f"{'':<10}" + "".join(f"{label:>16}" for label, _, _ in columns))
     for authors in (False, True):
         hours = []
         for _, precision, tflops in columns:
-            seconds = sum(trial_seconds(config_of(m), tasks[t], layer, precision, tflops, authors) * SEEDS
-                          for t, m in cells for layer in range(MODELS[m][1] + 1))
+            seconds = sum(
+                trial_seconds(config_of(m), tasks[t], layer, precision, tflops, authors) * SEEDS
+                for t, m in cells
+                for layer in range(MODELS[m][1] + 1)
+            )
             hours.append(seconds / 3600)
         print(f"{'authors' if authors else 'project':<10}" + "".join(f"{h:>16.1f}" for h in hours))
-    print(f"\nthe paper (Appendix F): around {PAPER_HOURS} GPU-hours on one RTX 3090, DAPT stages (48.5) and the "
-          "multilingual, CKA and random-init runs included")
-    print(f"RTX 3090 column: the H100's effective fp32 {encoder_cost.GPU_TFLOPS['fp32']:g} TFLOP/s x "
-          f"{RTX3090_FP32:g} / {H100_FP32:g} = {rtx3090:.1f}")
+    print(
+        f"\nthe paper (Appendix F): around {PAPER_HOURS} GPU-hours on one RTX 3090, DAPT stages (48.5) and the "
+        "multilingual, CKA and random-init runs included"
+    )
+    print(
+        f"RTX 3090 column: the H100's effective fp32 {encoder_cost.GPU_TFLOPS['fp32']:g} TFLOP/s x "
+        f"{RTX3090_FP32:g} / {H100_FP32:g} = {rtx3090:.1f}"
+    )
 
 
 if __name__ == "__main__":

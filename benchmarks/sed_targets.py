@@ -8,6 +8,7 @@ Printed: seconds of the teacher part and of the whole, each way, and their ratio
     python benchmarks/sed_targets.py                          # tiny random teachers and student, 3 seeds
     python benchmarks/sed_targets.py --teachers M1,M2,M3 --student M --seeds 0,1,2 --max-sentences 2000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,16 @@ def main(argv=None) -> None:
     parser.add_argument("--max-sentences", type=int, default=2000)
     args = parser.parse_args(argv)
     storage = tempfile.mkdtemp(prefix="sed-bench-")
-    flags = ["--seeds", args.seeds, "--max-sentences", str(args.max_sentences), "--storage-path", storage,
-             "--sets", "stsb,sickr"]
+    flags = [
+        "--seeds",
+        args.seeds,
+        "--max-sentences",
+        str(args.max_sentences),
+        "--storage-path",
+        storage,
+        "--sets",
+        "stsb,sickr",
+    ]
     if args.teachers:
         flags += ["--teachers", args.teachers, *(["--student", args.student] if args.student else [])]
     sweep_args = parser_for("sed").parse_args(flags)
@@ -52,7 +61,10 @@ def main(argv=None) -> None:
     plan = SED.plan(sweep_args, PlanContext(storage, f"sqlite:///{storage}/mlflow.db", smoke_test=not args.teachers))
     (spec,) = plan.stages.values()
     students = [c for c in plan.configs if c["member"] == "student"]
-    print(f"{len(spec['teacher_paths'])} teachers, {len(students)} student seeds, {plan.configs[0]['sentences']} sentences\n")
+    print(
+        f"{len(spec['teacher_paths'])} teachers, {len(students)} student seeds, {plan.configs[0]['sentences']} "
+        "sentences\n"
+    )
 
     timings = {}
     for way in ("cached", "recomputed"):
@@ -67,7 +79,10 @@ def main(argv=None) -> None:
             print(f"  {way}: student seed {config['seed']} mean Spearman {score:.2f}", flush=True)
         timings[way] = (teacher_s, time.perf_counter() - started)
     (cached_teachers, cached_total), (re_teachers, re_total) = timings["cached"], timings["recomputed"]
-    print(f"\nteacher part: cached {cached_teachers:.1f} s, recomputed {re_teachers:.1f} s: {re_teachers / cached_teachers:.2f}x")
+    print(
+        f"\nteacher part: cached {cached_teachers:.1f} s, recomputed {re_teachers:.1f} s: "
+        f"{re_teachers / cached_teachers:.2f}x"
+    )
     print(f"whole sweep:  cached {cached_total:.1f} s, recomputed {re_total:.1f} s: {re_total / cached_total:.2f}x")
 
 

@@ -6,7 +6,8 @@ Runs, in a fresh storage path, the smoke sweep twice as separate processes (as a
 1. the first sweep computes every stage once (one DAPT per model, one WS per model and layer);
 2. a second, identical sweep with the same storage path reuses all of them.
 
-Without reuse, every downstream trial would compute its own stage: the estimate is the first sweep's wall time plus, for every stage, (number of
+Without reuse, every downstream trial would compute its own stage: the estimate is the first sweep's wall time
+plus, for every stage, (number of
 trials that used it - 1) x its measured compute time (from `<storage>/stages/executions.jsonl`).
 Stage times are summed serially, as on one worker; the first stage in a fresh worker process
 pays first-call overheads (lazy imports), so the estimate uses each kind's median time for the extra
@@ -15,6 +16,7 @@ executions.
     python benchmarks/stage_reuse.py                 # prints the figures
     python benchmarks/stage_reuse.py --keep DIR      # keep the storage path (MLflow store, stages)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +34,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _sweep(storage: Path, name: str, extra: list[str]) -> float:
-    command = [sys.executable, str(ROOT / "sweeps" / "improvements.py"), "--smoke-test", "--improvement", "both",
-               "--storage-path", str(storage), "--name", name, "--experiment", "stage-reuse", *extra]
+    command = [
+        sys.executable,
+        str(ROOT / "sweeps" / "improvements.py"),
+        "--smoke-test",
+        "--improvement",
+        "both",
+        "--storage-path",
+        str(storage),
+        "--name",
+        name,
+        "--experiment",
+        "stage-reuse",
+        *extra,
+    ]
     started = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     seconds = time.perf_counter() - started
@@ -47,7 +61,9 @@ def _trials_per_stage(storage: Path, sweep: str) -> Counter:
 
     client = MlflowClient(f"sqlite:///{storage / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("stage-reuse")
-    runs = client.search_runs([experiment.experiment_id], filter_string="tags.`embsweep.role` = 'trial'", max_results=10000)
+    runs = client.search_runs(
+        [experiment.experiment_id], filter_string="tags.`embsweep.role` = 'trial'", max_results=10000
+    )
     return Counter(r.data.params["stage_key"] for r in runs if r.data.params.get("sweep") == sweep)
 
 
@@ -82,18 +98,30 @@ def main(argv=None) -> None:
         extra_seconds += repeats * median[e["kind"]]
     trials = sum(uses.values())
     stage_seconds = sum(float(e["seconds"]) for e in executions)
-    print(f"improvements.py --smoke-test --improvement both: {trials} TMFT trials, "
-          f"{len(executions)} stage executions ({', '.join(f'{len(t)} {k}' for k, t in sorted(by_kind.items()))})")
+    print(
+        f"improvements.py --smoke-test --improvement both: {trials} TMFT trials, "
+        f"{len(executions)} stage executions ({', '.join(f'{len(t)} {k}' for k, t in sorted(by_kind.items()))})"
+    )
     for kind, times in sorted(by_kind.items()):
         print(f"  {kind} stage compute: " + ", ".join(f"{t:.1f}" for t in times) + f" s (median {median[kind]:.1f} s)")
-    print(f"with reuse, first sweep (computes each stage once): {first:7.1f} s wall  (stages {stage_seconds:.1f} s of compute)")
-    print(f"with reuse, second sweep (same storage path):      {second:7.1f} s wall  "
-          f"({len(after) - len(executions)} new stage executions)")
-    print(f"without reuse (estimate):                          {first + extra_seconds:7.1f} s wall  "
-          f"(+{sum(extra_runs.values())} stage executions: "
-          + ", ".join(f"{n} {k} x {median[k]:.1f} s" for k, n in sorted(extra_runs.items())) + ")")
-    print(f"two sweeps without reuse (estimate):               {2 * (first + extra_seconds):7.1f} s wall, "
-          f"with reuse {first + second:.1f} s: {2 * (first + extra_seconds) / (first + second):.2f}x")
+    print(
+        f"with reuse, first sweep (computes each stage once): {first:7.1f} s wall  (stages {stage_seconds:.1f} s of "
+        "compute)"
+    )
+    print(
+        f"with reuse, second sweep (same storage path):      {second:7.1f} s wall  "
+        f"({len(after) - len(executions)} new stage executions)"
+    )
+    print(
+        f"without reuse (estimate):                          {first + extra_seconds:7.1f} s wall  "
+        f"(+{sum(extra_runs.values())} stage executions: "
+        + ", ".join(f"{n} {k} x {median[k]:.1f} s" for k, n in sorted(extra_runs.items()))
+        + ")"
+    )
+    print(
+        f"two sweeps without reuse (estimate):               {2 * (first + extra_seconds):7.1f} s wall, "
+        f"with reuse {first + second:.1f} s: {2 * (first + extra_seconds) / (first + second):.2f}x"
+    )
 
 
 if __name__ == "__main__":

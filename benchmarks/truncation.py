@@ -12,6 +12,7 @@ model and takes `hidden_states[l]`, and evaluates in the data's order. Printed:
     python benchmarks/truncation.py                       # all-MiniLM-L6-v2 (embsweep-assets install ...)
     python benchmarks/truncation.py --model PATH --train-samples 1024 --eval-samples 500
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,8 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import torch  # noqa: E402
 
-from trainables.encoders.loading import load_config, mean_pool, model_depth, resolve_model  # noqa: E402
 from trainables.core.paths import default_data_dir  # noqa: E402
+from trainables.encoders.loading import load_config, mean_pool, model_depth, resolve_model  # noqa: E402
 from trainables.methods.tmft.method import TMFTData, TMFTTrainable, pretrained  # noqa: E402
 from trainables.training.tokenized import load_task, subset, tokenize_task  # noqa: E402
 
@@ -74,7 +75,7 @@ def make_trial(variant: str, data, config):
                     index = range(start, min(start + 64, len(split)))
                     ids, mask = pad([split.s1[i] for i in index] + [split.s2[i] for i in index], self.task.pad_id)
                     emb = mean_pool(self.model(ids, mask).last_hidden_state, mask)
-                    scores += torch.nn.functional.cosine_similarity(emb[: len(index)], emb[len(index):]).tolist()
+                    scores += torch.nn.functional.cosine_similarity(emb[: len(index)], emb[len(index) :]).tolist()
             return scores
 
     trial = Local.__new__(Local)  # the trial's own code, without Ray's actor lifecycle
@@ -99,11 +100,23 @@ def main(argv=None):
     examples, checksums = load_task("stsb", args.data_dir)
     examples = {s: (r if s == "train" else subset(r, args.eval_samples)) for s, r in examples.items()}
     data = TMFTData({args.model: tokenize_task("stsb", path, examples, checksums, args.train_samples)})
-    base = {"method": "tmft", "task": "stsb", "model": args.model, "seed": args.seed, "epochs": 1, "lr": 2e-5,
-            "batch_size": args.batch_size, "weight_decay": 0.01, "warmup_ratio": 0.1, "eval_batch_size": 64}
+    base = {
+        "method": "tmft",
+        "task": "stsb",
+        "model": args.model,
+        "seed": args.seed,
+        "epochs": 1,
+        "lr": 2e-5,
+        "batch_size": args.batch_size,
+        "weight_decay": 0.01,
+        "warmup_ratio": 0.1,
+        "eval_batch_size": 64,
+    }
     variants = ("authors", "truncated", "truncated+grouped")
-    print(f"model {args.model} ({depth} layers), {args.train_samples} train pairs, {args.eval_samples} dev + test pairs, "
-          f"batch {args.batch_size}, {args.threads} threads\n")
+    print(
+        f"model {args.model} ({depth} layers), {args.train_samples} train pairs, {args.eval_samples} dev + test pairs, "
+        f"batch {args.batch_size}, {args.threads} threads\n"
+    )
 
     print("1. training throughput (pairs/s), one epoch")
     print(f"{'layer':>5} " + " ".join(f"{v:>18}" for v in variants) + f" {'ratio':>8} {'ratio grouped':>14}")
@@ -114,8 +127,11 @@ def main(argv=None):
             started = time.perf_counter()
             trial.train_epoch(1)
             rates[variant] = args.train_samples / (time.perf_counter() - started)
-        print(f"{layer:>5} " + " ".join(f"{rates[v]:>18.1f}" for v in variants)
-              + f" {rates['truncated'] / rates['authors']:>8.2f} {rates['truncated+grouped'] / rates['authors']:>14.2f}")
+        print(
+            f"{layer:>5} "
+            + " ".join(f"{rates[v]:>18.1f}" for v in variants)
+            + f" {rates['truncated'] / rates['authors']:>8.2f} {rates['truncated+grouped'] / rates['authors']:>14.2f}"
+        )
 
     print("\n2. whole layer sweep: layers 0..L, one epoch + dev/test evaluation each")
     totals = {v: 0.0 for v in variants}
@@ -131,12 +147,16 @@ def main(argv=None):
     for layer in range(depth + 1):
         print(f"{layer:>5} " + " ".join(f"{spearman[v][layer]:>27.2f}" for v in variants))
     print("\ntotal seconds: " + ", ".join(f"{v} {totals[v]:.1f}" for v in variants))
-    print(f"sweep speed-up vs authors: truncated {totals['authors'] / totals['truncated']:.2f}x, "
-          f"truncated+grouped {totals['authors'] / totals['truncated+grouped']:.2f}x")
+    print(
+        f"sweep speed-up vs authors: truncated {totals['authors'] / totals['truncated']:.2f}x, "
+        f"truncated+grouped {totals['authors'] / totals['truncated+grouped']:.2f}x"
+    )
     gaps = [abs(spearman["truncated"][l] - spearman["authors"][l]) for l in spearman["authors"]]
     gaps_grouped = [abs(spearman["truncated+grouped"][l] - spearman["authors"][l]) for l in spearman["authors"]]
-    print(f"test Spearman |difference| to authors: truncated max {max(gaps):.3f}, "
-          f"grouped mean {statistics.mean(gaps_grouped):.2f} / max {max(gaps_grouped):.2f} points")
+    print(
+        f"test Spearman |difference| to authors: truncated max {max(gaps):.3f}, "
+        f"grouped mean {statistics.mean(gaps_grouped):.2f} / max {max(gaps_grouped):.2f} points"
+    )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ goal is >= 1).
     python benchmarks/tsdae.py                                   # a tiny random BERT, on the CPU
     python benchmarks/tsdae.py --model sentence-transformers/all-MiniLM-L6-v2 --steps 200
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,9 +36,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def _config(model_path: str, args) -> dict:
-    return {"objective": "tsdae", "seed": 0, "_model_path": model_path, "pooling": "cls", "max_length": args.max_length,
-            "noise": "delete", "lr": 3e-5, "batch_size": args.batch_size, "optimizer": "adamw", "schedule": "constant",
-            "clip": 1.0, "dropout": True}
+    return {
+        "objective": "tsdae",
+        "seed": 0,
+        "_model_path": model_path,
+        "pooling": "cls",
+        "max_length": args.max_length,
+        "noise": "delete",
+        "lr": 3e-5,
+        "batch_size": args.batch_size,
+        "optimizer": "adamw",
+        "schedule": "constant",
+        "clip": 1.0,
+        "dropout": True,
+    }
 
 
 def ours(model_path: str, sentences: list[str], args, device) -> tuple[float, float]:
@@ -76,13 +88,25 @@ def theirs(model_path: str, sentences: list[str], args, device) -> tuple[float, 
         return {"noisy": [noisy(s, DELETE_RATIOS["delete"], rng) for s in batch["text"]], "text": batch["text"]}
 
     def run(steps: int, out: str) -> float:
-        data = Dataset.from_dict({"text": sentences[:steps * args.batch_size]})
+        data = Dataset.from_dict({"text": sentences[: steps * args.batch_size]})
         data.set_transform(noise, columns=["text"], output_all_columns=True)
         settings = SentenceTransformerTrainingArguments(
-            output_dir=out, max_steps=steps, per_device_train_batch_size=args.batch_size, learning_rate=3e-5,
-            lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, save_strategy="no",
-            report_to="none", logging_strategy="no", dataloader_drop_last=True, seed=0, use_cpu=device.type == "cpu",
-            disable_tqdm=True)
+            output_dir=out,
+            max_steps=steps,
+            per_device_train_batch_size=args.batch_size,
+            learning_rate=3e-5,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            weight_decay=0.0,
+            max_grad_norm=1.0,
+            save_strategy="no",
+            report_to="none",
+            logging_strategy="no",
+            dataloader_drop_last=True,
+            seed=0,
+            use_cpu=device.type == "cpu",
+            disable_tqdm=True,
+        )
         trainer = SentenceTransformerTrainer(model=model, args=settings, train_dataset=data, loss=loss)
         _sync(device)
         started = time.perf_counter()
@@ -103,7 +127,9 @@ def _sync(device) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="tiny", help="'tiny' (a random 4-layer BERT built here), a hub id or a local folder")
+    parser.add_argument(
+        "--model", default="tiny", help="'tiny' (a random 4-layer BERT built here), a hub id or a local folder"
+    )
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=5, help="steps of each loop run before the timed ones")
     parser.add_argument("--batch-size", type=int, default=8)
@@ -116,10 +142,10 @@ def main(argv=None) -> int:
 
     import torch
 
-    from trainables.training.trainable import pick_device
-    from trainables.encoders.loading import resolve_model
     from trainables.core.paths import default_data_dir
+    from trainables.encoders.loading import resolve_model
     from trainables.methods.tsdae.method import read_corpus
+    from trainables.training.trainable import pick_device
 
     data_dir = args.data_dir or default_data_dir()
     corpus, _, _ = read_corpus("wiki", data_dir, None)
@@ -138,16 +164,24 @@ def main(argv=None) -> int:
         for name in args.order.split(","):
             seconds[name] = (ours if name == "ours" else theirs)(model_path, sentences, args, device)
     rate = {name: args.steps * args.batch_size / long for name, (_, long) in seconds.items()}
-    margin = {name: (args.steps - args.warmup) * args.batch_size / max(1e-9, long - short)
-              for name, (short, long) in seconds.items()}
-    print(f"model {args.model}, device {device}, {torch.get_num_threads()} threads, {args.steps} steps of batch "
-          f"{args.batch_size} (warm-up call {args.warmup} steps)")
+    margin = {
+        name: (args.steps - args.warmup) * args.batch_size / max(1e-9, long - short)
+        for name, (short, long) in seconds.items()
+    }
+    print(
+        f"model {args.model}, device {device}, {torch.get_num_threads()} threads, {args.steps} steps of batch "
+        f"{args.batch_size} (warm-up call {args.warmup} steps)"
+    )
     for name in ("ours", "theirs"):
         short, long = seconds[name]
-        print(f"  {name:6s}: {long:7.1f} s ({short:.1f} s warm-up call)  {rate[name]:7.1f} sentences/s, "
-              f"{margin[name]:7.1f} at the margin")
-    print(f"  ours / theirs: {rate['ours'] / rate['theirs']:.2f} whole call, "
-          f"{margin['ours'] / margin['theirs']:.2f} at the margin (goal >= 1)")
+        print(
+            f"  {name:6s}: {long:7.1f} s ({short:.1f} s warm-up call)  {rate[name]:7.1f} sentences/s, "
+            f"{margin[name]:7.1f} at the margin"
+        )
+    print(
+        f"  ours / theirs: {rate['ours'] / rate['theirs']:.2f} whole call, "
+        f"{margin['ours'] / margin['theirs']:.2f} at the margin (goal >= 1)"
+    )
     return 0
 
 

@@ -13,9 +13,10 @@ truncated forward per layer the arithmetic allows about (L + 1) / 2 (those forwa
 L layers: L (L + 1) / 2 layers in all, against L for one pass), a little more since each of them
 also embeds and tokenises.
 
-    python benchmarks/zero_shot_layers.py                                 # all-MiniLM-L6-v2 (embsweep-assets install ...)
+    python benchmarks/zero_shot_layers.py              # all-MiniLM-L6-v2 (embsweep-assets install ...)
     python benchmarks/zero_shot_layers.py --model PATH --sets stsb,sts12
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,9 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import torch  # noqa: E402
 
+from trainables.core.paths import default_data_dir  # noqa: E402
 from trainables.encoders.loading import resolve_model, truncate  # noqa: E402
 from trainables.evaluation.sets import load_suite  # noqa: E402
-from trainables.core.paths import default_data_dir  # noqa: E402
 from trainables.evaluation.zero_shot import default_max_length, encode_sentences, pooled_layers  # noqa: E402
 
 
@@ -63,17 +64,46 @@ def main() -> None:
     max_length = default_max_length(path)
     suite = load_suite(args.sets.split(","), args.data_dir)
     layers = list(range(model.config.num_hidden_layers + 1))
-    print(f"model {args.model} (layers 0..{layers[-1]}), {len(suite.sentences)} unique sentences of {args.sets}, "
-          f"batch {args.batch_size}, max length {max_length}, {args.threads} threads\n")
+    print(
+        f"model {args.model} (layers 0..{layers[-1]}), {len(suite.sentences)} unique sentences of {args.sets}, "
+        f"batch {args.batch_size}, max length {max_length}, {args.threads} threads\n"
+    )
 
-    one_pass, one_pass_time = timed("one forward for all layers", lambda: pooled_layers(
-        model, tokenizer, suite.sentences, layers, ["mean"], batch_size=args.batch_size, max_length=max_length))
-    full, full_time = timed("a full forward per layer (the authors' way)", lambda: {
-        layer: pooled_layers(model, tokenizer, suite.sentences, [layers[-1], layer], ["mean"], batch_size=args.batch_size,
-                             max_length=max_length)[(layer, "mean")] for layer in layers})
-    truncated, truncated_time = timed("a truncated forward per layer", lambda: {
-        layer: encode_sentences(truncate(model, layer), tokenizer, suite.sentences, "mean", batch_size=args.batch_size,
-                                max_length=max_length) for layer in layers})
+    one_pass, one_pass_time = timed(
+        "one forward for all layers",
+        lambda: pooled_layers(
+            model, tokenizer, suite.sentences, layers, ["mean"], batch_size=args.batch_size, max_length=max_length
+        ),
+    )
+    full, full_time = timed(
+        "a full forward per layer (the authors' way)",
+        lambda: {
+            layer: pooled_layers(
+                model,
+                tokenizer,
+                suite.sentences,
+                [layers[-1], layer],
+                ["mean"],
+                batch_size=args.batch_size,
+                max_length=max_length,
+            )[(layer, "mean")]
+            for layer in layers
+        },
+    )
+    truncated, truncated_time = timed(
+        "a truncated forward per layer",
+        lambda: {
+            layer: encode_sentences(
+                truncate(model, layer),
+                tokenizer,
+                suite.sentences,
+                "mean",
+                batch_size=args.batch_size,
+                max_length=max_length,
+            )
+            for layer in layers
+        },
+    )
 
     print(f"\n{'layer':>5} {'mean Spearman':>14} " + " ".join(f"{name + ' rho':>12}" for name in suite.sets))
     gap = 0.0
@@ -81,11 +111,18 @@ def main() -> None:
         ours = suite.score(one_pass[(layer, "mean")])
         for baseline in (full[layer], truncated[layer]):
             gap = max(gap, max(abs(ours[k] - v) for k, v in suite.score(baseline).items()))
-        print(f"{layer:>5} {ours['mean_spearman']:>14.2f} " + " ".join(f"{ours[name + '_spearman']:>12.2f}" for name in suite.sets))
-    print(f"\nspeed-up of one pass over a full forward per layer: {speed_up(full_time, one_pass_time)} "
-          f"(goal: close to {len(layers)}x)")
-    print(f"speed-up of one pass over a truncated forward per layer: {speed_up(truncated_time, one_pass_time)} "
-          f"(by the arithmetic above: about {len(layers) / 2:.1f}x)")
+        print(
+            f"{layer:>5} {ours['mean_spearman']:>14.2f} "
+            + " ".join(f"{ours[name + '_spearman']:>12.2f}" for name in suite.sets)
+        )
+    print(
+        f"\nspeed-up of one pass over a full forward per layer: {speed_up(full_time, one_pass_time)} "
+        f"(goal: close to {len(layers)}x)"
+    )
+    print(
+        f"speed-up of one pass over a truncated forward per layer: {speed_up(truncated_time, one_pass_time)} "
+        f"(by the arithmetic above: about {len(layers) / 2:.1f}x)"
+    )
     print(f"largest score difference between the variants: {gap:.4f} points")
 
 

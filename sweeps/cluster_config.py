@@ -12,6 +12,7 @@ SDK, no credentials, no network.
 Both functions live in Ray's private `ray.autoscaler._private.util` (checked against
 ray 2.60.0): this is the one place to touch when a Ray upgrade moves them.
 """
+
 from __future__ import annotations
 
 import sys

@@ -8,6 +8,7 @@ Defaults are the paper's: ELECTRA-base discriminator and generator and BERT-base
 layer, seeds 0-4, 10 epochs, batch 32, lr 2e-5 (METHODS.md M1; trainables/methods/tmft/method.py). `--help`
 lists every flag.
 """
+
 import functools
 import sys
 

@@ -10,6 +10,7 @@ one per model and layer, seed 0; DAPT: one per model) is computed once into the 
 `<storage-path>/stages/` and reused by every trial and every later sweep that needs it
 (trainables/methods/tmft/improvements.py). `--help` lists every flag.
 """
+
 import functools
 import sys
 

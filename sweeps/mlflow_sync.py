@@ -9,6 +9,7 @@ child run under its parent and skips metric steps the run already has, so it is 
 than once and after a partial upload. The file is removed once everything is sent; if the store
 fails again midway, what was not sent stays in it. Exit status: 0 all sent, 1 some left, 2 bad input.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,9 @@ class RefusedWrite(RuntimeError):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sweeps.mlflow_sync", description=__doc__.split("\n\n")[0])
     parser.add_argument("spool", help=f"the spool file ({SPOOL_FILE}) or the sweep directory that holds it")
-    parser.add_argument("--mlflow-uri", default=None, help="send to this store instead of the one the writes were meant for")
+    parser.add_argument(
+        "--mlflow-uri", default=None, help="send to this store instead of the one the writes were meant for"
+    )
     return parser
 
 
@@ -47,8 +50,10 @@ def sync(spool: Path, mlflow_uri: str | None = None, stream=None) -> int:
     left = writer.pending()
     if writer.refused:
         raise RefusedWrite(f"{uri} refused a spooled write ({writer.refused}); {left} write(s) left in {spool}")
-    print(f"{uri} is still unreachable: {left} of {len(ops)} write(s) left in {spool}; run this command again later.",
-          file=stream or sys.stdout)
+    print(
+        f"{uri} is still unreachable: {left} of {len(ops)} write(s) left in {spool}; run this command again later.",
+        file=stream or sys.stdout,
+    )
     return left
 
 

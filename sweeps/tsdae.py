@@ -7,6 +7,7 @@
 Models x objectives x seeds are trials on Ray (one MLflow run each); STS-B dev every --eval-steps,
 the best kept, the evaluation suite on it at the end (trainables/methods/tsdae/method.py). `--help` lists every flag.
 """
+
 import functools
 import sys
 

@@ -17,6 +17,7 @@ would be caught.
 writes a zero-shot evaluation sweep with the evaluate method's own contract: one model x two
 poolings x layers 0-3, no seed, no task, the metrics `trainables/evaluation/sets.py` logs at step 0.
 """
+
 from __future__ import annotations
 
 import time
@@ -31,8 +32,12 @@ MODELS = (ELECTRA_D, BERT)
 LAYERS = (0, 6, 12)
 EPOCHS = 3
 PARAMS_TRUNCATED = {
-    (ELECTRA_D, 0): 23_837_184, (ELECTRA_D, 6): 66_364_416, (ELECTRA_D, 12): 108_891_648,
-    (BERT, 0): 22_268_928, (BERT, 6): 64_796_160, (BERT, 12): 107_323_392,
+    (ELECTRA_D, 0): 23_837_184,
+    (ELECTRA_D, 6): 66_364_416,
+    (ELECTRA_D, 12): 108_891_648,
+    (BERT, 0): 22_268_928,
+    (BERT, 6): 64_796_160,
+    (BERT, 12): 107_323_392,
 }
 # (method, model, layer) -> (dev Spearman, dev Pearson, test Spearman, test Pearson), before seed offsets.
 BASE = {
@@ -50,16 +55,20 @@ BASE = {
     ("dapt+tmft", BERT, 12): (85.5, 85.0, 82.5, 82.0),
 }
 SEED_OFFSETS = (-0.6, 0.2, 0.7, 0.1, -0.3)
-DEV_EPOCH_DELTA = (-2.0, 0.0, -1.0)   # the best dev epoch is epoch 2
-TEST_EPOCH_DELTA = (-1.0, 0.0, 1.5)   # epoch 3 has a higher test score: must not be reported
+DEV_EPOCH_DELTA = (-2.0, 0.0, -1.0)  # the best dev epoch is epoch 2
+TEST_EPOCH_DELTA = (-1.0, 0.0, 1.5)  # epoch 3 has a higher test score: must not be reported
 
 
 def values(method: str, model: str, layer: int, seed: int) -> dict[str, float]:
     """The selected (best dev epoch) numbers of one trial."""
     dev, dev_p, test, test_p = BASE[(method, model, layer)]
     k = SEED_OFFSETS[seed] * (1 + layer / 12)
-    return {"dev_spearman": dev + k, "dev_pearson": dev_p + 0.5 * k, "test_spearman": test - 0.8 * k,
-            "test_pearson": test_p + 1.3 * k}
+    return {
+        "dev_spearman": dev + k,
+        "dev_pearson": dev_p + 0.5 * k,
+        "test_spearman": test - 0.8 * k,
+        "test_pearson": test_p + 1.3 * k,
+    }
 
 
 @dataclass
@@ -67,32 +76,64 @@ class Store:
     uri: str
     path: Path
     experiment: str
-    complete: list = field(default_factory=list)   # dicts: method, model, layer, seed + values()
-    excluded: dict = field(default_factory=dict)   # run_id -> expected reason prefix
+    complete: list = field(default_factory=list)  # dicts: method, model, layer, seed + values()
+    excluded: dict = field(default_factory=dict)  # run_id -> expected reason prefix
     n_trials: int = 0
 
 
-def _log_trial(client, experiment_id, parent_id, method, model, layer, seed, *, status="FINISHED",
-               epochs_logged=EPOCHS, final=True, drop=(), log_dev_pearson=True, end_time=None, shift=0.0):
+def _log_trial(
+    client,
+    experiment_id,
+    parent_id,
+    method,
+    model,
+    layer,
+    seed,
+    *,
+    status="FINISHED",
+    epochs_logged=EPOCHS,
+    final=True,
+    drop=(),
+    log_dev_pearson=True,
+    end_time=None,
+    shift=0.0,
+):
     from mlflow.entities import Metric, Param
 
-    params = {"method": method, "model": model, "layer": layer, "seed": seed, "task": "stsb", "epochs": EPOCHS,
-              "lr": 2e-5, "batch_size": 32, "params_truncated": PARAMS_TRUNCATED[(model, layer)],
-              "git_commit": "0123abc"}
+    params = {
+        "method": method,
+        "model": model,
+        "layer": layer,
+        "seed": seed,
+        "task": "stsb",
+        "epochs": EPOCHS,
+        "lr": 2e-5,
+        "batch_size": 32,
+        "params_truncated": PARAMS_TRUNCATED[(model, layer)],
+        "git_commit": "0123abc",
+    }
     tags = {TAG_PARENT: parent_id, TAG_ROLE: "trial", "embsweep.config_hash": config_hash(params)}
     run = client.create_run(experiment_id, tags=tags, run_name=f"{method}-{layer}-{seed}")
     v = {k: x + shift for k, x in values(method, model, layer, seed).items()}
     metrics = []
     for epoch in range(1, epochs_logged + 1):
         d, t = DEV_EPOCH_DELTA[epoch - 1], TEST_EPOCH_DELTA[epoch - 1]
-        epoch_values = {"dev_spearman": v["dev_spearman"] + d, "dev_pearson": v["dev_pearson"] + d / 2,
-                        "test_spearman": v["test_spearman"] + t, "test_pearson": v["test_pearson"] + t,
-                        "train_loss": 0.1 / epoch}
+        epoch_values = {
+            "dev_spearman": v["dev_spearman"] + d,
+            "dev_pearson": v["dev_pearson"] + d / 2,
+            "test_spearman": v["test_spearman"] + t,
+            "test_pearson": v["test_pearson"] + t,
+            "train_loss": 0.1 / epoch,
+        }
         metrics += [Metric(k, x, 1_000 * epoch, epoch) for k, x in epoch_values.items()]
     if final:
-        finals = {"best_dev_spearman": v["dev_spearman"], "test_spearman_at_best_dev": v["test_spearman"],
-                  "test_pearson_at_best_dev": v["test_pearson"], "wall_time_s": 10.0 + layer + seed,
-                  "train_time_s": 8.0 + layer + seed}
+        finals = {
+            "best_dev_spearman": v["dev_spearman"],
+            "test_spearman_at_best_dev": v["test_spearman"],
+            "test_pearson_at_best_dev": v["test_pearson"],
+            "wall_time_s": 10.0 + layer + seed,
+            "train_time_s": 8.0 + layer + seed,
+        }
         if log_dev_pearson:
             finals["dev_pearson_at_best_dev"] = v["dev_pearson"]
         metrics += [Metric(k, x, 9_000, 0) for k, x in finals.items() if k not in drop]
@@ -122,24 +163,33 @@ def build_store(directory, experiment: str = "electra") -> Store:
 
     tmft_parent = parent("electra_layers")
     an_hour_ago = int(time.time() * 1000) - 3_600_000
-    duplicate_id, _ = _log_trial(client, experiment_id, tmft_parent, "tmft", BERT, 6, 0, end_time=an_hour_ago,
-                                 shift=-5.0)
+    duplicate_id, _ = _log_trial(
+        client, experiment_id, tmft_parent, "tmft", BERT, 6, 0, end_time=an_hour_ago, shift=-5.0
+    )
     for model in MODELS:
         for layer in LAYERS:
             for seed in range(3):
                 # BERT runs leave dev_pearson_at_best_dev out: the loader reads it from the history.
-                _, record = _log_trial(client, experiment_id, tmft_parent, "tmft", model, layer, seed,
-                                       log_dev_pearson=model != BERT)
+                _, record = _log_trial(
+                    client, experiment_id, tmft_parent, "tmft", model, layer, seed, log_dev_pearson=model != BERT
+                )
                 store.complete.append(record)
-    failed, _ = _log_trial(client, experiment_id, tmft_parent, "tmft", ELECTRA_D, 6, 3, status="FAILED",
-                           epochs_logged=1, final=False)
-    running, _ = _log_trial(client, experiment_id, tmft_parent, "tmft", BERT, 0, 3, status="RUNNING",
-                            epochs_logged=2, final=False)
-    no_test, _ = _log_trial(client, experiment_id, tmft_parent, "tmft", ELECTRA_D, 0, 4,
-                            drop=("test_spearman_at_best_dev",))
+    failed, _ = _log_trial(
+        client, experiment_id, tmft_parent, "tmft", ELECTRA_D, 6, 3, status="FAILED", epochs_logged=1, final=False
+    )
+    running, _ = _log_trial(
+        client, experiment_id, tmft_parent, "tmft", BERT, 0, 3, status="RUNNING", epochs_logged=2, final=False
+    )
+    no_test, _ = _log_trial(
+        client, experiment_id, tmft_parent, "tmft", ELECTRA_D, 0, 4, drop=("test_spearman_at_best_dev",)
+    )
     client.set_terminated(tmft_parent)
-    store.excluded = {failed: "status FAILED", running: "status RUNNING",
-                      no_test: "missing metric test_spearman_at_best_dev", duplicate_id: "duplicate of newer run"}
+    store.excluded = {
+        failed: "status FAILED",
+        running: "status RUNNING",
+        no_test: "missing metric test_spearman_at_best_dev",
+        duplicate_id: "duplicate of newer run",
+    }
 
     dapt_parent = parent("electra_dapt")
     for model in MODELS:
@@ -160,14 +210,19 @@ def log_runs(directory, contract: dict, rows: list[dict], experiment: str = "mad
 
     uri = f"sqlite:///{Path(directory).resolve() / 'mlflow.db'}"
     client = MlflowClient(uri)
-    experiment_id = client.create_experiment(experiment, artifact_location=(Path(directory) / "artifacts").resolve().as_uri())
+    experiment_id = client.create_experiment(
+        experiment, artifact_location=(Path(directory) / "artifacts").resolve().as_uri()
+    )
     parent = client.create_run(experiment_id, tags={TAG_ROLE: "sweep", TAG_SWEEP: experiment}).info.run_id
     for row in rows:
         params = {**contract, **{k: v for k, v in row.items() if not isinstance(v, float)}}
         tags = {TAG_PARENT: parent, TAG_ROLE: "trial", "embsweep.config_hash": config_hash(params)}
         run = client.create_run(experiment_id, tags=tags)
-        client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()],
-                         metrics=[Metric(k, v, 0, 0) for k, v in row.items() if isinstance(v, float)])
+        client.log_batch(
+            run.info.run_id,
+            params=[Param(k, str(v)) for k, v in params.items()],
+            metrics=[Metric(k, v, 0, 0) for k, v in row.items() if isinstance(v, float)],
+        )
         client.set_terminated(run.info.run_id)
     client.set_terminated(parent)
     return uri
@@ -185,7 +240,9 @@ def evaluation_scores(pooling: str, layer: int) -> dict[str, float]:
     out = {}
     for level, name in zip((50.0, 60.0, 55.0), EVAL_SETS):
         spearman = level + 5.0 * min(layer, 2) - 3.0 * max(layer - 2, 0) - (8.0 if pooling == "cls" else 0.0)
-        out.update({f"{name}_spearman": spearman, f"{name}_pearson": spearman - 1.0, f"{name}_spearman_mean": spearman - 0.5})
+        out.update(
+            {f"{name}_spearman": spearman, f"{name}_pearson": spearman - 1.0, f"{name}_spearman_mean": spearman - 0.5}
+        )
     out["sts12_MSRpar_spearman"] = out["sts12_spearman"] - 2.0
     out["mean_spearman"] = sum(out[f"{name}_spearman"] for name in EVAL_SETS) / len(EVAL_SETS)
     return out
@@ -198,9 +255,19 @@ def evaluation_store(directory) -> str:
     from trainables.methods.evaluate.method import Evaluate
 
     contract = Evaluate.metrics(Namespace(sets=",".join(EVAL_SETS))).params()
-    rows = [{"method": "evaluate", "model": EVAL_MODEL, "pooling": pooling, "layer": layer, "sets": ",".join(EVAL_SETS),
-             "params_truncated": 1_000_000 * (layer + 1), **evaluation_scores(pooling, layer)}
-            for pooling in POOLINGS for layer in EVAL_LAYERS]
+    rows = [
+        {
+            "method": "evaluate",
+            "model": EVAL_MODEL,
+            "pooling": pooling,
+            "layer": layer,
+            "sets": ",".join(EVAL_SETS),
+            "params_truncated": 1_000_000 * (layer + 1),
+            **evaluation_scores(pooling, layer),
+        }
+        for pooling in POOLINGS
+        for layer in EVAL_LAYERS
+    ]
     return log_runs(directory, contract, rows, experiment="zero-shot")
 
 
@@ -236,8 +303,22 @@ def paper_summary():
     """A summary-shaped DataFrame of the paper's Table 2 (one seed's worth of numbers)."""
     import pandas as pd
 
-    rows = [dict(method="tmft", task="stsb", model=m, layer=l, metric="spearman", n_seeds=5, params_truncated=p * 1e6,
-                 dev_mean=t + (5 if best else -5), dev_std=0.4, test_mean=t, test_std=0.5,
-                 is_best_layer=best, is_last_layer=l == last)
-            for m, l, p, t, last, best in PAPER_TABLE2]
+    rows = [
+        dict(
+            method="tmft",
+            task="stsb",
+            model=m,
+            layer=l,
+            metric="spearman",
+            n_seeds=5,
+            params_truncated=p * 1e6,
+            dev_mean=t + (5 if best else -5),
+            dev_std=0.4,
+            test_mean=t,
+            test_std=0.5,
+            is_best_layer=best,
+            is_last_layer=l == last,
+        )
+        for m, l, p, t, last, best in PAPER_TABLE2
+    ]
     return pd.DataFrame(rows)

@@ -1,5 +1,6 @@
 """Shared fixtures: tiny random encoders built from configs, the real STS-B data, one local Ray
 (2 CPUs, 4 logical GPUs) for the whole session, and a fresh storage path + MLflow store per test."""
+
 from __future__ import annotations
 
 import os
@@ -60,9 +61,24 @@ def sweep_env(tmp_path, ray_session, data_dir):
     storage = tmp_path / "runs"
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     flags = [
-        "--storage-path", str(storage), "--mlflow-uri", uri, "--experiment", "test", "--data-dir", str(data_dir),
-        "--max-train-samples", "48", "--max-eval-samples", "60", "--batch-size", "16", "--cpus-per-trial", "0.5",
-        "--gpus-per-trial", "0",
+        "--storage-path",
+        str(storage),
+        "--mlflow-uri",
+        uri,
+        "--experiment",
+        "test",
+        "--data-dir",
+        str(data_dir),
+        "--max-train-samples",
+        "48",
+        "--max-eval-samples",
+        "60",
+        "--batch-size",
+        "16",
+        "--cpus-per-trial",
+        "0.5",
+        "--gpus-per-trial",
+        "0",
     ]
     return {"storage": storage, "uri": uri, "flags": flags, "tmp": tmp_path}
 

@@ -1,4 +1,5 @@
 """Reading a test's MLflow store back: the parent runs and child runs of one experiment."""
+
 from mlflow import MlflowClient
 
 from trainables.core import schema

@@ -1,6 +1,7 @@
 """A real MLflow tracking server for tests, started with the project's own command
 (`python -m sweeps.mlflow_server`) in its own process group, so that stopping it ends the
 server's worker too; and a minimal REST client (urllib) to read the runs back."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-
 
 
 def free_port() -> int:
@@ -36,15 +36,33 @@ class MlflowServer:
 
     def start(self, timeout: float = 120.0) -> "MlflowServer":
         self.storage.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "sweeps.mlflow_server", "--storage-path", str(self.storage),
-                   "--port", str(self.port), "--workers", "1", *self.extra]
+        command = [
+            sys.executable,
+            "-m",
+            "sweeps.mlflow_server",
+            "--storage-path",
+            str(self.storage),
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+            *self.extra,
+        ]
         with self.log.open("a") as log:
-            self.process = subprocess.Popen(command, cwd=self.storage, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+            self.process = subprocess.Popen(
+                command,
+                cwd=self.storage,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the MLflow server exited with {self.process.returncode}:\n{self.log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"the MLflow server exited with {self.process.returncode}:\n{self.log.read_text()[-3000:]}"
+                )
             if self.healthy():
                 return self
             time.sleep(0.5)
@@ -75,18 +93,23 @@ class MlflowServer:
         if params:
             url += "?" + urllib.parse.urlencode(params)
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"},
-                                         method="POST" if data is not None else "GET")
+        request = urllib.request.Request(
+            url, data=data, headers={"Content-Type": "application/json"}, method="POST" if data is not None else "GET"
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read().decode() or "{}")
 
     def runs(self, experiment: str = "test") -> tuple[list, list]:
         """(parents, children) of an experiment, as the REST API's run dicts, all pages."""
-        experiment_id = self.rest("experiments/get-by-name", params={"experiment_name": experiment})["experiment"]["experiment_id"]
+        experiment_id = self.rest("experiments/get-by-name", params={"experiment_name": experiment})["experiment"][
+            "experiment_id"
+        ]
         runs, token = [], None
         while True:
-            page = self.rest("runs/search", {"experiment_ids": [experiment_id], "max_results": 1000,
-                                             **({"page_token": token} if token else {})})
+            page = self.rest(
+                "runs/search",
+                {"experiment_ids": [experiment_id], "max_results": 1000, **({"page_token": token} if token else {})},
+            )
             runs += page.get("runs", [])
             token = page.get("next_page_token")
             if not token:
@@ -95,7 +118,9 @@ class MlflowServer:
         return [r for r in runs if role(r) == "sweep"], [r for r in runs if role(r) == "trial"]
 
     def metric_history(self, run_id: str, key: str) -> list[dict]:
-        return self.rest("metrics/get-history", params={"run_id": run_id, "metric_key": key, "max_results": 1000}).get("metrics", [])
+        return self.rest("metrics/get-history", params={"run_id": run_id, "metric_key": key, "max_results": 1000}).get(
+            "metrics", []
+        )
 
 
 def tags(run: dict) -> dict:

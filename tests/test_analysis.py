@@ -2,6 +2,7 @@
 (tests/analysis_helpers.py): loader, summary, best layer, Pareto front, tables, plots, report;
 runs grouped and selected by their logged metric contract (zero-shot evaluation without seed or
 task, no selection, min mode) and runs logged before contracts existed."""
+
 from __future__ import annotations
 
 import statistics
@@ -23,11 +24,35 @@ from analysis.tables import table1, table1_markdown, table2, table2_markdown
 from trainables.core.schema import EPOCH_METRICS, FINAL_METRICS, PARAMS
 
 try:
-    from tests.analysis_helpers import (BERT, ELECTRA_D, EVAL_LAYERS, EVAL_SETS, LAYERS, MODELS, POOLINGS,
-                                        evaluation_scores, evaluation_store, log_runs, paper_summary, shared_store)
+    from tests.analysis_helpers import (
+        BERT,
+        ELECTRA_D,
+        EVAL_LAYERS,
+        EVAL_SETS,
+        LAYERS,
+        MODELS,
+        POOLINGS,
+        evaluation_scores,
+        evaluation_store,
+        log_runs,
+        paper_summary,
+        shared_store,
+    )
 except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from analysis_helpers import (BERT, ELECTRA_D, EVAL_LAYERS, EVAL_SETS, LAYERS, MODELS, POOLINGS,
-                                  evaluation_scores, evaluation_store, log_runs, paper_summary, shared_store)
+    from analysis_helpers import (
+        BERT,
+        ELECTRA_D,
+        EVAL_LAYERS,
+        EVAL_SETS,
+        LAYERS,
+        MODELS,
+        POOLINGS,
+        evaluation_scores,
+        evaluation_store,
+        log_runs,
+        paper_summary,
+        shared_store,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +101,13 @@ def test_loader_reads_one_row_per_trial_with_the_schema(store, runs):
 def test_loader_fills_dev_pearson_from_the_best_dev_epoch(store, runs):
     # BERT runs did not log dev_pearson_at_best_dev: it comes from the per-epoch history.
     for record in store.complete:
-        row = runs[(runs["method"] == record["method"]) & (runs["model"] == record["model"])
-                   & (runs["layer"] == record["layer"]) & (runs["seed"] == record["seed"]) & (runs["status"] == "FINISHED")]
+        row = runs[
+            (runs["method"] == record["method"])
+            & (runs["model"] == record["model"])
+            & (runs["layer"] == record["layer"])
+            & (runs["seed"] == record["seed"])
+            & (runs["status"] == "FINISHED")
+        ]
         assert row["dev_pearson_at_best_dev"].iloc[-1] == pytest.approx(record["dev_pearson"])
 
 
@@ -113,8 +143,12 @@ def test_incomplete_runs_are_listed_not_averaged(store, runs, summary):
 def test_summary_equals_hand_computation(store, summary):
     assert len(summary) == 2 * 2 * 3  # methods x models x layers
     for row in summary.itertuples():
-        for column, key in (("best_dev_spearman", "dev_spearman"), ("test_spearman_at_best_dev", "test_spearman"),
-                            ("dev_pearson_at_best_dev", "dev_pearson"), ("test_pearson_at_best_dev", "test_pearson")):
+        for column, key in (
+            ("best_dev_spearman", "dev_spearman"),
+            ("test_spearman_at_best_dev", "test_spearman"),
+            ("dev_pearson_at_best_dev", "dev_pearson"),
+            ("test_pearson_at_best_dev", "test_pearson"),
+        ):
             mean, std, n = hand_stats(store, row.method, row.model, row.layer, key)
             assert getattr(row, f"{column}_mean") == pytest.approx(mean), (row, column)
             assert getattr(row, f"{column}_std") == pytest.approx(std), (row, column)
@@ -136,12 +170,12 @@ def test_best_layer_is_chosen_on_dev_never_test(store, summary):
 def test_pareto_mask_on_a_hand_made_set_with_ties():
     points = {  # name: (params, score, on the front?)
         "A": (1, 50, True),
-        "G": (1, 50, True),     # exact tie with A: neither has fewer parameters
-        "F": (0.5, 40, True),   # the smallest
+        "G": (1, 50, True),  # exact tie with A: neither has fewer parameters
+        "F": (0.5, 40, True),  # the smallest
         "B": (2, 60, True),
-        "C": (2, 55, True),     # same size as B, lower score: B does not have *fewer* parameters
-        "D": (3, 60, True),     # same score as B, more parameters: B's score is not *higher*
-        "E": (4, 58, False),    # B has fewer parameters and a higher score
+        "C": (2, 55, True),  # same size as B, lower score: B does not have *fewer* parameters
+        "D": (3, 60, True),  # same score as B, more parameters: B's score is not *higher*
+        "E": (4, 58, False),  # B has fewer parameters and a higher score
         "J": (6, 65, True),
         "H": (5, np.nan, False),  # no score: never on the front
         "I": (np.nan, 70, False),  # no size: never on the front, dominates nothing (J stays)
@@ -196,10 +230,17 @@ def test_pareto_front_of_the_papers_table2():
 def test_table2_layout_and_values(store, summary):
     table = table2(summary, "tmft", "stsb")
     assert list(zip(table["name"], table["row_kind"], table["layer"])) == [
-        ("BERT base", "best", 12), ("ELECTRA-D base", "best", 6), ("ELECTRA-D base", "last", 12)]
+        ("BERT base", "best", 12),
+        ("ELECTRA-D base", "best", 6),
+        ("ELECTRA-D base", "last", 12),
+    ]
     for row in table.itertuples():
-        for column, key in (("dev_spearman", "dev_spearman"), ("dev_pearson", "dev_pearson"),
-                            ("test_spearman", "test_spearman"), ("test_pearson", "test_pearson")):
+        for column, key in (
+            ("dev_spearman", "dev_spearman"),
+            ("dev_pearson", "dev_pearson"),
+            ("test_spearman", "test_spearman"),
+            ("test_pearson", "test_pearson"),
+        ):
             mean, std, _ = hand_stats(store, "tmft", row.model, row.layer, key)
             assert getattr(row, f"{column}_mean") == pytest.approx(mean)
             assert getattr(row, f"{column}_std") == pytest.approx(std)
@@ -214,14 +255,19 @@ def test_table2_layout_and_values(store, summary):
 def test_table1_across_methods(store, summary):
     table = table1(summary, "stsb")
     assert list(zip(table["name"], table["method"], table["layer"])) == [
-        ("BERT base", "tmft", 12), ("BERT base", "dapt+tmft", 12),
-        ("ELECTRA-D base", "tmft", 6), ("ELECTRA-D base", "dapt+tmft", 12)]
+        ("BERT base", "tmft", 12),
+        ("BERT base", "dapt+tmft", 12),
+        ("ELECTRA-D base", "tmft", 6),
+        ("ELECTRA-D base", "dapt+tmft", 12),
+    ]
     markdown = table1_markdown(table)
     header = markdown.splitlines()[0]
     assert header.index("TMFT layer") < header.index("DAPT+TMFT layer")
     mean, std, _ = hand_stats(store, "dapt+tmft", BERT, 12, "test_spearman")
     assert f"**{mean:.2f} ± {std:.2f}**" in markdown  # best test Spearman under DAPT+TMFT is bold
-    assert len([line for line in markdown.splitlines() if line.startswith("|")]) == 2 + 2  # header, rule, one row per model
+    assert (
+        len([line for line in markdown.splitlines() if line.startswith("|")]) == 2 + 2
+    )  # header, rule, one row per model
     assert markdown.strip().endswith("Params: the whole truncated model.")  # runs without the paper's count
 
 
@@ -315,10 +361,21 @@ def test_classification_tasks_use_f1_as_primary_metric():
     rows = []
     for layer, (dev, test) in {1: (80.0, 78.0), 2: (84.0, 79.0), 3: (82.0, 81.0)}.items():
         for seed, shift in enumerate((-1.0, 0.0, 2.5)):
-            rows.append({"run_id": f"r{layer}{seed}", "status": "FINISHED", "method": "tmft", "task": "mrpc",
-                         "model": BERT, "layer": layer, "seed": seed, "params_truncated": 1_000_000 * layer,
-                         "best_dev_f1": dev + shift, "test_f1_at_best_dev": test - shift,
-                         "end_time": pd.Timestamp("2026-01-01", tz="UTC")})
+            rows.append(
+                {
+                    "run_id": f"r{layer}{seed}",
+                    "status": "FINISHED",
+                    "method": "tmft",
+                    "task": "mrpc",
+                    "model": BERT,
+                    "layer": layer,
+                    "seed": seed,
+                    "params_truncated": 1_000_000 * layer,
+                    "best_dev_f1": dev + shift,
+                    "test_f1_at_best_dev": test - shift,
+                    "end_time": pd.Timestamp("2026-01-01", tz="UTC"),
+                }
+            )
     summary = summarize(pd.DataFrame(rows))
     assert summary["metric"].unique().tolist() == ["f1"]
     assert summary["dev_mean"].tolist() == pytest.approx([statistics.mean([d - 1, d, d + 2.5]) for d in (80, 84, 82)])
@@ -359,11 +416,26 @@ def test_random_init_runs_are_a_model_of_their_own(tmp_path):
     parent = client.create_run(experiment, tags={schema.TAG_ROLE: "sweep", schema.TAG_SWEEP: "ri"}).info.run_id
     for random_init, score in (("False", 80.0), ("True", 20.0)):
         for seed in (0, 1):
-            run = client.create_run(experiment, tags={schema.TAG_ROLE: "trial", schema.TAG_PARENT: parent,
-                                                      schema.TAG_CONFIG_HASH: f"{random_init}{seed}"}).info.run_id
-            for key, value in dict(method="tmft", task="stsb", model="google/electra-base-discriminator", layer=3,
-                                   seed=seed, epochs=1, lr=2e-5, batch_size=32, params_truncated=10,
-                                   random_init=random_init).items():
+            run = client.create_run(
+                experiment,
+                tags={
+                    schema.TAG_ROLE: "trial",
+                    schema.TAG_PARENT: parent,
+                    schema.TAG_CONFIG_HASH: f"{random_init}{seed}",
+                },
+            ).info.run_id
+            for key, value in dict(
+                method="tmft",
+                task="stsb",
+                model="google/electra-base-discriminator",
+                layer=3,
+                seed=seed,
+                epochs=1,
+                lr=2e-5,
+                batch_size=32,
+                params_truncated=10,
+                random_init=random_init,
+            ).items():
                 client.log_param(run, key, value)
             for key in ("best_dev_spearman", "test_spearman_at_best_dev"):
                 client.log_metric(run, key, score + seed)
@@ -423,15 +495,34 @@ def test_report_of_evaluation_runs_has_layer_curves_and_a_table_per_set(evaluati
     assert [line.get_label() for line in ax.get_lines()] == ["STS12", "STS-B", "SICK-R"]
     for line, column in zip(ax.get_lines(), SET_COLUMNS):
         assert list(line.get_xdata()) == list(EVAL_LAYERS)
-        assert list(line.get_ydata()) == pytest.approx([evaluation_scores("mean", layer)[column] for layer in EVAL_LAYERS])
+        assert list(line.get_ydata()) == pytest.approx(
+            [evaluation_scores("mean", layer)[column] for layer in EVAL_LAYERS]
+        )
 
 
 def test_a_contract_without_a_select_axis_shows_every_row(tmp_path):
-    contract = {"method": "probe", "sweep_axes": "model,layer,seed", "select_axis": "", "seed_axis": "seed",
-                "metric_primary": "probe_dev", "metric_report": "probe_test", "metric_companion": "",
-                "metric_mode": "max", "metric_columns": ""}
-    rows = [{"model": BERT, "layer": layer, "seed": seed, "probe_dev": 70.0 + layer + seed, "probe_test": 60.0 + layer - seed}
-            for layer in (0, 1, 2) for seed in (0, 1)]
+    contract = {
+        "method": "probe",
+        "sweep_axes": "model,layer,seed",
+        "select_axis": "",
+        "seed_axis": "seed",
+        "metric_primary": "probe_dev",
+        "metric_report": "probe_test",
+        "metric_companion": "",
+        "metric_mode": "max",
+        "metric_columns": "",
+    }
+    rows = [
+        {
+            "model": BERT,
+            "layer": layer,
+            "seed": seed,
+            "probe_dev": 70.0 + layer + seed,
+            "probe_test": 60.0 + layer - seed,
+        }
+        for layer in (0, 1, 2)
+        for seed in (0, 1)
+    ]
     uri = log_runs(tmp_path, contract, rows)
     summary = summarize(load_runs(uri))
     assert sorted(summary["layer"]) == [0, 1, 2] and set(summary["family"]) == {TABLE_FAMILY}
@@ -450,12 +541,30 @@ def test_a_contract_without_a_select_axis_shows_every_row(tmp_path):
 def test_a_min_mode_contract_selects_the_lowest(tmp_path, select):
     """The lowest mean primary over seeds is selected, whether the select axis is the layer (the
     layer family: Table 2, curves) or any other axis."""
-    contract = {"method": "distil", "sweep_axes": f"model,{select},seed", "select_axis": select, "seed_axis": "seed",
-                "metric_primary": "best_dev_loss", "metric_report": "test_loss_at_best_dev", "metric_companion": "",
-                "metric_mode": "min", "metric_columns": ""}
+    contract = {
+        "method": "distil",
+        "sweep_axes": f"model,{select},seed",
+        "select_axis": select,
+        "seed_axis": "seed",
+        "metric_primary": "best_dev_loss",
+        "metric_report": "test_loss_at_best_dev",
+        "metric_companion": "",
+        "metric_mode": "min",
+        "metric_columns": "",
+    }
     losses = {1: 3.0, 2: 2.0, 3: 5.0}  # layer (or lr) -> dev loss: 2 is the lowest, 3 the highest
-    rows = [{"model": BERT, select: value, "seed": seed, "best_dev_loss": loss + seed / 10, "test_loss_at_best_dev": loss + 1.0,
-             "params_truncated": 1_000_000 * value} for value, loss in losses.items() for seed in (0, 1)]
+    rows = [
+        {
+            "model": BERT,
+            select: value,
+            "seed": seed,
+            "best_dev_loss": loss + seed / 10,
+            "test_loss_at_best_dev": loss + 1.0,
+            "params_truncated": 1_000_000 * value,
+        }
+        for value, loss in losses.items()
+        for seed in (0, 1)
+    ]
     uri = log_runs(tmp_path, contract, rows)
     summary = summarize(load_runs(uri))
     assert len(summary) == 3 and set(summary["n_seeds"]) == {2}
@@ -481,8 +590,24 @@ def test_runs_without_a_contract_keep_todays_results(runs, summary, evaluation):
 
     contract = TMFT.metrics(Namespace(task="stsb", eval_sets="none")).params()
     assert {contract["metric_primary"], contract["metric_report"]} == {"best_dev_spearman", "test_spearman_at_best_dev"}
-    columns = ["method", "task", "model", "layer", "metric", "n_seeds", "seeds", "dev_mean", "dev_std", "test_mean", "test_std",
-               "dev2_mean", "test2_mean", "is_best_layer", "is_last_layer", "is_best"]
+    columns = [
+        "method",
+        "task",
+        "model",
+        "layer",
+        "metric",
+        "n_seeds",
+        "seeds",
+        "dev_mean",
+        "dev_std",
+        "test_mean",
+        "test_std",
+        "dev2_mean",
+        "test2_mean",
+        "is_best_layer",
+        "is_last_layer",
+        "is_best",
+    ]
     assert set(summary["family"]) == {LAYER_FAMILY} and set(summary["metric"]) == {"spearman"}
     with_contract = summarize(runs.assign(**contract))
     pd.testing.assert_frame_equal(with_contract[columns], summary[columns])

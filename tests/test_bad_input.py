@@ -1,5 +1,6 @@
 """Bad input stops before any trial starts, with a message naming the problem, and leaves
 what is already written untouched (exit status 2, no Ray, no MLflow store created)."""
+
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,19 @@ def run(tmp_path, data_dir, capsys):
     storage = tmp_path / "runs"
 
     def invoke(*flags, data=None):
-        code = main(["--storage-path", str(storage), "--data-dir", str(data or data_dir), "--seeds", "0", "--epochs", "1", *flags])
+        code = main(
+            [
+                "--storage-path",
+                str(storage),
+                "--data-dir",
+                str(data or data_dir),
+                "--seeds",
+                "0",
+                "--epochs",
+                "1",
+                *flags,
+            ]
+        )
         return code, capsys.readouterr().err
 
     invoke.storage = storage
@@ -60,21 +73,24 @@ def test_missing_data_file(run, tmp_path, tiny_models):
     assert code == 2 and "sts-train.csv" in err and "not found" in err
 
 
-@pytest.mark.parametrize("flags, message", [
-    (("--lr", "0"), "--lr must be positive"),
-    (("--lr=-1e-5",), "--lr must be positive"),
-    (("--batch-size", "0"), "--batch-size must be a positive integer"),
-    (("--batch-size=-4",), "--batch-size must be a positive integer"),
-    (("--layers", "a,b"), "--layers 'a,b' is not a comma-separated list"),
-    (("--gpus-per-trial", "1.5"), "--gpus-per-trial must be a fraction"),
-    (("--gpus-per-trial", "nan"), "--gpus-per-trial must be a fraction"),
-    (("--cpus-per-trial", "nan"), "--cpus-per-trial must be a finite number"),
-    (("--lr", "inf"), "--lr must be a finite number"),
-    (("--weight-decay", "nan"), "--weight-decay must be a finite number"),
-    (("--seeds", "2-0"), "the range 2-0 runs backwards; write 0-2"),
-    (("--name", "../../escape"), "must be a single folder name"),
-    (("--name", "/tmp/abs"), "must be a single folder name"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (("--lr", "0"), "--lr must be positive"),
+        (("--lr=-1e-5",), "--lr must be positive"),
+        (("--batch-size", "0"), "--batch-size must be a positive integer"),
+        (("--batch-size=-4",), "--batch-size must be a positive integer"),
+        (("--layers", "a,b"), "--layers 'a,b' is not a comma-separated list"),
+        (("--gpus-per-trial", "1.5"), "--gpus-per-trial must be a fraction"),
+        (("--gpus-per-trial", "nan"), "--gpus-per-trial must be a fraction"),
+        (("--cpus-per-trial", "nan"), "--cpus-per-trial must be a finite number"),
+        (("--lr", "inf"), "--lr must be a finite number"),
+        (("--weight-decay", "nan"), "--weight-decay must be a finite number"),
+        (("--seeds", "2-0"), "the range 2-0 runs backwards; write 0-2"),
+        (("--name", "../../escape"), "must be a single folder name"),
+        (("--name", "/tmp/abs"), "must be a single folder name"),
+    ],
+)
 def test_bad_numbers(run, tiny_models, flags, message):
     code, err = run("--models", tiny_models["bert"], *flags)
     assert code == 2 and message in err
@@ -111,8 +127,22 @@ def test_gpus_requested_on_a_machine_without_gpus(tmp_path, data_dir, tiny_model
     Uses the planning step only (the session's Ray has logical GPUs)."""
     import sweeps.engine.runner as runner
 
-    args = runner.parser_for("tmft").parse_args(["--models", tiny_models["bert"], "--gpus-per-trial", "0.5", "--storage-path", str(tmp_path),
-                                             "--data-dir", str(data_dir), "--seeds", "0", "--layers", "0"])
+    args = runner.parser_for("tmft").parse_args(
+        [
+            "--models",
+            tiny_models["bert"],
+            "--gpus-per-trial",
+            "0.5",
+            "--storage-path",
+            str(tmp_path),
+            "--data-dir",
+            str(data_dir),
+            "--seeds",
+            "0",
+            "--layers",
+            "0",
+        ]
+    )
     plan = runner.plan_sweep(args, method="tmft")
     from unittest import mock
 

@@ -1,5 +1,6 @@
 """Linear CKA: known properties, a hand-computed value, and the `cka` command end to end on two
 tiny random models (pretrained and from sweep-style checkpoints), logged to MLflow."""
+
 from __future__ import annotations
 
 import json
@@ -81,8 +82,10 @@ def tiny_models(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("cka")
     sentences = stsb_test_sentences(default_data_dir(), max_sentences=200)
-    models = {kind: str(build_tiny_model(kind, root / kind, layers=2, hidden=32, sentences=sentences))
-              for kind in ("bert", "electra-generator")}
+    models = {
+        kind: str(build_tiny_model(kind, root / kind, layers=2, hidden=32, sentences=sentences))
+        for kind in ("bert", "electra-generator")
+    }
     checkpoints = root / "sweep"
     for kind, path in models.items():
         full, tokenizer = load_pretrained(path), AutoTokenizer.from_pretrained(path)
@@ -90,8 +93,9 @@ def tiny_models(tmp_path_factory):
             trial = checkpoints / f"tmft_{kind}_l{layer}_s0" / "checkpoint_000002"
             truncate(full, layer).save_pretrained(trial / "encoder")
             tokenizer.save_pretrained(trial / "encoder")
-            trial.joinpath("trial.json").write_text(json.dumps(
-                {"model": path, "layer": layer, "seed": 0, "method": "tmft", "task": "stsb"}))
+            trial.joinpath("trial.json").write_text(
+                json.dumps({"model": path, "layer": layer, "seed": 0, "method": "tmft", "task": "stsb"})
+            )
     return models, checkpoints
 
 
@@ -126,8 +130,26 @@ def test_cka_command_end_to_end(tiny_models, tmp_path, monkeypatch, capsys):
     a, b = models["bert"], models["electra-generator"]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     out = tmp_path / "out"
-    assert main(["cka", "--models", f"{a},{b}", "--checkpoints", str(checkpoints), "--data-dir", str(default_data_dir()),
-                 "--max-sentences", "12", "--out", str(out), "--mlflow-uri", uri]) == 0
+    assert (
+        main(
+            [
+                "cka",
+                "--models",
+                f"{a},{b}",
+                "--checkpoints",
+                str(checkpoints),
+                "--data-dir",
+                str(default_data_dir()),
+                "--max-sentences",
+                "12",
+                "--out",
+                str(out),
+                "--mlflow-uri",
+                uri,
+            ]
+        )
+        == 0
+    )
 
     frame = pd.read_csv(out / "cka.csv")
     pre, tuned = frame[frame["source"] == "pretrained"], frame[frame["source"] == "finetuned"]

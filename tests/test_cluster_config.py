@@ -1,4 +1,5 @@
 """cluster.yaml passes Ray's own config validation offline; broken copies of it are rejected."""
+
 from __future__ import annotations
 
 import copy
@@ -52,8 +53,13 @@ def test_project_cluster_yaml_is_valid_offline(no_network):
 def test_cluster_yaml_holds_no_credentials():
     text = CLUSTER_YAML.read_text()
     uncommented = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
-    for pattern in (r"AKIA[0-9A-Z]{16}", r"aws_(secret_)?access_key", r"BEGIN [A-Z ]*PRIVATE KEY",
-                    r"ssh_private_key", r"(password|token)\s*[:=]"):
+    for pattern in (
+        r"AKIA[0-9A-Z]{16}",
+        r"aws_(secret_)?access_key",
+        r"BEGIN [A-Z ]*PRIVATE KEY",
+        r"ssh_private_key",
+        r"(password|token)\s*[:=]",
+    ):
         assert not re.search(pattern, uncommented, re.IGNORECASE), pattern
 
 

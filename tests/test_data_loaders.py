@@ -1,5 +1,6 @@
 """MRPC, SICK, word-similarity and DAPT-corpus loaders: the real files in ../shared/data (counts,
 quirks) and small malformed copies, whose errors must name the file and the line."""
+
 from __future__ import annotations
 
 import gzip
@@ -9,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trainables.core.errors import DataFormatError, SweepInputError
+from trainables.core.paths import default_data_dir
 from trainables.data.mrpc import load_mrpc, mrpc_checksums
 from trainables.data.sentences import (
     DAPT_SOURCES,
@@ -26,8 +29,6 @@ from trainables.data.word_similarity import (
     ws_checksum,
     ws_pairs,
 )
-from trainables.core.errors import DataFormatError, SweepInputError
-from trainables.core.paths import default_data_dir
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +135,10 @@ MRPC_HEADER = "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\r\n"
 
 
 def test_mrpc_small_copy_with_bom_and_crlf(tmp_path):
-    write(tmp_path / "mrpc" / "msr-para-train.tsv", MRPC_HEADER + '1\t1\t2\tA "quoted" one.\tB one.\r\n0\t3\t4\tC.\tD.\r\n')
+    write(
+        tmp_path / "mrpc" / "msr-para-train.tsv",
+        MRPC_HEADER + '1\t1\t2\tA "quoted" one.\tB one.\r\n0\t3\t4\tC.\tD.\r\n',
+    )
     [a, b] = load_mrpc(tmp_path, splits=("train",))["train"]
     assert (a.sentence1, a.sentence2, a.score) == ('A "quoted" one.', "B one.", 1.0)
     assert b.score == 0.0
@@ -288,11 +292,23 @@ def test_dapt_sources_validation(tmp_path):
         dapt_corpus(tmp_path, "wiki")
 
 
-@pytest.mark.parametrize("loader, hub_id, rows, expected", [
-    (load_mrpc, "SetFit/mrpc", {"text1": ["a"], "text2": ["b"], "label": [1]}, ("a", "b", 1.0)),
-    (load_sick, "RobZamp/sick", {"sentence_A": ["a"], "sentence_B": ["b"], "relatedness_score": [4.5],
-                                 "entailment_AB": ["A_contradicts_B"]}, ("a", "b", 4.5, 2)),
-])
+@pytest.mark.parametrize(
+    "loader, hub_id, rows, expected",
+    [
+        (load_mrpc, "SetFit/mrpc", {"text1": ["a"], "text2": ["b"], "label": [1]}, ("a", "b", 1.0)),
+        (
+            load_sick,
+            "RobZamp/sick",
+            {
+                "sentence_A": ["a"],
+                "sentence_B": ["b"],
+                "relatedness_score": [4.5],
+                "entailment_AB": ["A_contradicts_B"],
+            },
+            ("a", "b", 4.5, 2),
+        ),
+    ],
+)
 def test_hub_copies_map_to_the_release_records(monkeypatch, loader, hub_id, rows, expected):
     """Offline here: `datasets.load_dataset` is replaced by an in-memory DatasetDict with the
     hub copy's columns and splits (train / validation / test)."""

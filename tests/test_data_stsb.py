@@ -1,8 +1,9 @@
 """The STS-B loader reads the original release and names the file and line of a bad row."""
+
 import pytest
 
-from trainables.data.stsb import load_stsb
 from trainables.core.errors import DataFormatError
+from trainables.data.stsb import load_stsb
 
 
 def test_real_release_has_the_published_sizes(data_dir):
@@ -21,7 +22,7 @@ def _write_release(folder, train_lines):
 
 
 def test_extra_fields_are_ignored(tmp_path):
-    line = "g\tf\t2012\t1\t3.5\tFirst \"quoted\" one.\tSecond one.\textra\tmore\n"
+    line = 'g\tf\t2012\t1\t3.5\tFirst "quoted" one.\tSecond one.\textra\tmore\n'
     _write_release(tmp_path / "stsbenchmark", [line])
     example = load_stsb(tmp_path)["train"][0]
     assert (example.sentence1, example.sentence2, example.score) == ('First "quoted" one.', "Second one.", 3.5)

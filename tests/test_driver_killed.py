@@ -2,6 +2,7 @@
 trials are not rerun, the others continue from their checkpoints under the concurrency limit,
 the MLflow store ends with exactly one child run per configuration holding every epoch once,
 and the numbers equal those of an uninterrupted sweep."""
+
 import os
 import signal
 import subprocess
@@ -10,8 +11,8 @@ import time
 
 import pytest
 from mlflow import MlflowClient
-
 from mlflow_helpers import metric_steps, runs_by_role
+
 from sweeps.electra_layers import main
 from trainables.core.paths import PROJECT_ROOT
 
@@ -34,22 +35,44 @@ def _wait_for(predicate, driver, log, timeout=240, what="condition"):
 def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_models, ray_session):
     address = ray_session.get_runtime_context().gcs_address
     MlflowClient(sweep_env["uri"]).search_experiments()  # the store exists before the driver starts: this test polls it
-    sweep = ["--models", tiny_models["bert"], "--layers", "1,2", "--seeds", "0,1", "--epochs", "4", "--max-concurrent", "1",
-             "--max-train-samples", "320", *sweep_env["flags"]]
+    sweep = [
+        "--models",
+        tiny_models["bert"],
+        "--layers",
+        "1,2",
+        "--seeds",
+        "0,1",
+        "--epochs",
+        "4",
+        "--max-concurrent",
+        "1",
+        "--max-train-samples",
+        "320",
+        *sweep_env["flags"],
+    ]
     log = sweep_env["tmp"] / "driver.log"
     with open(log, "w") as out:
-        driver = subprocess.Popen([sys.executable, "sweeps/electra_layers.py", *sweep, "--name", "killed", "--address", address],
-                                  cwd=PROJECT_ROOT, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
+        driver = subprocess.Popen(
+            [sys.executable, "sweeps/electra_layers.py", *sweep, "--name", "killed", "--address", address],
+            cwd=PROJECT_ROOT,
+            start_new_session=True,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     uri = sweep_env["uri"]
 
     def one_finished_and_one_started():
         _, children = runs_by_role(uri)
         finished = [c for c in children if c.info.status == "FINISHED"]
-        started = [c for c in children if c.info.status == "RUNNING" and metric_steps(uri, c.info.run_id, "dev_spearman")]
+        started = [
+            c for c in children if c.info.status == "RUNNING" and metric_steps(uri, c.info.run_id, "dev_spearman")
+        ]
         return finished and started
 
     try:
-        _wait_for(one_finished_and_one_started, driver, log, what="the first trial to finish and the second to log an epoch")
+        _wait_for(
+            one_finished_and_one_started, driver, log, what="the first trial to finish and the second to log an epoch"
+        )
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
@@ -71,8 +94,10 @@ def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_
         if child.info.run_id in finished_before:
             assert all(m.timestamp < killed_at for m in history), "a finished trial was rerun"
     # the concurrency limit (1) held after the resume: no two trials' epochs interleave
-    spans = sorted((min(m.timestamp for m in h), max(m.timestamp for m in h)) for h in
-                   (client.get_metric_history(c.info.run_id, "dev_spearman") for c in children))
+    spans = sorted(
+        (min(m.timestamp for m in h), max(m.timestamp for m in h))
+        for h in (client.get_metric_history(c.info.run_id, "dev_spearman") for c in children)
+    )
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
 
     assert main([*sweep, "--name", "clean", "--experiment", "clean"]) == 0
@@ -81,4 +106,6 @@ def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_
     clean_by_key = {key(c): c for c in clean}
     for child in children:
         for metric in ("best_dev_spearman", "test_spearman_at_best_dev", "train_loss"):
-            assert child.data.metrics[metric] == pytest.approx(clean_by_key[key(child)].data.metrics[metric], abs=1e-4), metric
+            assert child.data.metrics[metric] == pytest.approx(
+                clean_by_key[key(child)].data.metrics[metric], abs=1e-4
+            ), metric

@@ -1,14 +1,23 @@
 """Physical truncation equals slicing the full model's hidden states; parameter counts match a
 hand computation from the config; models are found or refused with a useful message."""
+
 import pytest
 import torch
 from transformers import AutoTokenizer
 
-from trainables.encoders.loading import (
-    count_parameters, encode, load_config, load_pretrained, mean_pool, model_depth, paper_parameter_count, random_init,
-    resolve_model, truncate,
-)
 from trainables.core.errors import SweepInputError
+from trainables.encoders.loading import (
+    count_parameters,
+    encode,
+    load_config,
+    load_pretrained,
+    mean_pool,
+    model_depth,
+    paper_parameter_count,
+    random_init,
+    resolve_model,
+    truncate,
+)
 
 SENTENCES = ["A man is playing a guitar.", "Two dogs run.", "A woman is slicing an onion on the table."]
 
@@ -95,23 +104,43 @@ PAPER_CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("model, layer, published", [
-    ("electra-base-generator", 12, 33.31), ("electra-large-generator", 24, 50.74),
-    ("electra-small-discriminator", 1, 4.76), ("electra-small-discriminator", 12, 13.45), ("deberta-v3-base", 7, 148.00),
-])
+@pytest.mark.parametrize(
+    "model, layer, published",
+    [
+        ("electra-base-generator", 12, 33.31),
+        ("electra-large-generator", 24, 50.74),
+        ("electra-small-discriminator", 1, 4.76),
+        ("electra-small-discriminator", 12, 13.45),
+        ("deberta-v3-base", 7, 148.00),
+    ],
+)
 def test_paper_parameter_counts_match_the_published_ones(model, layer, published):
     """Table 1-2 of the ELECTRA paper count the embeddings and the first l layers only."""
     from transformers import AutoModel, DebertaV2Config, ElectraConfig
 
     kind, vocab, hidden, layers, heads, inter, embedding = PAPER_CONFIGS[model]
-    common = dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                  intermediate_size=inter, max_position_embeddings=512)
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=inter,
+        max_position_embeddings=512,
+    )
     if kind == "electra":
         config = ElectraConfig(embedding_size=embedding, **common)
     else:
-        config = DebertaV2Config(**common, type_vocab_size=0, relative_attention=True, position_biased_input=False,
-                                 pos_att_type=["p2c", "c2p"], max_relative_positions=-1, position_buckets=256,
-                                 norm_rel_ebd="layer_norm", share_att_key=True)
+        config = DebertaV2Config(
+            **common,
+            type_vocab_size=0,
+            relative_attention=True,
+            position_biased_input=False,
+            pos_att_type=["p2c", "c2p"],
+            max_relative_positions=-1,
+            position_buckets=256,
+            norm_rel_ebd="layer_norm",
+            share_att_key=True,
+        )
     with torch.device("meta"):  # shapes only: nothing is allocated or initialised
         full = AutoModel.from_config(config)
     truncated = truncate(full, layer)

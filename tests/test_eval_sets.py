@@ -1,6 +1,7 @@
 """The evaluation suite: known answers on a hand-made SentEval-layout set, the layout's rules and
 errors, the real data's pair counts, one-pass layer embeddings against per-layer truncated
 forwards, and (slow) the published MTEB scores of the real models."""
+
 import pickle
 import shutil
 from pathlib import Path
@@ -17,8 +18,12 @@ from trainables.evaluation.sets import eval_set_names, load_suite
 # what a careless reader breaks: quotes (csv quoting), U+2028 and a form feed (str.splitlines),
 # an undecodable byte (written as \xff in place of U+FFFD, read back as U+FFFD).
 PAIRS = {
-    "alpha": [('a1 "quoted', "b1", 0.9, "4.0"), ("a2", "b2\u2028x", 0.5, "3.0"), ("a3\x0c", "b3", 0.1, "1.0"),
-              ("a4", "b4", 0.7, "")],
+    "alpha": [
+        ('a1 "quoted', "b1", 0.9, "4.0"),
+        ("a2", "b2\u2028x", 0.5, "3.0"),
+        ("a3\x0c", "b3", 0.1, "1.0"),
+        ("a4", "b4", 0.7, ""),
+    ],
     "beta": [("c1", "d1 caf\ufffd", 0.2, "5.0"), ("c2", "d2", 0.3, "2.0"), ("c3", "d3", 0.8, "0.5")],
 }
 CRLF = {"alpha"}  # line endings of a subset's files: CRLF here, LF in the other
@@ -55,7 +60,9 @@ def test_known_answers_pooled_against_mean_over_subsets(tmp_path):
     pooled = spearmanr(cos["alpha"] + cos["beta"], gold["alpha"] + gold["beta"]).statistic * 100
     per_subset = [spearmanr(cos[k], gold[k]).statistic * 100 for k in ("alpha", "beta")]
     assert scores["sts15_spearman"] == pytest.approx(pooled)
-    assert scores["sts15_pearson"] == pytest.approx(pearsonr(cos["alpha"] + cos["beta"], gold["alpha"] + gold["beta"]).statistic * 100)
+    assert scores["sts15_pearson"] == pytest.approx(
+        pearsonr(cos["alpha"] + cos["beta"], gold["alpha"] + gold["beta"]).statistic * 100
+    )
     assert scores["sts15_spearman_mean"] == pytest.approx(np.mean(per_subset))
     assert scores["sts15_alpha_spearman"] == pytest.approx(per_subset[0])
     assert scores["sts15_beta_spearman"] == pytest.approx(per_subset[1])
@@ -98,10 +105,20 @@ def test_copies_of_a_year_must_agree(tmp_path):
 
 
 def test_registry_and_real_pair_counts(data_dir):
-    assert {"sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "stsb_dev", "sickr", "sickr_all"} <= set(eval_set_names())
+    assert {"sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "stsb_dev", "sickr", "sickr_all"} <= set(
+        eval_set_names()
+    )
     suite = load_suite(["sts12", "sts13", "sts14", "stsb", "stsb_dev", "sickr", "sickr_all"], data_dir)
     counts = {name: len(data) for name, data in suite.sets.items()}
-    assert counts == {"sts12": 3108, "sts13": 1500, "sts14": 3750, "stsb": 1379, "stsb_dev": 1500, "sickr": 4927, "sickr_all": 9927}
+    assert counts == {
+        "sts12": 3108,
+        "sts13": 1500,
+        "sts14": 3750,
+        "stsb": 1379,
+        "stsb_dev": 1500,
+        "sickr": 4927,
+        "sickr_all": 9927,
+    }
     assert sorted(suite.sets["sts13"].subsets) == ["FNWN", "OnWN", "headlines"]  # SMT has no input file
     assert "ALL" not in suite.sets["sts12"].subsets
     assert len(set(suite.checksums.values())) == len(suite.sets)
@@ -132,7 +149,9 @@ def test_one_pass_equals_each_layers_truncated_forward(kind, tiny_models):
         with torch.no_grad():
             hidden = truncate(model, layer)(**encoded).last_hidden_state
         for pooling in ("mean", "cls"):
-            np.testing.assert_allclose(one_pass[(layer, pooling)], pool(hidden, encoded["attention_mask"], pooling).numpy(), atol=1e-5)
+            np.testing.assert_allclose(
+                one_pass[(layer, pooling)], pool(hidden, encoded["attention_mask"], pooling).numpy(), atol=1e-5
+            )
     assert not np.allclose(one_pass[(depth, "mean")], one_pass[(depth, "mean")][::-1])  # rows are not all alike
     assert not np.allclose(one_pass[(depth, "mean")], one_pass[(depth, "cls")])
 
@@ -149,7 +168,9 @@ def test_a_shallow_request_runs_a_truncated_copy_and_leaves_the_model_alone(laye
     for key, embeddings in shallow.items():
         np.testing.assert_allclose(embeddings, everything[key], atol=1e-5)
     model.train()  # a trial in training: evaluated without dropout, then left training
-    np.testing.assert_allclose(encode_sentences(model, tokenizer, SENTENCES, "mean"), everything[(4, "mean")], atol=1e-6)
+    np.testing.assert_allclose(
+        encode_sentences(model, tokenizer, SENTENCES, "mean"), everything[(4, "mean")], atol=1e-6
+    )
     assert model.training
     with pytest.raises(SweepInputError, match=r"layers \[5\] are not within 0..4"):
         pooled_layers(model, tokenizer, SENTENCES, [2, 5], ["mean"])
@@ -170,9 +191,12 @@ def test_default_max_length(tiny_models, tmp_path):
 
 
 MTEB = [  # published MTEB scores: cosine Spearman, mean pooling
-    ("sentence-transformers/all-MiniLM-L6-v2", "sts12", 72.37), ("sentence-transformers/all-MiniLM-L6-v2", "sts13", 80.60),
-    ("sentence-transformers/all-MiniLM-L6-v2", "sts14", 75.59), ("sentence-transformers/all-MiniLM-L6-v2", "stsb", 82.03),
-    ("sentence-transformers/all-MiniLM-L6-v2", "sickr_all", 77.58), ("sentence-transformers/all-mpnet-base-v2", "stsb", 83.42),
+    ("sentence-transformers/all-MiniLM-L6-v2", "sts12", 72.37),
+    ("sentence-transformers/all-MiniLM-L6-v2", "sts13", 80.60),
+    ("sentence-transformers/all-MiniLM-L6-v2", "sts14", 75.59),
+    ("sentence-transformers/all-MiniLM-L6-v2", "stsb", 82.03),
+    ("sentence-transformers/all-MiniLM-L6-v2", "sickr_all", 77.58),
+    ("sentence-transformers/all-mpnet-base-v2", "stsb", 83.42),
 ]
 
 
@@ -188,8 +212,13 @@ def test_real_models_reproduce_published_mteb_scores(model_id, data_dir):
     expected = {name: score for m, name, score in MTEB if m == model_id}
     suite = load_suite(sorted(expected), data_dir)
     # max length: the folder's sentence_bert_config.json (256 for MiniLM, 384 for mpnet)
-    embeddings = encode_sentences(AutoModel.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path), suite.sentences,
-                                  "mean", batch_size=128)
+    embeddings = encode_sentences(
+        AutoModel.from_pretrained(path).eval(),
+        AutoTokenizer.from_pretrained(path),
+        suite.sentences,
+        "mean",
+        batch_size=128,
+    )
     scores = suite.score(embeddings)
     print({name: round(scores[f"{name}_spearman"], 2) for name in expected})
     for name, published in expected.items():

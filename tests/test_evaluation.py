@@ -1,4 +1,5 @@
 """Evaluator against hand-computed correlations; best-dev selection never looks at test."""
+
 import math
 
 import pytest

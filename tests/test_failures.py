@@ -1,6 +1,7 @@
 """Wrong results never pass as success, failures are named, nothing hangs (issue: bad input and
 failures). Bad input is refused before any compute with nothing written; a trial that cannot
 succeed ends at once, marked failed with its reason, and is not retried."""
+
 from __future__ import annotations
 
 import shutil
@@ -11,8 +12,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import torch
-
 from mlflow_helpers import runs_by_role
+
 from sweeps.electra_layers import main
 from trainables.core import schema
 
@@ -47,13 +48,18 @@ def test_damaged_or_foreign_weights_are_refused(tmp_path, tiny_models, data_dir,
     assert "model.safetensors is damaged" in err
     missing = shutil.copytree(full, tmp_path / "no-weights")
     (missing / "model.safetensors").unlink()
-    assert "no weights in" in _refused(capsys, tmp_path / "runs", ["--models", str(missing), "--data-dir", str(data_dir)])
+    assert "no weights in" in _refused(
+        capsys, tmp_path / "runs", ["--models", str(missing), "--data-dir", str(data_dir)]
+    )
 
 
 def test_unreachable_ray_address_fails_within_seconds(tmp_path, tiny_models, data_dir, capsys):
     started = time.monotonic()
-    err = _refused(capsys, tmp_path / "runs", ["--models", tiny_models["bert"], "--data-dir", str(data_dir),
-                                               "--address", "127.0.0.1:1"])
+    err = _refused(
+        capsys,
+        tmp_path / "runs",
+        ["--models", tiny_models["bert"], "--data-dir", str(data_dir), "--address", "127.0.0.1:1"],
+    )
     assert time.monotonic() - started < 30 and "--address 127.0.0.1:1: nothing answers" in err
 
 
@@ -68,9 +74,26 @@ def test_an_address_where_something_else_answers_is_refused_not_a_traceback(tmp_
         server.bind(("127.0.0.1", 0))
         server.listen()
         address = f"127.0.0.1:{server.getsockname()[1]}"
-        done = subprocess.run([sys.executable, "sweeps/electra_layers.py", "--models", tiny_models["bert"], "--seeds", "0",
-                               "--data-dir", str(data_dir), "--storage-path", str(tmp_path / "runs"), "--address", address],
-                              cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "sweeps/electra_layers.py",
+                "--models",
+                tiny_models["bert"],
+                "--seeds",
+                "0",
+                "--data-dir",
+                str(data_dir),
+                "--storage-path",
+                str(tmp_path / "runs"),
+                "--address",
+                address,
+            ],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"--address {address}: something answers at" in done.stderr and "not a Ray head" in done.stderr
     assert "Traceback" not in done.stderr
@@ -106,8 +129,23 @@ def test_credentials_stay_out_of_what_is_written(monkeypatch):
 
 
 def test_diverged_training_fails_its_trial_once_with_the_reason(sweep_env, tiny_models, capsys):
-    flags = ["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", "--epochs", "2", "--lr", "1e30",
-             "--max-failures", "2", "--name", "nan", *sweep_env["flags"]]
+    flags = [
+        "--models",
+        tiny_models["bert"],
+        "--layers",
+        "1",
+        "--seeds",
+        "0",
+        "--epochs",
+        "2",
+        "--lr",
+        "1e30",
+        "--max-failures",
+        "2",
+        "--name",
+        "nan",
+        *sweep_env["flags"],
+    ]
     assert main(flags) == 1
     out = capsys.readouterr().out
     assert "1 trial(s) failed:" in out and "training diverged: the mean loss of epoch 1 is nan" in out
@@ -140,8 +178,15 @@ def test_summary_survives_nan_metrics():
     from trainables.methods.tmft.method import TMFT
 
     contract = TMFT.metrics(SimpleNamespace(task="stsb", eval_sets="none"))
-    frame = pd.DataFrame({"config/model": ["m", "m"], "config/layer": [0, 1], "config/seed": [0, 0],
-                          contract.primary: [float("nan"), float("nan")], contract.report: [float("nan"), 1.0]})
+    frame = pd.DataFrame(
+        {
+            "config/model": ["m", "m"],
+            "config/layer": [0, 1],
+            "config/seed": [0, 0],
+            contract.primary: [float("nan"), float("nan")],
+            contract.report: [float("nan"), 1.0],
+        }
+    )
     assert summary_table(frame, contract) == "No finished trials."
     frame.loc[1, contract.primary] = 50.0
     assert "m" in summary_table(frame, contract)
@@ -151,8 +196,17 @@ def test_damaged_checkpoint_restarts_the_trial(tmp_path, tiny_task_data, capsys)
     """A truncated state.pt is named in a warning and the trial starts again from epoch 1."""
     from trainables.methods.tmft.method import TMFTData
 
-    config = {"model": "m", "layer": 1, "seed": 0, "epochs": 2, "lr": 2e-5, "batch_size": 16, "weight_decay": 0.01,
-              "warmup_ratio": 0.1, "task": "stsb"}
+    config = {
+        "model": "m",
+        "layer": 1,
+        "seed": 0,
+        "epochs": 2,
+        "lr": 2e-5,
+        "batch_size": 16,
+        "weight_decay": 0.01,
+        "warmup_ratio": 0.1,
+        "task": "stsb",
+    }
     trial = _bound(TMFTData({"m": tiny_task_data}))(config=config)
     trial.train()
     trial.save_checkpoint(str(tmp_path))
@@ -169,8 +223,17 @@ def test_damaged_checkpoint_restarts_the_trial(tmp_path, tiny_task_data, capsys)
 def test_checkpoints_load_without_unpickling_code(tmp_path, tiny_task_data):
     from trainables.methods.tmft.method import TMFTData
 
-    config = {"model": "m", "layer": 1, "seed": 0, "epochs": 2, "lr": 2e-5, "batch_size": 16, "weight_decay": 0.01,
-              "warmup_ratio": 0.1, "task": "stsb"}
+    config = {
+        "model": "m",
+        "layer": 1,
+        "seed": 0,
+        "epochs": 2,
+        "lr": 2e-5,
+        "batch_size": 16,
+        "weight_decay": 0.01,
+        "warmup_ratio": 0.1,
+        "task": "stsb",
+    }
     trial = _bound(TMFTData({"m": tiny_task_data}))(config=config)
     trial.train()
     trial.save_checkpoint(str(tmp_path))
@@ -203,8 +266,24 @@ def tiny_task_data(tiny_models, data_dir):
 
 
 def test_resume_refuses_changed_flags(sweep_env, tiny_models, capsys):
-    assert main(["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", "--epochs", "1", "--name", "r",
-                 *sweep_env["flags"]]) == 0
+    assert (
+        main(
+            [
+                "--models",
+                tiny_models["bert"],
+                "--layers",
+                "1",
+                "--seeds",
+                "0",
+                "--epochs",
+                "1",
+                "--name",
+                "r",
+                *sweep_env["flags"],
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     code = main(["--resume", str(Path(sweep_env["storage"], "r")), "--lr", "1e-3"])
     assert code == 2 and "--lr 0.001 (the sweep has 2e-05)" in capsys.readouterr().err

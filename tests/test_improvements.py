@@ -3,6 +3,7 @@
 One DAPT stage per model and one WS stage per (model, layer) are computed, whatever the number of
 seeds, and a second sweep with the same storage path computes nothing. Executions are counted in
 the stage store's log (`<storage>/stages/executions.jsonl`), written by the computing process."""
+
 from __future__ import annotations
 
 import functools
@@ -10,38 +11,65 @@ import json
 from collections import Counter
 from pathlib import Path
 
-
 import pytest
 from mlflow import MlflowClient
-
 from mlflow_helpers import runs_by_role
-from sweeps.improvements import main
+
 from sweeps.engine.stages_plan import ROLE_STAGE, TAG_STAGE_KEY
-from trainables.stages.store import stage_root
+from sweeps.improvements import main
 from trainables.core import schema
+from trainables.stages.store import stage_root
 from trainables.stages.upstream import read_executions
 
-STAGE_FLAGS = ["--ws-epochs", "1", "--ws-max-train-samples", "64", "--dapt-epochs", "1", "--dapt-max-sentences", "48",
-               "--dapt-batch-size", "16", "--dapt-accumulation", "2"]
+STAGE_FLAGS = [
+    "--ws-epochs",
+    "1",
+    "--ws-max-train-samples",
+    "64",
+    "--dapt-epochs",
+    "1",
+    "--dapt-max-sentences",
+    "48",
+    "--dapt-batch-size",
+    "16",
+    "--dapt-accumulation",
+    "2",
+]
 
 
 def _stage_runs(uri: str, experiment: str = "test") -> list:
     client = MlflowClient(uri)
     found = client.get_experiment_by_name(experiment)
-    return client.search_runs([found.experiment_id], filter_string=f"tags.`{schema.TAG_ROLE}` = '{ROLE_STAGE}'", max_results=1000)
+    return client.search_runs(
+        [found.experiment_id], filter_string=f"tags.`{schema.TAG_ROLE}` = '{ROLE_STAGE}'", max_results=1000
+    )
 
 
 def test_stages_are_computed_once_and_shared_across_seeds_layers_and_sweeps(sweep_env, tiny_models):
     models = [tiny_models["bert"], tiny_models["electra-generator"]]
-    flags = ["--models", ",".join(models), "--layers", "0,1,2", "--seeds", "0,1", "--epochs", "1", "--improvement", "both",
-             *STAGE_FLAGS, *sweep_env["flags"]]
+    flags = [
+        "--models",
+        ",".join(models),
+        "--layers",
+        "0,1,2",
+        "--seeds",
+        "0,1",
+        "--epochs",
+        "1",
+        "--improvement",
+        "both",
+        *STAGE_FLAGS,
+        *sweep_env["flags"],
+    ]
     assert main([*flags, "--name", "first"]) == 0
     stages = Path(sweep_env["storage"]) / "stages"
     executions = read_executions(stages)
     kinds = Counter((e["kind"], e["model"]) for e in executions)
     assert {m: kinds[("dapt", m)] for m in models} == {m: 1 for m in models}, "DAPT must run exactly once per model"
     ws_layers = Counter((e["model"], e["layer"]) for e in executions if e["kind"] == "ws")
-    assert ws_layers == Counter({(m, layer): 1 for m in models for layer in (0, 1, 2)}), "one WS stage per model and layer"
+    assert ws_layers == Counter({(m, layer): 1 for m in models for layer in (0, 1, 2)}), (
+        "one WS stage per model and layer"
+    )
     assert len(executions) == 2 + 6
 
     parents, trials = runs_by_role(sweep_env["uri"])
@@ -74,19 +102,46 @@ def test_stages_are_computed_once_and_shared_across_seeds_layers_and_sweeps(swee
     # The WS trial starts from the stage's weights, not the pretrained ones.
     ws_trial = next(t for t in trials if t.data.params["method"] == "ws+tmft" and t.data.params["layer"] == "2")
     manifest = json.loads((stages / ws_trial.data.params["stage_key"] / "stage.json").read_text())
-    assert manifest["metadata"]["config"]["layer"] == 2 and manifest["result"]["mlflow_run_id"] == ws_trial.data.params["upstream_run_id"]
+    assert (
+        manifest["metadata"]["config"]["layer"] == 2
+        and manifest["result"]["mlflow_run_id"] == ws_trial.data.params["upstream_run_id"]
+    )
 
     # A second sweep with the same storage path reuses every stage: no new execution, same runs.
-    assert main(["--models", ",".join(models), "--layers", "2", "--seeds", "0", "--epochs", "0", "--improvement", "both",
-                 *STAGE_FLAGS, *sweep_env["flags"], "--name", "second"]) == 0
+    assert (
+        main(
+            [
+                "--models",
+                ",".join(models),
+                "--layers",
+                "2",
+                "--seeds",
+                "0",
+                "--epochs",
+                "0",
+                "--improvement",
+                "both",
+                *STAGE_FLAGS,
+                *sweep_env["flags"],
+                "--name",
+                "second",
+            ]
+        )
+        == 0
+    )
     assert len(read_executions(stages)) == len(executions)
     parents, trials = runs_by_role(sweep_env["uri"])
     assert len(parents) == 2 and len(_stage_runs(sweep_env["uri"])) == 8
     second = [t for t in trials if t.data.params["sweep"] == "second"]
     assert len(second) == 4
-    first = {(t.data.params["method"], t.data.params["model"]): t.data.params["upstream_run_id"]
-             for t in trials if t.data.params["sweep"] == "first" and t.data.params["layer"] == "2"}
-    assert {(t.data.params["method"], t.data.params["model"]): t.data.params["upstream_run_id"] for t in second} == first
+    first = {
+        (t.data.params["method"], t.data.params["model"]): t.data.params["upstream_run_id"]
+        for t in trials
+        if t.data.params["sweep"] == "first" and t.data.params["layer"] == "2"
+    }
+    assert {
+        (t.data.params["method"], t.data.params["model"]): t.data.params["upstream_run_id"] for t in second
+    } == first
 
 
 def test_bad_stage_flags_stop_before_anything_runs(sweep_env, tiny_models, capsys):
@@ -109,13 +164,39 @@ def test_ws_selection_is_recorded_and_keys_the_stage(sweep_env, tiny_models):
     parser = functools.partial(parser_for, "improvements")
     plan_improvements = functools.partial(plan_sweep, method="improvements")
 
-    args = parser().parse_args(["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0,1", "--improvement", "ws",
-                                "--ws-selection", "max4", *STAGE_FLAGS, *sweep_env["flags"]])
+    args = parser().parse_args(
+        [
+            "--models",
+            tiny_models["bert"],
+            "--layers",
+            "1",
+            "--seeds",
+            "0,1",
+            "--improvement",
+            "ws",
+            "--ws-selection",
+            "max4",
+            *STAGE_FLAGS,
+            *sweep_env["flags"],
+        ]
+    )
     plan = plan_improvements(args)
     assert {c["ws_selection"] for c in plan.configs} == {"max4"}
     assert len({c["stage_key"] for c in plan.configs}) == 1  # both seeds share the layer's stage
-    args = parser().parse_args(["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", "--improvement", "ws",
-                                *STAGE_FLAGS, *sweep_env["flags"]])
+    args = parser().parse_args(
+        [
+            "--models",
+            tiny_models["bert"],
+            "--layers",
+            "1",
+            "--seeds",
+            "0",
+            "--improvement",
+            "ws",
+            *STAGE_FLAGS,
+            *sweep_env["flags"],
+        ]
+    )
     assert plan_improvements(args).configs[0]["stage_key"] != plan.configs[0]["stage_key"]  # the rule is in the key
 
 
@@ -125,15 +206,31 @@ def test_authors_variants_of_the_stages_are_flags_recorded_in_params_and_keys(sw
     from sweeps.engine.runner import parser_for, plan_sweep
 
     def plan(*flags):
-        args = parser_for("improvements").parse_args(["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0",
-                                                      *STAGE_FLAGS, *sweep_env["flags"], *flags])
+        args = parser_for("improvements").parse_args(
+            [
+                "--models",
+                tiny_models["bert"],
+                "--layers",
+                "1",
+                "--seeds",
+                "0",
+                *STAGE_FLAGS,
+                *sweep_env["flags"],
+                *flags,
+            ]
+        )
         return plan_sweep(args, method="improvements")
 
     paper = plan()
     authors = plan("--dapt-schedule", "authors", "--dapt-clip", "none", "--ws-split", "sklearn-compat")
     by_kind = {kind: {s["kind"]: s for s in p.stages.values()} for kind, p in (("paper", paper), ("authors", authors))}
-    assert by_kind["paper"]["dapt"]["config"]["schedule"] == "steps" and by_kind["paper"]["dapt"]["config"]["clip"] == 1.0
-    assert by_kind["authors"]["dapt"]["config"]["schedule"] == "authors" and by_kind["authors"]["dapt"]["config"]["clip"] is None
+    assert (
+        by_kind["paper"]["dapt"]["config"]["schedule"] == "steps" and by_kind["paper"]["dapt"]["config"]["clip"] == 1.0
+    )
+    assert (
+        by_kind["authors"]["dapt"]["config"]["schedule"] == "authors"
+        and by_kind["authors"]["dapt"]["config"]["clip"] is None
+    )
     assert by_kind["paper"]["ws"]["config"]["split_method"] == "numpy"
     assert by_kind["authors"]["ws"]["config"]["split_method"] == "sklearn-compat"
     assert set(paper.stages).isdisjoint(authors.stages)
@@ -171,8 +268,25 @@ def test_tsdae_stage_is_computed_once_per_model_and_tmft_starts_from_it(sweep_en
     from transformers import AutoModel
 
     model = tiny_models["bert"]
-    flags = ["--models", model, "--layers", "1,2", "--seeds", "0,1", "--epochs", "1", "--improvement", "none,tsdae",
-             "--tsdae-steps", "3", "--tsdae-max-sentences", "40", "--tsdae-lr", "1e-3", *sweep_env["flags"]]
+    flags = [
+        "--models",
+        model,
+        "--layers",
+        "1,2",
+        "--seeds",
+        "0,1",
+        "--epochs",
+        "1",
+        "--improvement",
+        "none,tsdae",
+        "--tsdae-steps",
+        "3",
+        "--tsdae-max-sentences",
+        "40",
+        "--tsdae-lr",
+        "1e-3",
+        *sweep_env["flags"],
+    ]
     assert main([*flags, "--name", "tsdae"]) == 0
     stages = Path(sweep_env["storage"]) / "stages"
     executions = read_executions(stages)
@@ -184,7 +298,12 @@ def test_tsdae_stage_is_computed_once_per_model_and_tmft_starts_from_it(sweep_en
     for trial in (t for t in trials if t.data.params["method"] == "tsdae+tmft"):
         params = trial.data.params
         assert params["upstream_run_id"] == stage_run.info.run_id and params["upstream_method"] == "tsdae"
-        assert (params["tsdae_steps"], params["tsdae_lr"], params["tsdae_noise"], params["tsdae_pooling"]) == ("3", "0.001", "delete", "cls")
+        assert (params["tsdae_steps"], params["tsdae_lr"], params["tsdae_noise"], params["tsdae_pooling"]) == (
+            "3",
+            "0.001",
+            "delete",
+            "cls",
+        )
         assert trial.info.status == "FINISHED" and "best_dev_spearman" in trial.data.metrics
     manifest = json.loads((stages / stage_run.data.params["stage_key"] / "stage.json").read_text())
     assert manifest["result"]["optimizer_steps"] == 3
@@ -195,16 +314,40 @@ def test_tsdae_stage_is_computed_once_per_model_and_tmft_starts_from_it(sweep_en
 
 
 def _plan_flags(tmp_path, data_dir):
-    return ["--storage-path", str(tmp_path / "runs"), "--mlflow-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
-            "--data-dir", str(data_dir), "--max-train-samples", "48", "--max-eval-samples", "60"]
+    return [
+        "--storage-path",
+        str(tmp_path / "runs"),
+        "--mlflow-uri",
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "--data-dir",
+        str(data_dir),
+        "--max-train-samples",
+        "48",
+        "--max-eval-samples",
+        "60",
+    ]
 
 
 def test_tsdae_stage_is_planned_once_per_model_with_its_settings_in_every_trial(tmp_path, data_dir, tiny_models):
     from sweeps.engine.runner import parser_for, plan_sweep
 
-    args = parser_for("improvements").parse_args([
-        "--models", tiny_models["bert"], "--layers", "1,2", "--seeds", "0,1", "--improvement", "tsdae,none",
-        "--tsdae-steps", "5", "--tsdae-noise", "keep", *_plan_flags(tmp_path, data_dir)])
+    args = parser_for("improvements").parse_args(
+        [
+            "--models",
+            tiny_models["bert"],
+            "--layers",
+            "1,2",
+            "--seeds",
+            "0,1",
+            "--improvement",
+            "tsdae,none",
+            "--tsdae-steps",
+            "5",
+            "--tsdae-noise",
+            "keep",
+            *_plan_flags(tmp_path, data_dir),
+        ]
+    )
     plan = plan_sweep(args, method="improvements")
     assert [s["kind"] for s in plan.stages.values()] == ["tsdae"]
     spec = next(iter(plan.stages.values()))
@@ -223,26 +366,49 @@ def test_tsdae_stage_trains_the_encoder_tmft_starts_from(tmp_path, data_dir, tin
     import torch
     from transformers import AutoModel
 
-    from trainables.methods.tsdae import method as tsdae
     from trainables.methods.tmft.method import build_encoder
+    from trainables.methods.tsdae import method as tsdae
 
-    config = tsdae.stage_config(corpus="wiki", steps=3, batch_size=4, lr=1e-3, pooling="cls", noise="delete",
-                                max_length=32, max_sentences=40)
-    spec = {"kind": "tsdae", "key": "k", "root": str(tmp_path), "model": "tiny", "model_path": tiny_models["bert"],
-            "data_dir": str(data_dir), "config": config}
+    config = tsdae.stage_config(
+        corpus="wiki", steps=3, batch_size=4, lr=1e-3, pooling="cls", noise="delete", max_length=32, max_sentences=40
+    )
+    spec = {
+        "kind": "tsdae",
+        "key": "k",
+        "root": str(tmp_path),
+        "model": "tiny",
+        "model_path": tiny_models["bert"],
+        "data_dir": str(data_dir),
+        "config": config,
+    }
     result = tsdae.compute(spec, tmp_path / "k")
     assert result["optimizer_steps"] == 3 and result["sentences"] == 40
     trained = AutoModel.from_pretrained(str(tmp_path / "k" / "encoder")).state_dict()
     pretrained = AutoModel.from_pretrained(tiny_models["bert"]).state_dict()
-    assert not torch.equal(trained["encoder.layer.0.attention.self.query.weight"],
-                           pretrained["encoder.layer.0.attention.self.query.weight"])
+    assert not torch.equal(
+        trained["encoder.layer.0.attention.self.query.weight"],
+        pretrained["encoder.layer.0.attention.self.query.weight"],
+    )
     encoder = build_encoder(tiny_models["bert"], 2, 0, upstream_method="tsdae", upstream_path=str(tmp_path / "k"))
-    assert torch.equal(encoder.state_dict()["encoder.layer.1.output.dense.weight"], trained["encoder.layer.1.output.dense.weight"])
+    assert torch.equal(
+        encoder.state_dict()["encoder.layer.1.output.dense.weight"], trained["encoder.layer.1.output.dense.weight"]
+    )
 
 
 def test_tsdae_stage_refuses_an_encoder_without_a_decoder(tmp_path, data_dir, tiny_models, capsys):
-    flags = ["--models", tiny_models["mpnet"], "--layers", "1", "--seeds", "0", "--improvement", "tsdae",
-             *_plan_flags(tmp_path, data_dir), "--experiment", "test"]
+    flags = [
+        "--models",
+        tiny_models["mpnet"],
+        "--layers",
+        "1",
+        "--seeds",
+        "0",
+        "--improvement",
+        "tsdae",
+        *_plan_flags(tmp_path, data_dir),
+        "--experiment",
+        "test",
+    ]
     assert main(flags) == 2
     assert "no causal-LM decoder" in capsys.readouterr().err
     assert not (tmp_path / "runs" / "stages").exists()

@@ -2,10 +2,10 @@
 (trainables/methods/meta_embeddings/token_embeddings.py): word merging, each loss term against a numpy reference, the
 baselines against reference computations, a reused actor, and the sweep script end to end on two
 tiny sources of different sizes with each source encoded once across two sweeps."""
+
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -51,8 +51,10 @@ def test_encode_merges_a_real_tokenizer_into_whitespace_words(tiny_models):
 def _sides(seed=0, batch=2, length=4, width=5):
     rng = np.random.default_rng(seed)
     sides = [[rng.standard_normal((batch, length, width)).astype(np.float32) for _ in range(2)] for _ in range(2)]
-    masks = [[np.array([[1, 1, 1, 0], [1, 1, 0, 0]], bool), np.array([[1, 1, 1, 1], [1, 1, 0, 0]], bool)],  # s1: per source
-             [np.array([[1, 1, 0, 0], [1, 1, 1, 1]], bool), np.array([[1, 0, 0, 0], [1, 1, 1, 0]], bool)]]  # s2
+    masks = [
+        [np.array([[1, 1, 1, 0], [1, 1, 0, 0]], bool), np.array([[1, 1, 1, 1], [1, 1, 0, 0]], bool)],  # s1: per source
+        [np.array([[1, 1, 0, 0], [1, 1, 1, 1]], bool), np.array([[1, 0, 0, 0], [1, 1, 1, 0]], bool)],
+    ]  # s2
     matrices = [rng.standard_normal((width, 3)).astype(np.float32), rng.standard_normal((width, 6)).astype(np.float32)]
     return sides, masks, matrices
 
@@ -82,15 +84,24 @@ def test_authors_code_loss_matches_the_codes_loops():
             sentence.append(-beta * np.linalg.norm(m1 - m2, axis=1))
     ortho = [lam * np.linalg.norm(p.T @ p - np.eye(p.shape[1])) for p in matrices]
     expected = np.mean(same) + abs(np.mean(other)) + abs(np.mean(sentence)) + abs(np.mean(ortho))
-    got = me.authors_code_loss([_t(sides[0]), _t(sides[1])], torch.from_numpy(m1), torch.from_numpy(m2), _t(matrices),
-                               torch.tensor(alpha), torch.tensor(beta), torch.tensor(lam))
+    got = me.authors_code_loss(
+        [_t(sides[0]), _t(sides[1])],
+        torch.from_numpy(m1),
+        torch.from_numpy(m2),
+        _t(matrices),
+        torch.tensor(alpha),
+        torch.tensor(beta),
+        torch.tensor(lam),
+    )
     assert float(got) == pytest.approx(expected, rel=1e-5)
 
 
 def test_paper_terms_match_numpy():
     sides, masks, matrices = _sides(seed=1)
     margin = 30.0  # large enough that some hinges are active and some are not
-    got = me.paper_terms([_t(s) for s in sides], [[torch.from_numpy(m) for m in ms] for ms in masks], _t(matrices), margin)
+    got = me.paper_terms(
+        [_t(s) for s in sides], [[torch.from_numpy(m) for m in ms] for ms in masks], _t(matrices), margin
+    )
 
     def sq(a, b):
         return float(((a - b) ** 2).sum())
@@ -101,14 +112,28 @@ def test_paper_terms_match_numpy():
     c1 = c2 = c3 = c4 = 0.0
     for w, m in zip(sides, masks):
         same = [sq(w[0][x, t], w[1][x, t]) for x in range(2) for t in range(4) if m[0][x, t] and m[1][x, t]]
-        other = [hinge(sq(w[0][x, t], w[1][x, u])) for x in range(2) for t in range(4) for u in range(4)
-                 if t != u and m[0][x, t] and m[1][x, u]]
+        other = [
+            hinge(sq(w[0][x, t], w[1][x, u]))
+            for x in range(2)
+            for t in range(4)
+            for u in range(4)
+            if t != u and m[0][x, t] and m[1][x, u]
+        ]
         c1, c2 = c1 + np.mean(same), c2 + np.mean(other)
     (w1, w2), (k1, k2) = sides, masks
     for i, j in ((0, 1), (1, 0)):
-        c3 += np.mean([hinge(sq(w1[i][x, t], w2[j][x, t])) for x in range(2) for t in range(4) if k1[i][x, t] and k2[j][x, t]])
-        c4 += np.mean([hinge(sq(w1[i][x, t], w2[j][x, u])) for x in range(2) for t in range(4) for u in range(4)
-                       if t != u and k1[i][x, t] and k2[j][x, u]])
+        c3 += np.mean(
+            [hinge(sq(w1[i][x, t], w2[j][x, t])) for x in range(2) for t in range(4) if k1[i][x, t] and k2[j][x, t]]
+        )
+        c4 += np.mean(
+            [
+                hinge(sq(w1[i][x, t], w2[j][x, u]))
+                for x in range(2)
+                for t in range(4)
+                for u in range(4)
+                if t != u and k1[i][x, t] and k2[j][x, u]
+            ]
+        )
     ortho = np.linalg.norm(matrices[0].T @ matrices[1])
     for name, value in (("c1", c1), ("c2", c2), ("c3", c3), ("c4", c4), ("ortho", ortho)):
         assert float(got[name]) == pytest.approx(value, rel=1e-4), name
@@ -121,7 +146,9 @@ def test_sup_losses_match_numpy():
     cos = np.sum(m1 * m2, 1) / np.linalg.norm(m1, axis=1) / np.linalg.norm(m2, axis=1)
     args = [torch.tensor(a, dtype=torch.float32) for a in (m1, m2, gold)]
     assert float(me.sup_mse_loss(*args)) == pytest.approx(np.mean(((cos + 1) / 2 - gold / 5) ** 2), rel=1e-5)
-    assert float(me.sup_signed_loss(*args)) == pytest.approx(np.mean(np.linalg.norm(m1 - m2, axis=1) - gold / 5), rel=1e-5)
+    assert float(me.sup_signed_loss(*args)) == pytest.approx(
+        np.mean(np.linalg.norm(m1 - m2, axis=1) - gold / 5), rel=1e-5
+    )
 
 
 def test_models_weights_and_pooling():
@@ -137,8 +164,8 @@ def test_models_weights_and_pooling():
         batched = paper.sentence(paper.words(xs), masks)
         for row in range(3):  # each sentence pooled alone, without padding
             n = int(masks[0][row].sum())
-            alone = paper.sentence(paper.words([x[row:row + 1, :n] for x in xs]), None)
-            torch.testing.assert_close(batched[row:row + 1], alone)
+            alone = paper.sentence(paper.words([x[row : row + 1, :n] for x in xs]), None)
+            torch.testing.assert_close(batched[row : row + 1], alone)
         concatenated = authors.sentence(authors.words(xs), masks)
     assert concatenated.shape == (3, 12)
     padded = [x * masks[0].unsqueeze(-1) for x in xs]  # zero pads, as the stage gives them
@@ -163,7 +190,7 @@ def test_gcca_two_views_recovers_the_canonical_correlations():
 
     def inv_sqrt(c):
         values, vectors = np.linalg.eigh(c)
-        return vectors @ np.diag(values ** -0.5) @ vectors.T
+        return vectors @ np.diag(values**-0.5) @ vectors.T
 
     rho = np.linalg.svd(inv_sqrt(xc.T @ xc) @ xc.T @ yc @ inv_sqrt(yc.T @ yc), compute_uv=False)[:3]
     got = [abs(np.corrcoef(scores[0][:, k], scores[1][:, k])[0, 1]) for k in range(3)]
@@ -177,8 +204,9 @@ def test_gcca_regularises_each_view_as_the_authors_ridge():
         ridge = 0.1 * view.std(axis=0).mean()
         covariance = np.cov(view, rowvar=False)
         identity = np.eye(view.shape[1])
-        np.testing.assert_allclose((1 - c) * covariance + c * identity, (1 - c) * (covariance + ridge * identity),
-                                   rtol=1e-10, atol=1e-14)
+        np.testing.assert_allclose(
+            (1 - c) * covariance + c * identity, (1 - c) * (covariance + ridge * identity), rtol=1e-10, atol=1e-14
+        )
     assert len(set(np.round(me.gcca_shrinkage(views), 8))) == 3
 
 
@@ -227,20 +255,37 @@ def small_stages(tmp_path_factory, data_dir):
     from transformers import AutoModel, AutoTokenizer
 
     from trainables.data.stsb import load_stsb
-    from trainables.evaluation.sets import EvalData, EvalSuite, Subset
     from trainables.encoders.tiny import build_tiny_model
+    from trainables.evaluation.sets import EvalData, EvalSuite, Subset
 
     root = tmp_path_factory.mktemp("meta")
     splits = load_stsb(data_dir)
     train, dev, test = splits["train"][:64], splits["dev"][:60], splits["test"][:60]
-    suite = EvalSuite({"stsb": EvalData("stsb", {"all": Subset([e.sentence1 for e in test], [e.sentence2 for e in test],
-                                                               np.array([e.score for e in test]))}, "x")})
+    suite = EvalSuite(
+        {
+            "stsb": EvalData(
+                "stsb",
+                {
+                    "all": Subset(
+                        [e.sentence1 for e in test], [e.sentence2 for e in test], np.array([e.score for e in test])
+                    )
+                },
+                "x",
+            )
+        }
+    )
     sentences = list(dict.fromkeys([s for e in train + dev for s in (e.sentence1, e.sentence2)] + suite.sentences))
     row = {s: i for i, s in enumerate(sentences)}
     paths, models = [], []
     for width in (32, 48):
-        model_dir = build_tiny_model("bert", root / f"bert{width}", layers=2, hidden=width,
-                                     sentences=[e.sentence1 for e in splits["train"][:500]], seed=width)
+        model_dir = build_tiny_model(
+            "bert",
+            root / f"bert{width}",
+            layers=2,
+            hidden=width,
+            sentences=[e.sentence1 for e in splits["train"][:500]],
+            seed=width,
+        )
         model, tokenizer = AutoModel.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
         (root / f"stage{width}").mkdir()
         te.save(root / f"stage{width}", te.encode(model, tokenizer, sentences, 64, 32, "cpu"))
@@ -248,8 +293,11 @@ def small_stages(tmp_path_factory, data_dir):
         models.append((model, tokenizer))
 
     def pairs(examples):
-        return (np.array([row[e.sentence1] for e in examples]), np.array([row[e.sentence2] for e in examples]),
-                np.array([e.score for e in examples], dtype=np.float32))
+        return (
+            np.array([row[e.sentence1] for e in examples]),
+            np.array([row[e.sentence2] for e in examples]),
+            np.array([e.score for e in examples], dtype=np.float32),
+        )
 
     data = me.MetaData(pairs(train), pairs(dev), np.array([row[s] for s in suite.sentences]), suite, len(sentences))
     return {"paths": paths, "data": data, "models": models, "sentences": sentences}
@@ -257,6 +305,7 @@ def small_stages(tmp_path_factory, data_dir):
 
 def _trainable(config, data):
     """The Trainable with its shared data, as tune.with_parameters gives it (no Ray needed)."""
+
     class Bound(me.MetaEmbeddingTrainable):
         def setup(self, config):
             super().setup(config, data)
@@ -265,8 +314,20 @@ def _trainable(config, data):
 
 
 def _config(small_stages, **extra):
-    return {"epochs": 3, "patience": 5, "batch_size": 32, "lr": 1e-2, "weight_decay": 1e-4, "width": 8, "pooling": "max",
-            "margin": 1.0, "seed": 0, "source_index": -1, "_source_paths": small_stages["paths"], **extra}
+    return {
+        "epochs": 3,
+        "patience": 5,
+        "batch_size": 32,
+        "lr": 1e-2,
+        "weight_decay": 1e-4,
+        "width": 8,
+        "pooling": "max",
+        "margin": 1.0,
+        "seed": 0,
+        "source_index": -1,
+        "_source_paths": small_stages["paths"],
+        **extra,
+    }
 
 
 def test_a_reused_actor_gives_each_method_its_own_result(small_stages):
@@ -283,7 +344,9 @@ def test_a_reused_actor_gives_each_method_its_own_result(small_stages):
     # the source's own score computed directly: encoder -> merged words -> mean -> cosine
     model, tokenizer = small_stages["models"][0]
     direct = np.stack([w.mean(axis=0) for w in te.encode(model, tokenizer, data.suite.sentences, 64, 32, "cpu")])
-    assert sse_result["stsb_spearman"] == pytest.approx(data.suite.score(direct)["stsb_spearman"], abs=0.5)  # fp16 cache
+    assert sse_result["stsb_spearman"] == pytest.approx(
+        data.suite.score(direct)["stsb_spearman"], abs=0.5
+    )  # fp16 cache
     actor.reset_config(_config(small_stages, meta="unsup", variant="authors_code"))
     trained = actor.train()
     assert trained["epoch"] == 1 and "stsb_spearman" not in trained and trained["source_weight_0"] != 0
@@ -296,12 +359,16 @@ def test_conc_and_avg_do_not_depend_on_a_sources_scale(small_stages, tmp_path):
     words, starts = te.load(small_stages["paths"][0])
     scaled = tmp_path / "scaled"
     scaled.mkdir()
-    te.save(scaled, [np.asarray(words[starts[i]:starts[i + 1]], np.float32) * 64 for i in range(len(starts) - 1)])
+    te.save(scaled, [np.asarray(words[starts[i] : starts[i + 1]], np.float32) * 64 for i in range(len(starts) - 1)])
     data = small_stages["data"]
     for meta, variant in (("conc", "-"), ("avg", "zero-pad"), ("svd", "full")):
         plain = _trainable(_config(small_stages, meta=meta, variant=variant), data).train()
-        config = _config(small_stages, meta=meta, variant=variant, _source_paths=[str(scaled), small_stages["paths"][1]])
-        assert _trainable(config, data).train()["stsb_spearman"] == pytest.approx(plain["stsb_spearman"], abs=1e-6), meta
+        config = _config(
+            small_stages, meta=meta, variant=variant, _source_paths=[str(scaled), small_stages["paths"][1]]
+        )
+        assert _trainable(config, data).train()["stsb_spearman"] == pytest.approx(plain["stsb_spearman"], abs=1e-6), (
+            meta
+        )
 
 
 def test_model_vectors_are_each_sentence_pooled_alone_in_the_order_asked(small_stages):
@@ -352,7 +419,9 @@ def test_unsup_trains_and_stops_early(small_stages):
 
 
 def test_a_collapsed_epoch_is_neither_kept_as_best_nor_stops_training(small_stages):
-    trainable = _trainable(_config(small_stages, meta="unsup", variant="paper", epochs=3, patience=1), small_stages["data"])
+    trainable = _trainable(
+        _config(small_stages, meta="unsup", variant="paper", epochs=3, patience=1), small_stages["data"]
+    )
     real = trainable.vectors
     trainable.vectors = lambda rows: np.ones((len(rows), 8), np.float32)  # collapsed: every dev cosine is 1
     with pytest.warns(Warning):  # scipy: the correlation of a constant input is not defined
@@ -371,10 +440,32 @@ def _sweep_flags(sweep_env, tiny_models, tmp_path, stsb_sentences, data_dir, tra
     from trainables.encoders.tiny import build_tiny_model
 
     wide = build_tiny_model("bert", tmp_path / "bert48", layers=2, hidden=48, sentences=stsb_sentences, seed=7)
-    flags = ["--storage-path", str(sweep_env["storage"]), "--mlflow-uri", sweep_env["uri"], "--experiment", "meta",
-             "--data-dir", str(data_dir), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5",
-             "--sources", f"{tiny_models['bert']},{wide}", "--sets", "stsb", "--max-train-samples", str(train_pairs),
-             "--epochs", "1", "--width", "8", "--seeds", "0"]
+    flags = [
+        "--storage-path",
+        str(sweep_env["storage"]),
+        "--mlflow-uri",
+        sweep_env["uri"],
+        "--experiment",
+        "meta",
+        "--data-dir",
+        str(data_dir),
+        "--gpus-per-trial",
+        "0",
+        "--cpus-per-trial",
+        "0.5",
+        "--sources",
+        f"{tiny_models['bert']},{wide}",
+        "--sets",
+        "stsb",
+        "--max-train-samples",
+        str(train_pairs),
+        "--epochs",
+        "1",
+        "--width",
+        "8",
+        "--seeds",
+        "0",
+    ]
     return flags, str(wide)
 
 
@@ -401,17 +492,29 @@ def test_sources_are_encoded_once_across_sweeps(sweep_env, tiny_models, tmp_path
 
 @pytest.mark.slow
 def test_every_method_runs_and_each_source_is_encoded_once(sweep_env, tiny_models, tmp_path, stsb_sentences, data_dir):
-    from sweeps.meta_embeddings import main
     from mlflow_helpers import runs_by_role
+
+    from sweeps.meta_embeddings import main
     from trainables.stages.upstream import read_executions
 
     flags, wide = _sweep_flags(sweep_env, tiny_models, tmp_path, stsb_sentences, data_dir, 64)
     assert main(flags + ["--name", "first"]) == 0
     _, runs = runs_by_role(sweep_env["uri"], "meta")
     got = {(r.data.params["meta"], r.data.params["variant"]) for r in runs if r.info.status == "FINISHED"}
-    assert got == {("unsup", "paper"), ("unsup", "authors_code"), ("sup", "mse"), ("sup", "signed"), ("sse", "bert"),
-                   ("sse", "bert48"), ("conc", "-"), ("avg", "zero-pad"), ("avg", "projected"), ("svd", "train"),
-                   ("svd", "full"), ("gcca", "-")}
+    assert got == {
+        ("unsup", "paper"),
+        ("unsup", "authors_code"),
+        ("sup", "mse"),
+        ("sup", "signed"),
+        ("sse", "bert"),
+        ("sse", "bert48"),
+        ("conc", "-"),
+        ("avg", "zero-pad"),
+        ("avg", "projected"),
+        ("svd", "train"),
+        ("svd", "full"),
+        ("gcca", "-"),
+    }
     score = {(r.data.params["meta"], r.data.params["variant"]): r.data.metrics["stsb_spearman"] for r in runs}
     assert score[("sse", "bert")] != score[("sse", "bert48")] != score[("gcca", "-")]
     assert main(flags + ["--name", "second", "--methods", "conc"]) == 0
@@ -420,13 +523,16 @@ def test_every_method_runs_and_each_source_is_encoded_once(sweep_env, tiny_model
     assert len(_stage_runs_of_trials(sweep_env["uri"])) == 1  # every trial of both sweeps names the same two stage runs
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--sources", "SOURCE_A"], "--sources needs two or more different encoders"),
-    (["--sources", "SOURCE_A,SOURCE_A"], "--sources needs two or more different encoders"),
-    (["--methods", "unsup,pca"], "--methods: unknown 'pca'"),
-    (["--variants", "paper", "--methods", "unsup,sup"], "leaves no variant of 'sup'"),
-    (["--sources", "SOURCE_A,MISSING"], "Model directory 'MISSING' does not exist"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--sources", "SOURCE_A"], "--sources needs two or more different encoders"),
+        (["--sources", "SOURCE_A,SOURCE_A"], "--sources needs two or more different encoders"),
+        (["--methods", "unsup,pca"], "--methods: unknown 'pca'"),
+        (["--variants", "paper", "--methods", "unsup,sup"], "leaves no variant of 'sup'"),
+        (["--sources", "SOURCE_A,MISSING"], "Model directory 'MISSING' does not exist"),
+    ],
+)
 def test_bad_input_is_refused_before_any_work(flags, message, tiny_models, tmp_path, data_dir, capsys):
     from sweeps.meta_embeddings import main
 

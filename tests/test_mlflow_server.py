@@ -1,6 +1,7 @@
 """Sweeps against a real MLflow tracking server (`python -m sweeps.mlflow_server` on a free local
 port), read back through its REST API; and tracking-server outages: writes are spooled, sent when
 the server is back, and what is left is uploaded by `python -m sweeps.mlflow_sync`, exactly once."""
+
 import io
 import shlex
 import shutil
@@ -8,8 +9,8 @@ import sys
 import time
 
 import pytest
-
 from server_helpers import MlflowServer, free_port, metrics, params, tags
+
 from sweeps import mlflow_server, mlflow_sync
 from sweeps.electra_layers import main
 from sweeps.engine import tracking
@@ -42,15 +43,33 @@ def test_server_command_binds_to_localhost_on_the_storage_paths_store(tmp_path, 
     assert option("--host") == "127.0.0.1" and option("--port") == "5000"
     assert option("--backend-store-uri") == f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}"
     assert option("--artifacts-destination") == str(tmp_path / "runs" / "mlartifacts")
-    assert mlflow_server.main(["--host", "0.0.0.0", "--allowed-hosts", "mlflow.example.org", "--print-command", "--", "--dev"]) == 0
+    assert (
+        mlflow_server.main(
+            ["--host", "0.0.0.0", "--allowed-hosts", "mlflow.example.org", "--print-command", "--", "--dev"]
+        )
+        == 0
+    )
     command = shlex.split(capsys.readouterr().out)
     assert command[command.index("--allowed-hosts") + 1] == "mlflow.example.org" and command[-1] == "--dev"
 
 
 def test_smoke_sweep_against_a_real_tracking_server(sweep_env, tiny_models, server, capsys):
     server.start()
-    code = main(["--models", tiny_models["bert"], "--layers", "0,2", "--seeds", "0", "--epochs", "1", "--name", "served",
-                 *with_uri(sweep_env["flags"], server.uri)])
+    code = main(
+        [
+            "--models",
+            tiny_models["bert"],
+            "--layers",
+            "0,2",
+            "--seeds",
+            "0",
+            "--epochs",
+            "1",
+            "--name",
+            "served",
+            *with_uri(sweep_env["flags"], server.uri),
+        ]
+    )
     assert code == 0
     parents, children = server.runs()
     assert len(parents) == 1 and len(children) == 2
@@ -69,8 +88,21 @@ def test_smoke_sweep_against_a_real_tracking_server(sweep_env, tiny_models, serv
 
 def test_an_unreachable_server_stops_the_sweep_before_it_starts(sweep_env, tiny_models, capsys):
     dead = f"http://127.0.0.1:{free_port()}"
-    code = main(["--models", tiny_models["bert"], "--layers", "0", "--seeds", "0", "--epochs", "1", "--name", "nobody",
-                 *with_uri(sweep_env["flags"], dead)])
+    code = main(
+        [
+            "--models",
+            tiny_models["bert"],
+            "--layers",
+            "0",
+            "--seeds",
+            "0",
+            "--epochs",
+            "1",
+            "--name",
+            "nobody",
+            *with_uri(sweep_env["flags"], dead),
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert f"--mlflow-uri {dead}: the MLflow store is unreachable" in err and "python -m sweeps.mlflow_server" in err
@@ -89,8 +121,15 @@ def test_spooled_writes_are_replayed_once_however_often_sync_runs(tmp_path):
     writer.submit({**key, "op": "run", "name": "tmft:m-1-0", "params": {"layer": 1, "seed": 0}})
     writer.submit({**key, "op": "status", "status": "RUNNING"})
     for step in (1, 2):
-        writer.submit({**key, "op": "log", "metrics": [["dev_spearman", 10.0 * step, now, step], ["train_loss", 1.0 / step, now, step]],
-                       "params": {"params_truncated": "123"} if step == 1 else {}, "tags": {"device": "cpu"}})
+        writer.submit(
+            {
+                **key,
+                "op": "log",
+                "metrics": [["dev_spearman", 10.0 * step, now, step], ["train_loss", 1.0 / step, now, step]],
+                "params": {"params_truncated": "123"} if step == 1 else {},
+                "tags": {"device": "cpu"},
+            }
+        )
     writer.submit({**key, "op": "status", "status": "FINISHED", "time": now})
     writer.submit({"op": "parent_status", "parent": parent, "status": "FINISHED", "time": now})
     assert writer.pending() == 6
@@ -142,7 +181,9 @@ def test_server_outage_mid_sweep_loses_no_metric(sweep_env, tiny_models, server,
 
     def outage_script(self, iteration, trials, trial, result, **info):
         original(self, iteration, trials, trial, result, **info)
-        reported.append((schema.config_hash(trial.config), int(result["epoch"]), result["dev_spearman"], result["train_loss"]))
+        reported.append(
+            (schema.config_hash(trial.config), int(result["epoch"]), result["dev_spearman"], result["train_loss"])
+        )
         if len(reported) in (1, 5):
             server.kill()
         elif len(reported) == 3:
@@ -150,8 +191,21 @@ def test_server_outage_mid_sweep_loses_no_metric(sweep_env, tiny_models, server,
 
     monkeypatch.setattr(tracking.MlflowSweepCallback, "on_trial_result", outage_script)
     server.start()
-    code = main(["--models", tiny_models["bert"], "--layers", "0,1", "--seeds", "0", "--epochs", "3", "--name", "outage",
-                 *with_uri(sweep_env["flags"], server.uri)])
+    code = main(
+        [
+            "--models",
+            tiny_models["bert"],
+            "--layers",
+            "0,1",
+            "--seeds",
+            "0",
+            "--epochs",
+            "3",
+            "--name",
+            "outage",
+            *with_uri(sweep_env["flags"], server.uri),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0
     assert len(reported) == 6

@@ -5,31 +5,58 @@ their `test_spearman_at_best_dev`. Screenshots go to `test-artifacts/`.
 
 Run with `pytest -m browser` (or `.ci/browser`, which installs Chromium and Playwright first).
 """
+
 from pathlib import Path
 
 import pytest
-
 from mlflow_helpers import runs_by_role
 from server_helpers import MlflowServer
+
 from sweeps.electra_layers import main
 from trainables.core.paths import PROJECT_ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ARTIFACTS = PROJECT_ROOT / "test-artifacts"
 METRIC = "test_spearman_at_best_dev"
 
 
 def test_mlflow_ui_shows_the_sweep_with_its_child_runs_and_their_metrics(sweep_env, tiny_models, tmp_path):
     if not Path(CHROMIUM).is_file():
-        pytest.skip(f"Debian's Chromium is not installed ({CHROMIUM} is missing): apt-get install -y chromium chromium-driver")
+        pytest.skip(
+            f"Debian's Chromium is not installed ({CHROMIUM} is missing): apt-get install -y chromium chromium-driver"
+        )
     from playwright.sync_api import expect, sync_playwright
 
-    assert main(["--models", tiny_models["bert"], "--layers", "0,2", "--seeds", "0", "--epochs", "1", "--name", "ui-sweep",
-                 *sweep_env["flags"]]) == 0
+    assert (
+        main(
+            [
+                "--models",
+                tiny_models["bert"],
+                "--layers",
+                "0,2",
+                "--seeds",
+                "0",
+                "--epochs",
+                "1",
+                "--name",
+                "ui-sweep",
+                *sweep_env["flags"],
+            ]
+        )
+        == 0
+    )
     (parent,), children = runs_by_role(sweep_env["uri"])
     assert len(children) == 2
     ARTIFACTS.mkdir(exist_ok=True)
@@ -54,7 +81,9 @@ def test_mlflow_ui_shows_the_sweep_with_its_child_runs_and_their_metrics(sweep_e
                     expect(row(child)).to_have_count(0)
                 parent_row.locator("button").first.click()  # the expander in front of the run name
                 for child in children:
-                    expect(row(child).filter(has=page.get_by_role("link", name=child.info.run_name, exact=True))).to_be_visible()
+                    expect(
+                        row(child).filter(has=page.get_by_role("link", name=child.info.run_name, exact=True))
+                    ).to_be_visible()
 
                 page.get_by_role("button", name="Columns").click()
                 page.keyboard.type(METRIC)

@@ -1,6 +1,7 @@
 """A two-node Ray on this machine (a head and one worker, each `ray start --block` in its own
 process group, token authentication on): a smoke sweep with --address runs trials on both
 nodes (each run records its node id), then both nodes are stopped by their process groups."""
+
 import os
 import signal
 import socket
@@ -11,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from mlflow_helpers import runs_by_role
+
 from trainables.core.paths import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
@@ -35,17 +36,39 @@ def two_nodes(tmp_path):
     port = _free_port()
     address = f"127.0.0.1:{port}"
     common = ["--num-cpus=1", "--num-gpus=0", "--block", "--disable-usage-stats"]
-    nodes = [subprocess.Popen([_ray_cli(), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
-                               "--include-dashboard=false", *common], env=env, start_new_session=True,
-                              stdout=open(tmp_path / "head.log", "w"), stderr=subprocess.STDOUT)]
+    nodes = [
+        subprocess.Popen(
+            [
+                _ray_cli(),
+                "start",
+                "--head",
+                f"--port={port}",
+                "--node-ip-address=127.0.0.1",
+                "--include-dashboard=false",
+                *common,
+            ],
+            env=env,
+            start_new_session=True,
+            stdout=open(tmp_path / "head.log", "w"),
+            stderr=subprocess.STDOUT,
+        )
+    ]
     try:
         deadline = time.time() + 90
-        while subprocess.run([_ray_cli(), "status", f"--address={address}"], env=env, capture_output=True).returncode != 0:
+        while (
+            subprocess.run([_ray_cli(), "status", f"--address={address}"], env=env, capture_output=True).returncode != 0
+        ):
             assert time.time() < deadline, (tmp_path / "head.log").read_text()[-2000:]
             time.sleep(2)
-        nodes.append(subprocess.Popen([_ray_cli(), "start", f"--address={address}", "--node-ip-address=127.0.0.1", *common],
-                                      env=env, start_new_session=True, stdout=open(tmp_path / "worker.log", "w"),
-                                      stderr=subprocess.STDOUT))
+        nodes.append(
+            subprocess.Popen(
+                [_ray_cli(), "start", f"--address={address}", "--node-ip-address=127.0.0.1", *common],
+                env=env,
+                start_new_session=True,
+                stdout=open(tmp_path / "worker.log", "w"),
+                stderr=subprocess.STDOUT,
+            )
+        )
         while "2 node" not in _status(address, env) and _count_nodes(address, env) < 2:
             assert time.time() < deadline, (tmp_path / "worker.log").read_text()[-2000:]
             time.sleep(2)
@@ -64,7 +87,9 @@ def two_nodes(tmp_path):
 
 
 def _status(address, env) -> str:
-    return subprocess.run([_ray_cli(), "status", f"--address={address}"], env=env, capture_output=True, text=True).stdout
+    return subprocess.run(
+        [_ray_cli(), "status", f"--address={address}"], env=env, capture_output=True, text=True
+    ).stdout
 
 
 def _count_nodes(address, env) -> int:
@@ -81,9 +106,31 @@ def test_sweep_runs_on_both_nodes(two_nodes, sweep_env, tiny_models):
     # head's finished actor; on a loaded machine every tiny trial can then run on the head.
     flags.append("--no-reuse-actors")
     code = subprocess.run(
-        [sys.executable, "sweeps/electra_layers.py", "--models", tiny_models["bert"], "--layers", "0,1", "--seeds", "0,1",
-         "--epochs", "2", "--max-train-samples", "400", "--name", "two-nodes", "--address", address, *flags],
-        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "sweeps/electra_layers.py",
+            "--models",
+            tiny_models["bert"],
+            "--layers",
+            "0,1",
+            "--seeds",
+            "0,1",
+            "--epochs",
+            "2",
+            "--max-train-samples",
+            "400",
+            "--name",
+            "two-nodes",
+            "--address",
+            address,
+            *flags,
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert code.returncode == 0, code.stdout[-3000:] + code.stderr[-3000:]
     _, children = runs_by_role(sweep_env["uri"])
     assert len(children) == 4 and all(c.info.status == "FINISHED" for c in children)

@@ -1,18 +1,22 @@
 """`--gpus-per-trial auto`: the packing rule, and a sweep on logical GPUs that follows it."""
+
 import pytest
+from mlflow_helpers import runs_by_role
+from sweep_helpers import hold_all
 from transformers import BertConfig
 
-from sweep_helpers import hold_all
-from mlflow_helpers import runs_by_role
+from sweeps.electra_layers import main
 from sweeps.engine import packing
 from trainables.encoders import cost
-from sweeps.electra_layers import main
 
 BERT_BASE = BertConfig()  # 12 layers, hidden 768, 12 heads, vocabulary 30522: built locally, nothing fetched
 
 
 def test_shallow_layers_and_small_batches_pack_more_trials_per_gpu():
-    per_layer = [packing.trials_per_gpu(cost.trial_memory_bytes(cost.shape_from_config(BERT_BASE, layer, 32, 128))) for layer in range(13)]
+    per_layer = [
+        packing.trials_per_gpu(cost.trial_memory_bytes(cost.shape_from_config(BERT_BASE, layer, 32, 128)))
+        for layer in range(13)
+    ]
     assert per_layer == sorted(per_layer, reverse=True), per_layer
     assert per_layer[0] == 4 and per_layer[12] < per_layer[0]
     big_batch = packing.trials_per_gpu(cost.trial_memory_bytes(cost.shape_from_config(BERT_BASE, 12, 256, 128)))
@@ -45,7 +49,9 @@ def test_time_is_the_larger_of_gpu_work_and_kernel_launches():
     assert launch_bound == pytest.approx((3 * 180 + 46) * 13 * cost.LAUNCH_SECONDS["tf32"])
     gpu_bound = cost.trial_seconds(shape, 200_000, 80_000, 1, 1.0, "tf32", train_steps=180, eval_batches=46)
     assert gpu_bound == pytest.approx(flops / 1e12)
-    assert cost.trial_seconds(shape, 200_000, 80_000, 1, None, "auto", 180, 46) == launch_bound  # auto is priced as tf32
+    assert (
+        cost.trial_seconds(shape, 200_000, 80_000, 1, None, "auto", 180, 46) == launch_bound
+    )  # auto is priced as tf32
 
 
 def test_auto_packing_on_logical_gpus(sweep_env, tiny_models, edit_trials, capsys):
@@ -55,8 +61,23 @@ def test_auto_packing_on_logical_gpus(sweep_env, tiny_models, edit_trials, capsy
     flags = list(sweep_env["flags"])
     flags[flags.index("--gpus-per-trial") + 1] = "auto"
     flags[flags.index("--cpus-per-trial") + 1] = "0.25"
-    code = main(["--models", tiny_models["bert"], "--layers", "0,1", "--seeds", "0,1", "--epochs", "1",
-                 "--max-trials-per-gpu", "2", "--name", "auto", *flags])
+    code = main(
+        [
+            "--models",
+            tiny_models["bert"],
+            "--layers",
+            "0,1",
+            "--seeds",
+            "0,1",
+            "--epochs",
+            "1",
+            "--max-trials-per-gpu",
+            "2",
+            "--name",
+            "auto",
+            *flags,
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "4 trials at 0.5 GPU (2 per GPU)" in out and "GPU-hours" in out

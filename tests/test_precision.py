@@ -3,6 +3,7 @@ applied to training and evaluation (scores close to fp32's, not identical), reco
 
 The tests marked `cuda` need a CUDA GPU and are skipped, with that reason, on machines without
 one (CI); they were run on a lent H100 (see the issue's note)."""
+
 from __future__ import annotations
 
 import json
@@ -27,10 +28,15 @@ def test_adamw_is_fused_on_the_cpu_and_updates_as_the_per_tensor_loop():
     start = [torch.randn(300, 7), torch.randn(7)]
     ours = [torch.nn.Parameter(t.clone()) for t in start]
     reference = [torch.nn.Parameter(t.clone()) for t in start]
-    fused = adamw([{"params": ours[:1]}, {"params": ours[1:], "weight_decay": 0.0}], 1e-2, torch.device("cpu"),
-                  weight_decay=0.01)
-    loop = torch.optim.AdamW([{"params": reference[:1]}, {"params": reference[1:], "weight_decay": 0.0}], lr=1e-2,
-                             weight_decay=0.01, foreach=False)
+    fused = adamw(
+        [{"params": ours[:1]}, {"params": ours[1:], "weight_decay": 0.0}], 1e-2, torch.device("cpu"), weight_decay=0.01
+    )
+    loop = torch.optim.AdamW(
+        [{"params": reference[:1]}, {"params": reference[1:], "weight_decay": 0.0}],
+        lr=1e-2,
+        weight_decay=0.01,
+        foreach=False,
+    )
     assert fused.defaults["fused"] and [g["weight_decay"] for g in fused.param_groups] == [0.01, 0.0]
     # a caller that names no weight decay (SED: "weight decay 0 = Adam") gets none, not torch's 0.01
     assert adamw([torch.nn.Parameter(torch.zeros(1))], 1e-3, torch.device("cpu")).param_groups[0]["weight_decay"] == 0.0
@@ -65,7 +71,9 @@ def test_stage_keys_change_only_beyond_plain_fp32():
     assert stage_precision(Namespace(precision="auto", **on_cpu)) == {}
     assert stage_precision(Namespace(precision="fp32", **on_cpu)) == {}
     assert stage_precision(Namespace(precision="bf16", **on_cpu)) == {"precision": "bf16"}
-    assert stage_precision(Namespace(precision="auto", gpus_per_trial="auto", address="ray://head:10001")) == {"precision": "auto"}
+    assert stage_precision(Namespace(precision="auto", gpus_per_trial="auto", address="ray://head:10001")) == {
+        "precision": "auto"
+    }
 
 
 def _trial(tiny_task, precision: str, device: str = "cpu"):
@@ -75,7 +83,14 @@ def _trial(tiny_task, precision: str, device: str = "cpu"):
 
     torch.manual_seed(0)
     trial = PairFineTuning()
-    config = {"seed": 0, "batch_size": 16, "lr": 1e-4, "weight_decay": 0.01, "warmup_ratio": 0.1, "precision": precision}
+    config = {
+        "seed": 0,
+        "batch_size": 16,
+        "lr": 1e-4,
+        "weight_decay": 0.01,
+        "warmup_ratio": 0.1,
+        "precision": precision,
+    }
     trial.init_fine_tuning(AutoModel.from_pretrained(tiny_task.model_path), tiny_task, config, torch.device(device), 2)
     losses = [trial.train_epoch(epoch)["train_loss"] for epoch in (1, 2)]
     return trial, losses, trial.evaluate(), trial.predict(tiny_task.splits["test"])
@@ -110,8 +125,24 @@ def test_sweep_refuses_fp16_on_cpu_before_anything_is_written(tmp_path, tiny_mod
     from sweeps.electra_layers import main
 
     storage = tmp_path / "runs"
-    code = main(["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", "--epochs", "1", "--precision", "fp16",
-                 "--storage-path", str(storage), "--data-dir", str(data_dir)])
+    code = main(
+        [
+            "--models",
+            tiny_models["bert"],
+            "--layers",
+            "1",
+            "--seeds",
+            "0",
+            "--epochs",
+            "1",
+            "--precision",
+            "fp16",
+            "--storage-path",
+            str(storage),
+            "--data-dir",
+            str(data_dir),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "--precision fp16 needs a CUDA GPU" in err
     assert not storage.exists() or not any(storage.rglob("*.db"))
@@ -122,11 +153,31 @@ def test_sweep_records_precision(sweep_env, tiny_models):
 
     from sweeps.electra_layers import main
 
-    code = main(["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", "--epochs", "1", "--precision", "bf16",
-                 "--name", "bf16", *sweep_env["flags"]])
+    code = main(
+        [
+            "--models",
+            tiny_models["bert"],
+            "--layers",
+            "1",
+            "--seeds",
+            "0",
+            "--epochs",
+            "1",
+            "--precision",
+            "bf16",
+            "--name",
+            "bf16",
+            *sweep_env["flags"],
+        ]
+    )
     assert code == 0
     client = MlflowClient(sweep_env["uri"])
-    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id]) if "layer" in r.data.params]
+    runs = [
+        r
+        for e in client.search_experiments()
+        for r in client.search_runs([e.experiment_id])
+        if "layer" in r.data.params
+    ]
     assert len(runs) == 1
     assert runs[0].data.params["precision"] == "bf16" and runs[0].data.params["precision_used"] == "bf16"
 
@@ -153,8 +204,13 @@ def test_cuda_precisions_close_to_fp32(tiny_task, precision):
 def test_gpu_benchmark_smoke(tmp_path):
     out = tmp_path / "gpu.json"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--smoke", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
     assert {(r["precision_used"], r["trials"]) for r in rows} == {("fp32", 1), ("bf16", 1), ("fp32", 2), ("bf16", 2)}

@@ -1,40 +1,82 @@
 """Presets of the ELECTRA paper: `--list-presets` with trial counts and GPU-hours, a preset's flags
 as defaults that the command line overrides, a preset refused on the wrong script, the preset
 recorded on the runs, and the report's comparison with the paper's published numbers."""
+
 from argparse import Namespace
 
 import pandas as pd
 import pytest
+from analysis_helpers import log_runs
 
 from analysis import published
 from analysis.report import build_report
-from analysis_helpers import log_runs
 from sweeps import electra_layers, improvements
-from sweeps.engine.runner import parser_for, plan_sweep
 from sweeps.engine import presets
-from trainables.methods.tmft.electra_paper import PRESETS, TABLE1, TABLE2
+from sweeps.engine.runner import parser_for, plan_sweep
 from trainables.methods import get_method
+from trainables.methods.tmft.electra_paper import PRESETS, TABLE1, TABLE2
 from trainables.methods.tmft.method import TMFT
 
 # Depths of the paper's models, from their public configs.
-DEPTHS = {"google/bert_uncased_L-2_H-128_A-2": 2, "google/bert_uncased_L-4_H-256_A-4": 4,
-          "google/bert_uncased_L-4_H-512_A-8": 4, "google/bert_uncased_L-8_H-512_A-8": 8, "bert-base-cased": 12,
-          "bert-large-cased": 24, "google/electra-small-discriminator": 12, "google/electra-base-discriminator": 12,
-          "google/electra-large-discriminator": 24, "google/electra-small-generator": 12,
-          "google/electra-base-generator": 12, "google/electra-large-generator": 24, "microsoft/deberta-v3-base": 12}
-PAPER_PRESETS = {"table1", "table2", "fig2a", "fig2b", "fig2c", "fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "fig9",
-                 "fig10", "fig11", "fig12", "fig13"}
+DEPTHS = {
+    "google/bert_uncased_L-2_H-128_A-2": 2,
+    "google/bert_uncased_L-4_H-256_A-4": 4,
+    "google/bert_uncased_L-4_H-512_A-8": 4,
+    "google/bert_uncased_L-8_H-512_A-8": 8,
+    "bert-base-cased": 12,
+    "bert-large-cased": 24,
+    "google/electra-small-discriminator": 12,
+    "google/electra-base-discriminator": 12,
+    "google/electra-large-discriminator": 24,
+    "google/electra-small-generator": 12,
+    "google/electra-base-generator": 12,
+    "google/electra-large-generator": 24,
+    "microsoft/deberta-v3-base": 12,
+}
+PAPER_PRESETS = {
+    "table1",
+    "table2",
+    "fig2a",
+    "fig2b",
+    "fig2c",
+    "fig3",
+    "fig4",
+    "fig5",
+    "fig6",
+    "fig7",
+    "fig8",
+    "fig9",
+    "fig10",
+    "fig11",
+    "fig12",
+    "fig13",
+}
 
 
 def test_every_table_and_figure_has_a_preset_listed_with_trials_and_gpu_hours(capsys, data_dir):
     assert set(PRESETS) == PAPER_PRESETS
     assert electra_layers.main(["--list-presets", "--data-dir", str(data_dir)]) == 0
     lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.split()}
-    base = sum(DEPTHS[m] + 1 for m in ("google/electra-base-discriminator", "google/electra-base-generator",
-                                       "bert-base-cased", "microsoft/deberta-v3-base"))
+    base = sum(
+        DEPTHS[m] + 1
+        for m in (
+            "google/electra-base-discriminator",
+            "google/electra-base-generator",
+            "bert-base-cased",
+            "microsoft/deberta-v3-base",
+        )
+    )
     sizes = sum(DEPTHS[m] + 1 for m in DEPTHS if m != "microsoft/deberta-v3-base")
-    expected = {"table1": 3 * 5 * base, "table2": 5 * sizes, "fig2a": 5 * base, "fig2b": 5 * base, "fig4": 5 * sizes,
-                "fig13": 5 * base, "fig7": 5 * 3 * 13, "fig12": 5 * (3 + 5 + 5 + 9 + 13 + 25)}
+    expected = {
+        "table1": 3 * 5 * base,
+        "table2": 5 * sizes,
+        "fig2a": 5 * base,
+        "fig2b": 5 * base,
+        "fig4": 5 * sizes,
+        "fig13": 5 * base,
+        "fig7": 5 * 3 * 13,
+        "fig12": 5 * (3 + 5 + 5 + 9 + 13 + 25),
+    }
     for name in PAPER_PRESETS:
         script, trials, hours = lines[name][1:4]
         assert script == PRESETS[name].script
@@ -73,8 +115,21 @@ def test_improvements_runs_plain_tmft_beside_the_stages_for_table1(sweep_env, ti
 def test_a_preset_sweep_records_its_name_and_the_report_names_the_figure(sweep_env, tiny_models):
     from mlflow_helpers import runs_by_role
 
-    argv = ["--preset", "fig13", "--models", tiny_models["bert"], "--layers", "0,1", "--seeds", "0", "--epochs", "1",
-            *sweep_env["flags"], "--name", "random"]
+    argv = [
+        "--preset",
+        "fig13",
+        "--models",
+        tiny_models["bert"],
+        "--layers",
+        "0,1",
+        "--seeds",
+        "0",
+        "--epochs",
+        "1",
+        *sweep_env["flags"],
+        "--name",
+        "random",
+    ]
     assert electra_layers.main(argv) == 0
     _, children = runs_by_role(sweep_env["uri"])
     assert {c.data.params["preset"] for c in children} == {"fig13"}
@@ -89,17 +144,29 @@ def _tmft_rows(model, by_layer, preset):
     rows = []
     for layer, seeds in by_layer.items():
         for seed, (dev, test, pearson) in enumerate(seeds):
-            rows.append({"method": "tmft", "task": "stsb", "model": model, "layer": str(layer), "seed": str(seed),
-                         "preset": preset, "params_paper": str(1_000_000 * (layer + 1)),
-                         "best_dev_spearman": dev, "test_spearman_at_best_dev": test, "test_pearson_at_best_dev": pearson})
+            rows.append(
+                {
+                    "method": "tmft",
+                    "task": "stsb",
+                    "model": model,
+                    "layer": str(layer),
+                    "seed": str(seed),
+                    "preset": preset,
+                    "params_paper": str(1_000_000 * (layer + 1)),
+                    "best_dev_spearman": dev,
+                    "test_spearman_at_best_dev": test,
+                    "test_pearson_at_best_dev": pearson,
+                }
+            )
     return rows
 
 
 def test_the_report_puts_the_published_numbers_beside_ours_with_the_difference(tmp_path):
     contract = TMFT.metrics(Namespace(task="stsb", eval_sets="none")).params()
     small_d = "google/electra-small-discriminator"
-    rows = _tmft_rows(small_d, {1: [(80.0, 70.0, 71.0), (79.0, 69.0, 70.0)], 12: [(74.0, 66.0, 67.0), (73.0, 67.0, 68.0)]},
-                      "table2")
+    rows = _tmft_rows(
+        small_d, {1: [(80.0, 70.0, 71.0), (79.0, 69.0, 70.0)], 12: [(74.0, 66.0, 67.0), (73.0, 67.0, 68.0)]}, "table2"
+    )
     uri = log_runs(tmp_path / "store", contract, rows)
     report = build_report(uri, tmp_path / "report")
     table = pd.read_csv(tmp_path / "report" / "tables" / "paper_table2.csv")
@@ -122,7 +189,13 @@ def test_the_report_puts_the_published_numbers_beside_ours_with_the_difference(t
 
 def test_table1_published_rows_cover_every_method_and_base_model():
     assert {(r.method, r.model) for r in TABLE1} == {
-        (method, model) for method in ("tmft", "ws+tmft", "dapt+tmft")
-        for model in ("bert-base-cased", "google/electra-base-discriminator", "google/electra-base-generator",
-                      "microsoft/deberta-v3-base")}
+        (method, model)
+        for method in ("tmft", "ws+tmft", "dapt+tmft")
+        for model in (
+            "bert-base-cased",
+            "google/electra-base-discriminator",
+            "google/electra-base-generator",
+            "microsoft/deberta-v3-base",
+        )
+    }
     assert published.preset_names(pd.DataFrame({"preset": ["fig2a", None, "table1"]})) == ["fig2a", "table1"]

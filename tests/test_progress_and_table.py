@@ -1,6 +1,7 @@
 """The console a person watches: the time left comes from the cost model (not the mean of the
 cheap trials that finish first), the best is named by the method's contract, and the end table
 shows no spread for a single seed."""
+
 import pandas as pd
 
 from sweeps.engine.progress import ProgressLine
@@ -8,8 +9,14 @@ from sweeps.engine.summary import summary_table
 from trainables.core.method import MetricContract
 from trainables.core.schema import config_hash
 
-CONTRACT = MetricContract(primary="best_dev_spearman", report="test_spearman_at_best_dev", axes=("model", "layer", "seed"),
-                          select="layer", seed="seed", short={"layer": "L", "seed": "s"})
+CONTRACT = MetricContract(
+    primary="best_dev_spearman",
+    report="test_spearman_at_best_dev",
+    axes=("model", "layer", "seed"),
+    select="layer",
+    seed="seed",
+    short={"layer": "L", "seed": "s"},
+)
 
 
 class FakeTrial:
@@ -30,7 +37,9 @@ def test_time_left_scales_the_cost_model_by_the_finished_trials(monkeypatch):
     line.on_trial_complete(0, trials, trials[0])
     clock[0] += 30  # the running trial is half done after 30 s: 30 s left; the pending one: 12 x 10 s
     text = line.line(trials)
-    assert "~2:30 left" in text, text  # (120 + 30) s over one running trial; the mean of the finished trials would say 0:10
+    assert "~2:30 left" in text, (
+        text
+    )  # (120 + 30) s over one running trial; the mean of the finished trials would say 0:10
     line.on_trial_result(0, trials, trials[2], {"best_dev_spearman": 71.5})
     assert "best dev Spearman 71.50 (m L6 s0)" in line.line(trials)
 
@@ -47,8 +56,15 @@ def test_a_running_trial_past_its_estimate_is_never_zero_left(monkeypatch):
 
 
 def test_end_table_shows_no_spread_for_one_seed_and_picks_by_dev():
-    frame = pd.DataFrame({"config/model": ["m"] * 3, "config/layer": [0, 6, 12], "config/seed": [0, 0, 0],
-                          "best_dev_spearman": [50.0, 80.0, 70.0], "test_spearman_at_best_dev": [49.0, 75.0, 79.0]})
+    frame = pd.DataFrame(
+        {
+            "config/model": ["m"] * 3,
+            "config/layer": [0, 6, 12],
+            "config/seed": [0, 0, 0],
+            "best_dev_spearman": [50.0, 80.0, 70.0],
+            "test_spearman_at_best_dev": [49.0, 75.0, 79.0],
+        }
+    )
     table = summary_table(frame, CONTRACT)
     row = table.splitlines()[-1]
     assert "±" not in table and row.split()[:4] == ["m", "6", "80.00", "75.00"], table

@@ -1,5 +1,6 @@
 """One registry pattern: base class checked, unknown names answered with the known ones, and the
 command line's choices taken from the registries."""
+
 import pytest
 
 from trainables.core.errors import SweepInputError

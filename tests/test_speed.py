@@ -1,11 +1,12 @@
 """What makes a sweep faster without changing its results: the costliest trials start first, and
 length grouping that keeps the epoch random."""
+
 import numpy as np
 import pytest
 import torch
+from mlflow_helpers import runs_by_role
 from scipy.stats import spearmanr
 
-from mlflow_helpers import runs_by_role
 from sweeps.electra_layers import main
 from trainables.training.batches import train_batches
 
@@ -32,7 +33,7 @@ def test_length_grouping_pads_less_and_keeps_the_epoch_random():
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
     order = list(LengthGroupedSampler(batch, lengths=lengths, generator=torch.Generator().manual_seed(1)))
-    theirs = [max(lengths[i] for i in order[k:k + batch]) for k in range(0, len(order), batch)]
+    theirs = [max(lengths[i] for i in order[k : k + batch]) for k in range(0, len(order), batch)]
     assert sum(a >= b for a, b in zip(theirs, theirs[1:])) > 0.8 * len(theirs)
     assert sum(a >= b for a, b in zip(longest, longest[1:])) < 0.7 * len(longest)
     for b in grouped:  # sorted inside
@@ -48,8 +49,21 @@ def test_the_epochs_differ_and_a_seed_repeats_its_epoch():
 
 
 def test_the_costliest_trials_start_first(sweep_env, tiny_models):
-    argv = ["--models", tiny_models["bert"], "--layers", "0,1,2", "--seeds", "0", "--epochs", "1", "--max-concurrent", "1",
-            *sweep_env["flags"], "--name", "ordered"]
+    argv = [
+        "--models",
+        tiny_models["bert"],
+        "--layers",
+        "0,1,2",
+        "--seeds",
+        "0",
+        "--epochs",
+        "1",
+        "--max-concurrent",
+        "1",
+        *sweep_env["flags"],
+        "--name",
+        "ordered",
+    ]
     assert main(argv) == 0
     _, children = runs_by_role(sweep_env["uri"])
     started = sorted(children, key=lambda c: c.info.start_time)
@@ -96,11 +110,24 @@ def test_a_dapt_batch_in_length_sorted_chunks_trains_as_one_batch(tiny_models, d
     (model_dir / "config.json").write_text(json.dumps(config))
     results = {}
     for chunks in (1, 4):
-        stage = dapt.stage_config(corpus="sick+stsb-train", epochs=2, batch_size=16, accumulation=2, lr=1e-3, head="auto",
-                                  random_init=False, max_sentences=160)
+        stage = dapt.stage_config(
+            corpus="sick+stsb-train",
+            epochs=2,
+            batch_size=16,
+            accumulation=2,
+            lr=1e-3,
+            head="auto",
+            random_init=False,
+            max_sentences=160,
+        )
         out = tmp_path / f"chunks{chunks}"
-        spec = {"model_path": str(model_dir), "data_dir": str(data_dir), "config": {**stage, "chunks": chunks},
-                "root": str(out), "key": "k"}
+        spec = {
+            "model_path": str(model_dir),
+            "data_dir": str(data_dir),
+            "config": {**stage, "chunks": chunks},
+            "root": str(out),
+            "key": "k",
+        }
         out.mkdir()
         results[chunks] = (dapt.compute(spec, out), load_file(str(out / "encoder" / "model.safetensors")))
     (one, weights_one), (four, weights_four) = results[1], results[4]
@@ -112,7 +139,9 @@ def test_a_dapt_batch_in_length_sorted_chunks_trains_as_one_batch(tiny_models, d
         torch.testing.assert_close(weights_four[name], tensor, rtol=1e-4, atol=1e-5)
 
 
-def test_tokenised_data_is_cached_across_sweeps_and_keyed_by_what_changes_it(tiny_models, data_dir, tmp_path, monkeypatch):
+def test_tokenised_data_is_cached_across_sweeps_and_keyed_by_what_changes_it(
+    tiny_models, data_dir, tmp_path, monkeypatch
+):
     import shutil
 
     import transformers
@@ -131,7 +160,10 @@ def test_tokenised_data_is_cached_across_sweeps_and_keyed_by_what_changes_it(tin
     with monkeypatch.context() as patch:
         patch.setattr(transformers.AutoTokenizer, "from_pretrained", no_tokenizer)
         again = tokenize_task("stsb", tiny_models["bert"], examples, checksums, 200)
-    assert again.splits["train"].s1 == first.splits["train"].s1 and again.splits["test"].labels == first.splits["test"].labels
+    assert (
+        again.splits["train"].s1 == first.splits["train"].s1
+        and again.splits["test"].labels == first.splits["test"].labels
+    )
     assert again.pad_id == first.pad_id and again.model_path == first.model_path
 
     tokenize_task("stsb", tiny_models["bert"], examples, checksums, 100)  # another subset
@@ -146,5 +178,8 @@ def test_tokenised_data_is_cached_across_sweeps_and_keyed_by_what_changes_it(tin
         file.write_text("{broken")
     rebuilt = tokenize_task("stsb", tiny_models["bert"], examples, checksums, 200)  # a damaged file is replaced
     assert rebuilt.splits["dev"].s2 == first.splits["dev"].s2
-    assert tokenized._read_cache(files[0]) is not None or tokenized._read_cache(files[1]) is not None or \
-        tokenized._read_cache(files[2]) is not None
+    assert (
+        tokenized._read_cache(files[0]) is not None
+        or tokenized._read_cache(files[1]) is not None
+        or tokenized._read_cache(files[2]) is not None
+    )

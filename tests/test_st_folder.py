@@ -1,5 +1,6 @@
 """A saved encoder folder plus `write_sentence_transformer` loads in sentence-transformers and
 gives the project's own pooled embeddings, for mean and CLS pooling, at layer 2 and layer 0."""
+
 import shutil
 
 import numpy as np
@@ -14,8 +15,8 @@ def test_sentence_transformers_loads_the_folder_as_the_project_pools(kind, layer
 
     from trainables.encoders.loading import load_pretrained, truncate
     from trainables.encoders.st_folder import read_pooling, write_sentence_transformer
-    from trainables.training.pair_training import copy_tokenizer_files
     from trainables.evaluation.zero_shot import encode_sentences
+    from trainables.training.pair_training import copy_tokenizer_files
 
     sentences = ["A man is playing a guitar.", "Two dogs run on the beach.", "A woman slices an onion."]
     truncated = truncate(AutoModel.from_pretrained(tiny_models[kind]), layer).eval()

@@ -1,5 +1,6 @@
 """Upstream stages report progress across processes (a file beside the stage in the store, read
 by the driver), and their MLflow runs go through the sweep's spooling writer like trial runs."""
+
 import json
 import math
 
@@ -22,7 +23,9 @@ def test_progress_is_written_at_most_every_interval_and_formatted(tmp_path):
     clock, spec = Clock(), {"root": str(tmp_path), "key": "k1"}
     progress = StageProgress(spec, total=100, clock=clock)
     assert read_progress(spec) == {"done": 0, "total": 100, "started": 1000.0, "updated": 1000.0}
-    assert progress_line("dapt tiny", read_progress(spec), now=1005.0) == "  stage dapt tiny: 0/100 steps (0:05 elapsed)"
+    assert (
+        progress_line("dapt tiny", read_progress(spec), now=1005.0) == "  stage dapt tiny: 0/100 steps (0:05 elapsed)"
+    )
     clock.now += 1
     progress.step(5)
     assert read_progress(spec)["done"] == 5  # the first step is written at once: the driver has a rate
@@ -43,21 +46,39 @@ def test_progress_is_written_at_most_every_interval_and_formatted(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["dapt", "ws"])
-def test_a_real_stage_reports_every_optimiser_step_and_hides_an_earlier_attempts(kind, tmp_path, tiny_models, data_dir,
-                                                                                  monkeypatch):
-    from trainables.methods.tmft import dapt
-    from trainables.methods.tmft import word_similarity
+def test_a_real_stage_reports_every_optimiser_step_and_hides_an_earlier_attempts(
+    kind, tmp_path, tiny_models, data_dir, monkeypatch
+):
+    from trainables.methods.tmft import dapt, word_similarity
     from trainables.stages.store import make_spec
     from trainables.stages.upstream import execute
 
     if kind == "dapt":  # 48 sentences, 3 batches of 16, 2 optimiser steps per epoch
-        config = dapt.stage_config(corpus="sick", epochs=2, batch_size=16, accumulation=2, lr=1e-4, head="auto",
-                                   random_init=False, max_sentences=48)
+        config = dapt.stage_config(
+            corpus="sick",
+            epochs=2,
+            batch_size=16,
+            accumulation=2,
+            lr=1e-4,
+            head="auto",
+            random_init=False,
+            max_sentences=48,
+        )
     else:  # 48 pairs, 3 batches (optimiser steps) of 16 per epoch
-        config = word_similarity.stage_config(1, epochs=2, batch_size=16, lr=1e-4, selection="cosine", random_init=False,
-                                              max_train_samples=48, max_eval_samples=32)
+        config = word_similarity.stage_config(
+            1,
+            epochs=2,
+            batch_size=16,
+            lr=1e-4,
+            selection="cosine",
+            random_init=False,
+            max_train_samples=48,
+            max_eval_samples=32,
+        )
     spec = make_spec(kind, "tiny-bert", tiny_models["bert"], tmp_path, data_dir, "test-data", config)
-    progress_path(spec).write_text(json.dumps({"done": 7, "total": 9, "started": 0.0, "updated": 1.0}))  # a dead attempt's
+    progress_path(spec).write_text(
+        json.dumps({"done": 7, "total": 9, "started": 0.0, "updated": 1.0})
+    )  # a dead attempt's
     at_start, written = [], []
     init, write = StageProgress.__init__, StageProgress._write
 
@@ -88,8 +109,14 @@ def test_a_stage_run_written_while_the_store_is_down_is_spooled_and_replayed(tmp
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
     parent = client.create_run(client.create_experiment("e")).info.run_id
-    spec = {"kind": "dapt", "key": "stage-key-1", "model": "m", "model_identity": "m@1", "data_checksum": "d",
-            "config": {"seed": 0, "epochs": 1, "lr": 1e-4, "batch_size": 8, "corpus": "wiki", "head": "auto"}}
+    spec = {
+        "kind": "dapt",
+        "key": "stage-key-1",
+        "model": "m",
+        "model_identity": "m@1",
+        "data_checksum": "d",
+        "config": {"seed": 0, "epochs": 1, "lr": 1e-4, "batch_size": 8, "corpus": "wiki", "head": "auto"},
+    }
     spool = tmp_path / "spool.jsonl"
     down = MlflowWriter("http://127.0.0.1:9", spool, stream=open(tmp_path / "warnings.txt", "w"))
     assert create_stage_run(down, parent, "sweep", spec, {"git_commit": "abc"}) is None
@@ -98,8 +125,11 @@ def test_a_stage_run_written_while_the_store_is_down_is_spooled_and_replayed(tmp
     assert [json.loads(line)["op"] for line in spool.read_text().splitlines()] == ["run", "log", "status"]
 
     assert MlflowWriter(uri, spool).drain()
-    (run,) = [r for r in client.search_runs([client.get_run(parent).info.experiment_id])
-              if r.data.tags.get(schema.TAG_ROLE) == "stage"]
+    (run,) = [
+        r
+        for r in client.search_runs([client.get_run(parent).info.experiment_id])
+        if r.data.tags.get(schema.TAG_ROLE) == "stage"
+    ]
     assert run.data.tags[TAG_STAGE_KEY] == spec["key"] and run.info.status == "FINISHED"
     assert run.data.params["method"] == "dapt" and run.data.params["dapt_corpus"] == "wiki"
     assert run.data.metrics["train_loss"] == pytest.approx(2.5)
@@ -110,8 +140,15 @@ def test_the_driver_prints_a_running_stages_progress(sweep_env, tiny_models, mon
     from sweeps.evaluate import main
 
     monkeypatch.setattr(stages_plan, "PROGRESS_INTERVAL_S", 0.05)
-    flags = [f for f in sweep_env["flags"] if f not in ("--max-train-samples", "48", "--max-eval-samples", "60", "--batch-size", "16")]
-    assert main(["--models", tiny_models["bert"], "--sets", "sickr_all", "--batch-size", "8", "--name", "watched", *flags]) == 0
+    flags = [
+        f
+        for f in sweep_env["flags"]
+        if f not in ("--max-train-samples", "48", "--max-eval-samples", "60", "--batch-size", "16")
+    ]
+    assert (
+        main(["--models", tiny_models["bert"], "--sets", "sickr_all", "--batch-size", "8", "--name", "watched", *flags])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "  stage embeddings bert: starting\n" in out and " steps/s, ~" in out, out[:3000]
     assert out.count("  stage embeddings bert: starting\n") == 1, out[:3000]  # a line only when there is news

@@ -1,5 +1,6 @@
 """The content-addressed stage store: one compute per key across processes, failures leave
 nothing behind, a dead computer's lock passes to a waiter, and a second store instance reuses."""
+
 from __future__ import annotations
 
 import fcntl

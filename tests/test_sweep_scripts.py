@@ -1,13 +1,14 @@
 """Every sweep script in sweeps/ runs end to end with `--smoke-test` (a tiny random model, tiny
 settings), on the session's local Ray and a fresh MLflow store: exit 0, one parent run, one
 finished child run per planned trial carrying the method's metric contract and its primary metric."""
+
 import importlib
 import re
 from pathlib import Path
 
 import pytest
-
 from mlflow_helpers import runs_by_role
+
 from trainables.methods import get_method
 
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
@@ -30,9 +31,20 @@ def test_every_script_is_found():
 @pytest.mark.parametrize("script", sorted(sweep_scripts()))
 def test_smoke_test_runs_end_to_end(script, sweep_env):
     method = get_method(sweep_scripts()[script])
-    flags = ["--storage-path", str(sweep_env["storage"]), "--mlflow-uri", sweep_env["uri"], "--experiment", "test",
-             "--data-dir", sweep_env["flags"][sweep_env["flags"].index("--data-dir") + 1],
-             "--cpus-per-trial", "0.5", "--gpus-per-trial", "0"]
+    flags = [
+        "--storage-path",
+        str(sweep_env["storage"]),
+        "--mlflow-uri",
+        sweep_env["uri"],
+        "--experiment",
+        "test",
+        "--data-dir",
+        sweep_env["flags"][sweep_env["flags"].index("--data-dir") + 1],
+        "--cpus-per-trial",
+        "0.5",
+        "--gpus-per-trial",
+        "0",
+    ]
     code = importlib.import_module(f"sweeps.{script}").main(["--smoke-test", "--name", f"smoke-{script}", *flags])
     assert code == 0
     parents, children = runs_by_role(sweep_env["uri"])

@@ -1,25 +1,44 @@
 """End-to-end sweeps on a real local Ray and a real MLflow SQLite store, with tiny models."""
+
 import json
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
+from mlflow_helpers import metric_steps, runs_by_role
+from sweep_helpers import hold_all
 
 from sweeps.electra_layers import main
-from sweep_helpers import hold_all
-from mlflow_helpers import metric_steps, runs_by_role
 from trainables.core import schema
 from trainables.core.faults import fault_spec
 
 
 def test_smoke_sweep_writes_one_parent_and_four_children_with_the_schema(sweep_env, tiny_models, capsys):
-    code = main(["--models", tiny_models["bert"], "--layers", "0,2", "--seeds", "0,1", "--epochs", "1",
-                 "--name", "smoke", *sweep_env["flags"]])
+    code = main(
+        [
+            "--models",
+            tiny_models["bert"],
+            "--layers",
+            "0,2",
+            "--seeds",
+            "0,1",
+            "--epochs",
+            "1",
+            "--name",
+            "smoke",
+            *sweep_env["flags"],
+        ]
+    )
     assert code == 0
     parents, children = runs_by_role(sweep_env["uri"])
     assert len(parents) == 1 and len(children) == 4
     parent_id = parents[0].info.run_id
-    assert {(c.data.params["layer"], c.data.params["seed"]) for c in children} == {("0", "0"), ("0", "1"), ("2", "0"), ("2", "1")}
+    assert {(c.data.params["layer"], c.data.params["seed"]) for c in children} == {
+        ("0", "0"),
+        ("0", "1"),
+        ("2", "0"),
+        ("2", "1"),
+    }
     for child in children:
         assert child.info.status == "FINISHED"
         assert child.data.tags[schema.TAG_PARENT] == parent_id
@@ -39,8 +58,21 @@ def test_smoke_sweep_writes_one_parent_and_four_children_with_the_schema(sweep_e
 
 
 def test_zero_epochs_evaluates_the_pretrained_truncated_encoder(sweep_env, tiny_models):
-    code = main(["--models", tiny_models["electra-discriminator"], "--layers", "1", "--seeds", "0", "--epochs", "0",
-                 "--name", "zeroshot", *sweep_env["flags"]])
+    code = main(
+        [
+            "--models",
+            tiny_models["electra-discriminator"],
+            "--layers",
+            "1",
+            "--seeds",
+            "0",
+            "--epochs",
+            "0",
+            "--name",
+            "zeroshot",
+            *sweep_env["flags"],
+        ]
+    )
     assert code == 0
     _, children = runs_by_role(sweep_env["uri"])
     (child,) = children
@@ -73,7 +105,9 @@ def test_zero_epochs_score_every_layer_from_one_forward_pass(sweep_env, tiny_mod
 
 
 @pytest.mark.parametrize("kind", ["raise", "kill"])
-def test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_duplicate_run(sweep_env, tiny_models, edit_trials, kind):
+def test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_duplicate_run(
+    sweep_env, tiny_models, edit_trials, kind
+):
     """The fault fires once in epoch 2 (the trial raises, or its worker gets SIGKILL); the retry
     restores epoch 1's checkpoint and finishes. Its metrics equal those of a sweep without it."""
     marker = sweep_env["tmp"] / "fault-fired"
@@ -104,8 +138,21 @@ def test_resume_reruns_errored_trials_under_the_same_parent(sweep_env, tiny_mode
             plan.configs[1]["_fault"] = fault_spec(2, "raise", marker)
 
     edit_trials(with_fault)
-    flags = ["--models", tiny_models["bert"], "--layers", "0,1", "--seeds", "0", "--epochs", "2", "--name", "res",
-             "--max-failures", "0", *sweep_env["flags"]]
+    flags = [
+        "--models",
+        tiny_models["bert"],
+        "--layers",
+        "0,1",
+        "--seeds",
+        "0",
+        "--epochs",
+        "2",
+        "--name",
+        "res",
+        "--max-failures",
+        "0",
+        *sweep_env["flags"],
+    ]
     assert main(flags) == 1, "one trial must have errored"
     _, children = runs_by_role(sweep_env["uri"])
     assert sorted(c.info.status for c in children) == ["FAILED", "FINISHED"]
@@ -128,8 +175,21 @@ def test_four_half_gpu_trials_share_two_logical_gpus(sweep_env, tiny_models, edi
     flags = list(sweep_env["flags"])
     flags[flags.index("--gpus-per-trial") + 1] = "0.5"
     flags[flags.index("--cpus-per-trial") + 1] = "0.25"
-    code = main(["--models", tiny_models["bert"], "--layers", "0,1", "--seeds", "0,1", "--epochs", "1",
-                 "--name", "gpus", *flags])
+    code = main(
+        [
+            "--models",
+            tiny_models["bert"],
+            "--layers",
+            "0,1",
+            "--seeds",
+            "0,1",
+            "--epochs",
+            "1",
+            "--name",
+            "gpus",
+            *flags,
+        ]
+    )
     assert code == 0
     _, children = runs_by_role(sweep_env["uri"])
     gpu_ids = [c.data.tags["gpu_ids"] for c in children]
@@ -144,17 +204,47 @@ def test_tokenisation_happens_once_per_model(sweep_env, tiny_models, monkeypatch
 
     calls = []
     original = tokenized.tokenize_task
-    monkeypatch.setattr(tokenized, "tokenize_task", lambda task, path, *a, **k: calls.append(path) or original(task, path, *a, **k))
-    args = parser_for("tmft").parse_args(["--models", f"{tiny_models['bert']},{tiny_models['mpnet']}", "--layers", "0,1,2",
-                                             "--seeds", "0,1", *sweep_env["flags"]])
+    monkeypatch.setattr(
+        tokenized, "tokenize_task", lambda task, path, *a, **k: calls.append(path) or original(task, path, *a, **k)
+    )
+    args = parser_for("tmft").parse_args(
+        [
+            "--models",
+            f"{tiny_models['bert']},{tiny_models['mpnet']}",
+            "--layers",
+            "0,1,2",
+            "--seeds",
+            "0,1",
+            *sweep_env["flags"],
+        ]
+    )
     plan = plan_sweep(args, method="tmft")
     assert len(plan.configs) == 12 and len(calls) == 2
     assert set(plan.data.tasks) == {tiny_models["bert"], tiny_models["mpnet"]}
 
 
 def test_optuna_search_tunes_lr_batch_and_warmup(sweep_env, tiny_models):
-    code = main(["--models", tiny_models["bert"], "--layers", "2", "--seeds", "0", "--epochs", "2", "--search", "optuna",
-                 "--num-samples", "3", "--max-concurrent", "2", "--name", "optuna", *sweep_env["flags"]])
+    code = main(
+        [
+            "--models",
+            tiny_models["bert"],
+            "--layers",
+            "2",
+            "--seeds",
+            "0",
+            "--epochs",
+            "2",
+            "--search",
+            "optuna",
+            "--num-samples",
+            "3",
+            "--max-concurrent",
+            "2",
+            "--name",
+            "optuna",
+            *sweep_env["flags"],
+        ]
+    )
     assert code == 0
     _, children = runs_by_role(sweep_env["uri"])
     assert len(children) == 3
@@ -166,8 +256,24 @@ def test_optuna_search_tunes_lr_batch_and_warmup(sweep_env, tiny_models):
 def test_a_sweep_saved_before_newer_flags_existed_resumes(sweep_env, tiny_models):
     """sweep.json of a sweep started by an older version lacks today's flags and the method's
     class: --resume fills the flags' defaults, takes the script's method, and adds no run."""
-    assert main(["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", "--epochs", "1", "--name", "old",
-                 *sweep_env["flags"]]) == 0
+    assert (
+        main(
+            [
+                "--models",
+                tiny_models["bert"],
+                "--layers",
+                "1",
+                "--seeds",
+                "0",
+                "--epochs",
+                "1",
+                "--name",
+                "old",
+                *sweep_env["flags"],
+            ]
+        )
+        == 0
+    )
     saved_path = Path(sweep_env["storage"], "old", "sweep.json")
     saved = json.loads(saved_path.read_text())
     del saved["method_class"], saved["args"]["eval_sets"]
@@ -179,7 +285,17 @@ def test_a_sweep_saved_before_newer_flags_existed_resumes(sweep_env, tiny_models
 
 def test_deberta_sweeps_from_layer_zero_pretrained_and_random(sweep_env, tiny_models):
     """DeBERTa-v2's encoder fails with no layers in transformers; the project's layer 0 works."""
-    base = ["--models", tiny_models["deberta-v2"], "--layers", "0,1", "--seeds", "0", "--epochs", "1", *sweep_env["flags"]]
+    base = [
+        "--models",
+        tiny_models["deberta-v2"],
+        "--layers",
+        "0,1",
+        "--seeds",
+        "0",
+        "--epochs",
+        "1",
+        *sweep_env["flags"],
+    ]
     assert main([*base, "--name", "deberta"]) == 0
     assert main([*base, "--name", "deberta-random", "--random-init"]) == 0
     _, children = runs_by_role(sweep_env["uri"])
@@ -194,8 +310,19 @@ def test_deberta_sweeps_from_layer_zero_pretrained_and_random(sweep_env, tiny_mo
 def test_the_test_set_scored_once_at_the_end_equals_its_score_at_the_best_dev_epoch(sweep_env, tiny_models, task):
     """By default the test set is scored once, with the best-dev weights (and head); with
     --test-every-epoch after every epoch. The reported numbers are the same."""
-    common = ["--models", tiny_models["bert"], "--layers", "2", "--seeds", "0", "--epochs", "3", "--task", task,
-              *sweep_env["flags"]]
+    common = [
+        "--models",
+        tiny_models["bert"],
+        "--layers",
+        "2",
+        "--seeds",
+        "0",
+        "--epochs",
+        "3",
+        "--task",
+        task,
+        *sweep_env["flags"],
+    ]
     assert main([*common, "--name", "once"]) == 0
     assert main([*common, "--name", "every", "--test-every-epoch", "--experiment", "every"]) == 0
     (once,), (every,) = runs_by_role(sweep_env["uri"])[1], runs_by_role(sweep_env["uri"], "every")[1]
@@ -203,9 +330,13 @@ def test_the_test_set_scored_once_at_the_end_equals_its_score_at_the_best_dev_ep
     assert metric_steps(sweep_env["uri"], every.info.run_id, f"test_{primary}") == [1, 2, 3]
     assert f"test_{primary}" not in once.data.metrics
     assert metric_steps(sweep_env["uri"], once.info.run_id, f"test_{primary}_at_best_dev") == [3]
-    history = {m.step: m.value for m in MlflowClient(sweep_env["uri"]).get_metric_history(every.info.run_id, f"test_{primary}")}
+    history = {
+        m.step: m.value for m in MlflowClient(sweep_env["uri"]).get_metric_history(every.info.run_id, f"test_{primary}")
+    }
     best_epoch = int(every.data.metrics["best_epoch"])
     assert once.data.metrics["best_epoch"] == best_epoch
     for metric in (primary, companion):
-        assert once.data.metrics[f"test_{metric}_at_best_dev"] == pytest.approx(every.data.metrics[f"test_{metric}_at_best_dev"], abs=1e-4)
+        assert once.data.metrics[f"test_{metric}_at_best_dev"] == pytest.approx(
+            every.data.metrics[f"test_{metric}_at_best_dev"], abs=1e-4
+        )
     assert once.data.metrics[f"test_{primary}_at_best_dev"] == pytest.approx(history[best_epoch], abs=1e-4)

@@ -1,6 +1,7 @@
 """Task definitions (trainables/training/tasks.py): F1 / macro-F1 / thresholds against hand computations,
 the MRPC dev-threshold rule, the SICK head, word-similarity scores, the primary metric of each task,
 labels of the real MRPC and SICK files, and the DAPT model's MLM head (new, tied)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,14 @@ import pytest
 import torch
 
 from trainables.training.tasks import (
-    accuracy, best_threshold, binary_f1, get_task, macro_f1, primary_metric, task_names, threshold_cuts,
+    accuracy,
+    best_threshold,
+    binary_f1,
+    get_task,
+    macro_f1,
+    primary_metric,
+    task_names,
+    threshold_cuts,
 )
 
 
@@ -74,7 +82,9 @@ def test_sick_head_and_macro_f1():
     manual = head(torch.cat([u, v, (u - v).abs()], dim=1)).detach()
     assert torch.allclose(logits, manual)
     labels = torch.tensor([0.0, 1.0, 2.0, 1.0, 0.0])
-    assert float(task.loss(u, v, labels, head).detach()) == pytest.approx(float(torch.nn.functional.cross_entropy(manual, labels.long()).detach()))
+    assert float(task.loss(u, v, labels, head).detach()) == pytest.approx(
+        float(torch.nn.functional.cross_entropy(manual, labels.long()).detach())
+    )
     out = np.eye(3)[[0, 1, 2, 2]]
     metrics = task.metrics({"dev": out, "test": out}, {"dev": np.array([0, 1, 2, 1]), "test": np.array([0, 1, 2, 2])})
     assert metrics["test_f1"] == pytest.approx(100.0)
@@ -92,7 +102,9 @@ def test_word_similarity_scores_and_selection_rule():
     assert out[:, 3] == pytest.approx([1.0, 0.0, 2.0])  # dot
     gold = np.array([0.9, 0.1, 0.5])
     metrics = task.metrics({"dev": out, "test": out}, {"dev": gold, "test": gold})
-    assert metrics["dev_spearman_max4"] == max(metrics[f"dev_spearman{s}"] for s in ("", "_euclidean", "_manhattan", "_dot"))
+    assert metrics["dev_spearman_max4"] == max(
+        metrics[f"dev_spearman{s}"] for s in ("", "_euclidean", "_manhattan", "_dot")
+    )
     assert task.primary_for({"ws_selection": "cosine"}) == "spearman"
     assert task.primary_for({"ws_selection": "max4"}) == "spearman_max4"
 
@@ -104,7 +116,11 @@ def test_primary_metric_per_task_and_the_method_contract_agrees():
     assert primary_metric("stsb") == "spearman" and primary_metric("mrpc") == "f1" and primary_metric("sick") == "f1"
     for task, primary in (("stsb", "spearman"), ("mrpc", "f1"), ("sick", "f1")):
         contract = TMFT.metrics(parser_for("tmft").parse_args(["--task", task]))
-        assert (contract.primary, contract.report, contract.epoch) == (f"best_dev_{primary}", f"test_{primary}_at_best_dev", f"dev_{primary}")
+        assert (contract.primary, contract.report, contract.epoch) == (
+            f"best_dev_{primary}",
+            f"test_{primary}_at_best_dev",
+            f"dev_{primary}",
+        )
     assert set(task_names()) == {"stsb", "mrpc", "sick", "korsts", "stsb-de", "stsb-es"}
 
 

@@ -1,15 +1,27 @@
 """TSDAE and its baselines (trainables/methods/tsdae/method.py): every objective through the real sweep script,
 refusal of encoders without a causal-LM decoder, decoder weight tying, and learning on a tiny BERT."""
-import pytest
 
+import pytest
 from mlflow_helpers import runs_by_role
+
 from trainables.core.errors import SweepInputError
 
 
 def _flags(sweep_env):
-    return ["--storage-path", str(sweep_env["storage"]), "--mlflow-uri", sweep_env["uri"], "--experiment", "test",
-            "--data-dir", sweep_env["flags"][sweep_env["flags"].index("--data-dir") + 1],
-            "--cpus-per-trial", "0.5", "--gpus-per-trial", "0"]
+    return [
+        "--storage-path",
+        str(sweep_env["storage"]),
+        "--mlflow-uri",
+        sweep_env["uri"],
+        "--experiment",
+        "test",
+        "--data-dir",
+        sweep_env["flags"][sweep_env["flags"].index("--data-dir") + 1],
+        "--cpus-per-trial",
+        "0.5",
+        "--gpus-per-trial",
+        "0",
+    ]
 
 
 @pytest.mark.slow  # the default run has the script's --smoke-test in tests/test_sweep_scripts.py
@@ -25,9 +37,17 @@ def test_every_objective_runs_through_the_sweep_script(sweep_env):
         assert "best_dev_spearman" in child.data.metrics
         params = child.data.params
         assert (params["noise"], params["pooling"], params["lr"], params["reference_rows"], params["reference_by"]) == (
-            "delete", "cls", "3e-05", "objective=none", "corpus,model")
+            "delete",
+            "cls",
+            "3e-05",
+            "objective=none",
+            "corpus,model",
+        )
         expected = {"none": ("0", "none"), "ct": ("16", "rmsprop")}.get(params["objective"], ("8", "adamw"))
-        assert (params["batch_size"] if params["objective"] != "none" else params["steps"], params["optimizer"]) == expected
+        assert (
+            params["batch_size"] if params["objective"] != "none" else params["steps"],
+            params["optimizer"],
+        ) == expected
 
 
 @pytest.mark.parametrize("kind", ["mpnet"])
@@ -50,7 +70,10 @@ def test_decoder_weights_are_tied_after_a_step(tiny_models):
     encoder, decoder = model[0].auto_model, loss.decoder
     shared = decoder.bert.embeddings.word_embeddings.weight
     assert shared.data_ptr() == encoder.embeddings.word_embeddings.weight.data_ptr()
-    assert decoder.bert.encoder.layer[0].attention.self.query.weight is encoder.encoder.layer[0].attention.self.query.weight
+    assert (
+        decoder.bert.encoder.layer[0].attention.self.query.weight
+        is encoder.encoder.layer[0].attention.self.query.weight
+    )
     optimizer = torch.optim.AdamW(loss.parameters(), lr=1e-3)
     before = encoder.encoder.layer[0].attention.self.query.weight.detach().clone()
     features = [model.tokenize(["a cat sat"]), model.tokenize(["a cat sat on the mat"])]
@@ -98,15 +121,16 @@ def test_deletion_noise_drops_the_ratio_and_keeps_a_word():
 
 
 def test_report_table_has_method_by_model_per_corpus_with_gains_over_the_untrained_encoder(tmp_path):
-    """The TSDAE contract (corpus, model, objective, seed; reference rows objective=none by corpus and model) through the
+    """The TSDAE contract (corpus, model, objective, seed; reference rows objective=none by corpus and model)
+    through the
     analysis: one scores table, mean ± std over seeds on every set, and each objective's gain over
     the untrained encoder of the same corpus and model."""
     from argparse import Namespace
 
     import pandas as pd
+    from analysis_helpers import log_runs
 
     from analysis.report import build_report
-    from analysis_helpers import log_runs
     from trainables.methods.tsdae.method import TSDAE
 
     contract = {"method": "tsdae", **TSDAE.metrics(Namespace(eval_sets="stsb,sickr")).params()}
@@ -114,13 +138,31 @@ def test_report_table_has_method_by_model_per_corpus_with_gains_over_the_untrain
     rows = []
     for corpus, shift in (("wiki", 0.0), ("mine.txt", 10.0)):
         for model, base in untrained.items():
-            rows.append({"corpus": corpus, "model": model, "objective": "none", "seed": 0, "best_dev_spearman": base,
-                         "stsb_spearman": base, "sickr_spearman": base + 1.0})
+            rows.append(
+                {
+                    "corpus": corpus,
+                    "model": model,
+                    "objective": "none",
+                    "seed": 0,
+                    "best_dev_spearman": base,
+                    "stsb_spearman": base,
+                    "sickr_spearman": base + 1.0,
+                }
+            )
             for objective, gain in (("tsdae", 5.0), ("simcse", -2.0)):
                 for seed in (0, 1, 2):
                     score = base + gain + shift + seed  # mean over seeds: base + gain + shift + 1, std 1
-                    rows.append({"corpus": corpus, "model": model, "objective": objective, "seed": seed,
-                                 "best_dev_spearman": score, "stsb_spearman": score, "sickr_spearman": score + 1.0})
+                    rows.append(
+                        {
+                            "corpus": corpus,
+                            "model": model,
+                            "objective": objective,
+                            "seed": seed,
+                            "best_dev_spearman": score,
+                            "stsb_spearman": score,
+                            "sickr_spearman": score + 1.0,
+                        }
+                    )
     report = build_report(log_runs(tmp_path, contract, rows), tmp_path / "report")
     table = pd.read_csv(tmp_path / "report" / "tables" / "scores_tsdae_all.csv")
     assert list(table.columns[:3]) == ["corpus", "model", "objective"] and len(table) == 2 * 2 * 3
@@ -141,8 +183,17 @@ def _training(model_path, objective, sentences, lr=1e-3, max_length=32, **flags)
     from trainables.methods.tsdae.method import Training, objective_settings
 
     args = Namespace(**{"steps": 4, "eval_steps": 2, "batch_size": 8, "ct_variant": "official", **flags})
-    config = {"objective": objective, "seed": 0, "_model_path": model_path, "pooling": "cls", "max_length": max_length,
-              "noise": "delete", "lr": lr, "ct_variant": args.ct_variant, **objective_settings(objective, args)}
+    config = {
+        "objective": objective,
+        "seed": 0,
+        "_model_path": model_path,
+        "pooling": "cls",
+        "max_length": max_length,
+        "noise": "delete",
+        "lr": lr,
+        "ct_variant": args.ct_variant,
+        **objective_settings(objective, args),
+    }
     return Training(config, sentences, "cpu")
 
 
@@ -153,12 +204,18 @@ def test_official_ct_is_two_models_groups_of_8_pairs_rmsprop_schedule_and_no_dro
     from trainables.methods.tsdae.method import CT_RATES, ct_rate
 
     training = _training(tiny_models["bert"], "ct", stsb_sentences[:200])
-    assert isinstance(training.loss, losses.ContrastiveTensionLoss) and isinstance(training.optimizer, torch.optim.RMSprop)
+    assert isinstance(training.loss, losses.ContrastiveTensionLoss) and isinstance(
+        training.optimizer, torch.optim.RMSprop
+    )
     assert training.loss.model1 is not training.loss.model2 and training.loss.model2 is training.st
     first, second = training.features()
     assert first["input_ids"].shape[0] == 16
-    same = [torch.equal(a[m.bool()], b[n.bool()]) for a, m, b, n in
-            zip(first["input_ids"], first["attention_mask"], second["input_ids"], second["attention_mask"])]
+    same = [
+        torch.equal(a[m.bool()], b[n.bool()])
+        for a, m, b, n in zip(
+            first["input_ids"], first["attention_mask"], second["input_ids"], second["attention_mask"]
+        )
+    ]
     assert same == [i % 8 == 0 for i in range(16)]  # 1 positive, then 7 negatives, twice
     copy_before = training.loss.model1[0].auto_model.encoder.layer[0].output.dense.weight.detach().clone()
     training.run(2)
@@ -177,9 +234,17 @@ def test_cost_grows_with_steps_and_tsdae_costs_more_than_mlm(tiny_models, stsb_s
     from trainables.methods.tsdae.method import objective_settings, trial_cost
 
     def cost(objective, steps):
-        args = Namespace(steps=steps, eval_steps=100, batch_size=8, ct_variant="official", max_length=128, gpu_tflops=None)
-        return trial_cost(tiny_models["bert"], {**objective_settings(objective, args), "objective": objective}, args,
-                          stsb_sentences, 1500, 0)
+        args = Namespace(
+            steps=steps, eval_steps=100, batch_size=8, ct_variant="official", max_length=128, gpu_tflops=None
+        )
+        return trial_cost(
+            tiny_models["bert"],
+            {**objective_settings(objective, args), "objective": objective},
+            args,
+            stsb_sentences,
+            1500,
+            0,
+        )
 
     assert cost("tsdae", 2000).seconds > 1.5 * cost("tsdae", 1000).seconds
     assert cost("tsdae", 1000).seconds > cost("mlm", 1000).seconds
@@ -206,9 +271,9 @@ def test_tsdae_raises_stsb_dev_spearman_of_a_tiny_random_bert_above_the_untraine
     learns. With a word-level vocabulary (the 8,000 most frequent STS-B training words; the fixtures'
     600 words spell most content words in characters, and then 3,000 steps are not enough), a
     128-wide, 2-layer BERT at lr 1e-3 passes the untrained score by ~2,500 steps (57.7 after 4,000 in a scratch run)."""
-    from trainables.training.trainable import seed_everything
-    from trainables.evaluation.sets import load_suite
     from trainables.encoders.tiny import build_tiny_model
+    from trainables.evaluation.sets import load_suite
+    from trainables.training.trainable import seed_everything
 
     corpus = _stsb_corpus(data_dir)
     seed_everything(0)
@@ -237,12 +302,16 @@ def test_tsdae_learns_to_reconstruct_held_out_sentences_through_the_tied_decoder
     held_out, train = corpus[:64], corpus[64:]
     training = _training(str(model), "tsdae", train, lr=1e-3, max_length=64)
     rng = np.random.RandomState(1)
-    batches = [([noisy(s, 0.6, rng) for s in held_out[i:i + 16]], held_out[i:i + 16]) for i in range(0, 64, 16)]
+    batches = [([noisy(s, 0.6, rng) for s in held_out[i : i + 16]], held_out[i : i + 16]) for i in range(0, 64, 16)]
 
     def held_out_loss() -> float:
         training.loss.eval()
         with torch.no_grad():
-            return float(np.mean([float(training.loss([training._tokenize(a), training._tokenize(b)], None)) for a, b in batches]))
+            return float(
+                np.mean(
+                    [float(training.loss([training._tokenize(a), training._tokenize(b)], None)) for a, b in batches]
+                )
+            )
 
     before = held_out_loss()
     training.run(100)

@@ -3,8 +3,10 @@
 `build_parser(prog, description, method, defaults)` adds the method's own flags
 (`Method.add_arguments`) and the engine's: data, search, storage, MLflow, Ray, resources, resume,
 smoke test. `check_numbers(args)` refuses bad values of the engine's flags (any flag that is
-NaN or infinite, a --precision the trials' device cannot run) with a `SweepInputError` naming the flag, before anything is computed.
+NaN or infinite, a --precision the trials' device cannot run) with a `SweepInputError` naming the flag, before
+anything is computed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,41 +21,100 @@ from trainables.training.precision import PRECISIONS, check_request, trials_on_g
 
 
 def build_parser(prog: str, description: str, method, defaults: dict | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     method.add_arguments(parser, dict(defaults or {}))
     presets.add_arguments(parser, method)
     data = parser.add_argument_group("data")
-    data.add_argument("--data-dir", default=str(default_data_dir()), help="folder holding stsbenchmark/ etc. ($EMBSWEEP_DATA_DIR), or 'hub' for the hub copy")
+    data.add_argument(
+        "--data-dir",
+        default=str(default_data_dir()),
+        help="folder holding stsbenchmark/ etc. ($EMBSWEEP_DATA_DIR), or 'hub' for the hub copy",
+    )
     search = parser.add_argument_group("search")
-    search.add_argument("--search", choices=["grid", "optuna"], default="grid", help="grid: the method's grid; optuna: the method's search space, with ASHA")
+    search.add_argument(
+        "--search",
+        choices=["grid", "optuna"],
+        default="grid",
+        help="grid: the method's grid; optuna: the method's search space, with ASHA",
+    )
     search.add_argument("--num-samples", type=int, default=20, help="Optuna trials (with --search optuna)")
     run = parser.add_argument_group("running")
-    run.add_argument("--name", default=None, help="sweep name (default: <script>-<timestamp>); the sweep lives in <storage-path>/<name>")
-    run.add_argument("--storage-path", default="runs", help="where sweeps keep checkpoints and state (local directory or URI)")
-    run.add_argument("--mlflow-uri", default=None, help="MLflow tracking URI (default: sqlite:///<storage-path>/mlflow.db)")
+    run.add_argument(
+        "--name",
+        default=None,
+        help="sweep name (default: <script>-<timestamp>); the sweep lives in <storage-path>/<name>",
+    )
+    run.add_argument(
+        "--storage-path", default="runs", help="where sweeps keep checkpoints and state (local directory or URI)"
+    )
+    run.add_argument(
+        "--mlflow-uri", default=None, help="MLflow tracking URI (default: sqlite:///<storage-path>/mlflow.db)"
+    )
     run.add_argument("--experiment", default=None, help="MLflow experiment name (default: the script's name)")
-    run.add_argument("--address", default=None, help="Ray cluster address ('auto' for the cluster this node belongs to); default: a local Ray")
-    run.add_argument("--gpus-per-trial", default="auto",
-                     help="GPUs per trial: a fraction (e.g. 0.25), a whole number, or 'auto': a share from the trial's memory "
-                          "estimate (rule in sweeps/engine/packing.py; 0 when the Ray cluster has no GPUs)")
+    run.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster address ('auto' for the cluster this node belongs to); default: a local Ray",
+    )
+    run.add_argument(
+        "--gpus-per-trial",
+        default="auto",
+        help="GPUs per trial: a fraction (e.g. 0.25), a whole number, or 'auto': a share from the trial's memory "
+        "estimate (rule in sweeps/engine/packing.py; 0 when the Ray cluster has no GPUs)",
+    )
     run.add_argument("--gpu-memory-gb", type=float, default=24.0, help="memory of one GPU, for --gpus-per-trial auto")
-    run.add_argument("--max-trials-per-gpu", type=int, default=4, help="cap on trials sharing one GPU, for --gpus-per-trial auto")
-    run.add_argument("--gpu-tflops", type=float, default=None,
-                     help="effective TFLOP/s of one trial on your GPU, for the GPU-hours estimate (default: the figure measured "
-                          "on an H100 for the precision, in trainables/encoders/cost.py; scale it by your GPU's published "
-                          "throughput against the H100's)")
-    run.add_argument("--precision", default="auto", choices=PRECISIONS,
-                     help="training and evaluation precision: auto = bf16 autocast on GPUs that have it, else fp16 with a "
-                          "gradient scaler, fp32 on the CPU (table in trainables/training/precision.py)")
+    run.add_argument(
+        "--max-trials-per-gpu", type=int, default=4, help="cap on trials sharing one GPU, for --gpus-per-trial auto"
+    )
+    run.add_argument(
+        "--gpu-tflops",
+        type=float,
+        default=None,
+        help="effective TFLOP/s of one trial on your GPU, for the GPU-hours estimate (default: the figure measured "
+        "on an H100 for the precision, in trainables/encoders/cost.py; scale it by your GPU's published "
+        "throughput against the H100's)",
+    )
+    run.add_argument(
+        "--precision",
+        default="auto",
+        choices=PRECISIONS,
+        help="training and evaluation precision: auto = bf16 autocast on GPUs that have it, else fp16 with a "
+        "gradient scaler, fp32 on the CPU (table in trainables/training/precision.py)",
+    )
     run.add_argument("--cpus-per-trial", type=float, default=1.0)
-    run.add_argument("--max-concurrent", type=int, default=None, help="trials running at once (default: as many as resources allow)")
-    run.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial, each from its last checkpoint")
-    run.add_argument("--no-reuse-actors", action="store_true", help="start a fresh worker process for every trial (slower; for debugging)")
-    run.add_argument("--local-gpus", type=int, default=None, help="logical GPUs to declare for a local Ray (testing packing without hardware)")
-    run.add_argument("--resume", nargs="?", const="latest", default=None, metavar="SWEEP_DIR",
-                     help="continue an interrupted sweep (default: the latest under --storage-path); errored trials rerun from their checkpoints")
-    run.add_argument("--smoke-test", action="store_true", help="tiny settings on a tiny random model: checks the whole pipeline in about a minute")
+    run.add_argument(
+        "--max-concurrent", type=int, default=None, help="trials running at once (default: as many as resources allow)"
+    )
+    run.add_argument(
+        "--max-failures", type=int, default=2, help="retries of a failing trial, each from its last checkpoint"
+    )
+    run.add_argument(
+        "--no-reuse-actors",
+        action="store_true",
+        help="start a fresh worker process for every trial (slower; for debugging)",
+    )
+    run.add_argument(
+        "--local-gpus",
+        type=int,
+        default=None,
+        help="logical GPUs to declare for a local Ray (testing packing without hardware)",
+    )
+    run.add_argument(
+        "--resume",
+        nargs="?",
+        const="latest",
+        default=None,
+        metavar="SWEEP_DIR",
+        help="continue an interrupted sweep (default: the latest under --storage-path); errored trials rerun "
+        "from their checkpoints",
+    )
+    run.add_argument(
+        "--smoke-test",
+        action="store_true",
+        help="tiny settings on a tiny random model: checks the whole pipeline in about a minute",
+    )
     return parser
 
 
@@ -77,7 +138,6 @@ def check_numbers(args) -> None:
     check_request(args.precision, trials_on_gpu(args))
 
 
-
 def parse_gpus(value):
     """'auto' or a number of GPUs per trial: a fraction in [0, 1] or a whole number."""
     if value is None or str(value).strip().lower() == "auto":
@@ -85,7 +145,9 @@ def parse_gpus(value):
     try:
         gpus = float(value)
     except ValueError:
-        raise SweepInputError(f"--gpus-per-trial must be 'auto', a fraction such as 0.25, or a whole number; got {value!r}") from None
+        raise SweepInputError(
+            f"--gpus-per-trial must be 'auto', a fraction such as 0.25, or a whole number; got {value!r}"
+        ) from None
     if not math.isfinite(gpus) or gpus < 0 or (gpus > 1 and gpus != int(gpus)):
         raise SweepInputError(f"--gpus-per-trial must be a fraction in (0, 1] or a whole number, got {value}")
     return gpus
@@ -94,8 +156,10 @@ def parse_gpus(value):
 def check_name(name: str) -> None:
     """A sweep's name is one plain folder name: it can never place the sweep outside --storage-path."""
     if not name or name in (".", "..") or "/" in name or "\\" in name or name != name.strip() or name.startswith("."):
-        raise SweepInputError(f"--name {name!r} must be a single folder name (no '/', no leading '.'); the sweep lives in "
-                              "<storage-path>/<name>")
+        raise SweepInputError(
+            f"--name {name!r} must be a single folder name (no '/', no leading '.'); the sweep lives in "
+            "<storage-path>/<name>"
+        )
 
 
 def default_name(prog: str) -> str:

@@ -11,11 +11,12 @@ so small trials pack up to 4 per GPU and large ones get a GPU each. GPU memory i
 between fractional trials: the 0.9 margin and the cap are what keep them apart. A sweep's
 GPU-hours charge each trial its GPU share for its estimated duration.
 """
+
 from __future__ import annotations
 
 import math
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def trials_per_gpu(memory_bytes: float, gpu_memory_gb: float = 24.0, cap: int = 4) -> int:

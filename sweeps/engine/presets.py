@@ -8,6 +8,7 @@ A preset's flags become the parser's defaults, so a flag given on the command li
 on the sweep's runs (param `preset`); the report looks it up to name the table or figure and to
 put the paper's numbers beside the sweep's (analysis/published.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,11 +22,18 @@ def add_arguments(parser: argparse.ArgumentParser, method: type[Method]) -> None
     if not method.presets:
         return
     group = parser.add_argument_group("presets (a paper's tables and figures)")
-    group.add_argument("--preset", default=None, choices=sorted(method.presets, key=_order),
-                       help="run the grid of one table or figure of the paper; flags given beside it override it "
-                            "(--list-presets describes each)")
-    group.add_argument("--list-presets", action="store_true",
-                       help="print every preset with what it reproduces, its trials and GPU-hours, and exit")
+    group.add_argument(
+        "--preset",
+        default=None,
+        choices=sorted(method.presets, key=_order),
+        help="run the grid of one table or figure of the paper; flags given beside it override it "
+        "(--list-presets describes each)",
+    )
+    group.add_argument(
+        "--list-presets",
+        action="store_true",
+        help="print every preset with what it reproduces, its trials and GPU-hours, and exit",
+    )
 
 
 def apply(parser: argparse.ArgumentParser, argv, args: argparse.Namespace, method: type[Method]) -> argparse.Namespace:
@@ -35,8 +43,9 @@ def apply(parser: argparse.ArgumentParser, argv, args: argparse.Namespace, metho
         return args
     preset = method.presets[name]
     if preset.method != method.name:
-        raise SweepInputError(f"--preset {name} ({preset.reproduces}) runs with {preset.script}: "
-                              f"python {preset.script} --preset {name}")
+        raise SweepInputError(
+            f"--preset {name} ({preset.reproduces}) runs with {preset.script}: python {preset.script} --preset {name}"
+        )
     unknown = [flag for flag in preset.flags if not hasattr(args, flag)]
     if unknown:
         raise SweepInputError(f"--preset {name} sets flags this script does not have: {', '.join(unknown)}")
@@ -63,9 +72,11 @@ def listing(method: type[Method], build_parser, data_dir: str | None = None) -> 
             bases.append(estimate.basis)
     lines.append("")
     lines += [f"GPU-hours: one trial after another on one GPU; {basis}." for basis in dict.fromkeys(bases)]
-    lines.append("Published numbers beside the sweep's in the report: " +
-                 (", ".join(p.name for p in method.presets.values() if p.published) or "none") +
-                 "; the others are plots in the paper.")
+    lines.append(
+        "Published numbers beside the sweep's in the report: "
+        + (", ".join(p.name for p in method.presets.values() if p.published) or "none")
+        + "; the others are plots in the paper."
+    )
     return "\n".join(lines)
 
 

@@ -1,6 +1,7 @@
 """A console progress line a person can read while a sweep runs:
 
-    [12:04 elapsed | ~31:10 left] trials 14/40 done, 2 running, 23 pending, 1 errored | best dev Spearman 81.23 (bert-base-cased L9 s2)
+    [12:04 elapsed | ~31:10 left] trials 14/40 done, 2 running, 23 pending, 1 errored | best dev Spearman 81.23
+    (bert-base-cased L9 s2)
 
 Printed at most every `interval` seconds and whenever a trial finishes or errors. The best is the
 method's primary metric (its metric contract). The time left comes from the method's cost model:
@@ -9,6 +10,7 @@ estimates (so cheap trials finishing first do not make the rest look cheap); a r
 that reports `progress` (the share of its epochs done) is charged the rest of it. The work left
 is divided by the number of trials running at once.
 """
+
 from __future__ import annotations
 
 import sys
@@ -16,9 +18,9 @@ import time
 
 from ray import tune
 
+from sweeps.engine.summary import title
 from trainables.core.method import MetricContract
 from trainables.core.schema import config_hash
-from sweeps.engine.summary import title
 
 
 def _clock(seconds: float) -> str:
@@ -28,8 +30,14 @@ def _clock(seconds: float) -> str:
 
 
 class ProgressLine(tune.Callback):
-    def __init__(self, contract: MetricContract, estimates: dict | None = None, interval: float = 15.0, stream=None,
-                 total: int | None = None):
+    def __init__(
+        self,
+        contract: MetricContract,
+        estimates: dict | None = None,
+        interval: float = 15.0,
+        stream=None,
+        total: int | None = None,
+    ):
         self.contract = contract
         self.total = total  # trials the sweep will run (Tune creates them lazily under --max-concurrent)
         self.estimates = dict(estimates or {})  # config hash -> estimated seconds (cost model)

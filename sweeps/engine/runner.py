@@ -7,6 +7,7 @@ experiment with one MLflow parent run, packs trials on GPUs by the method's cost
 progress, and ends with a table built from the method's metric contract. Nothing here knows a
 method's axes: it reads `MetricContract` and `TrialCost` (trainables/core/method.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -17,15 +18,15 @@ import time
 from argparse import Namespace
 from dataclasses import dataclass, field
 
-from trainables.core import endpoints
-from trainables.encoders.cost import CUDA_ALLOCATOR_ENV
-from trainables.core.errors import SweepInputError
-from trainables.core.method import MetricContract, PlanContext
-from trainables.methods import get_method
-from trainables.core.paths import PROJECT_ROOT
-from trainables.core.schema import config_hash
 from sweeps.engine import presets, storage
 from sweeps.engine.cli import build_parser, check_name, check_numbers, default_name
+from trainables.core import endpoints
+from trainables.core.errors import SweepInputError
+from trainables.core.method import MetricContract, PlanContext
+from trainables.core.paths import PROJECT_ROOT
+from trainables.core.schema import config_hash
+from trainables.encoders.cost import CUDA_ALLOCATOR_ENV
+from trainables.methods import get_method
 
 QUIET_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",
@@ -40,14 +41,19 @@ QUIET_ENV = {
 RESUME_KEEPS = ("address", "max_concurrent", "local_gpus", "resume")
 # Loggers whose routine lines are not for the person running a sweep: MLflow's INFO (database
 # set-up), Ray's notice that token authentication is on (it stays on), Ray Tune's chatter.
-QUIET_LOGGERS = {"mlflow": "WARNING", "ray": "WARNING", "ray.tune": "WARNING", "ray.train": "WARNING",
-                 "ray._private.authentication": "ERROR"}
+QUIET_LOGGERS = {
+    "mlflow": "WARNING",
+    "ray": "WARNING",
+    "ray.tune": "WARNING",
+    "ray.train": "WARNING",
+    "ray._private.authentication": "ERROR",
+}
 
 
 @dataclass
 class SweepPlan:
     name: str
-    method: str                 # the registered method that plans and runs the trials
+    method: str  # the registered method that plans and runs the trials
     sweep_dir: str
     storage_path: str
     mlflow_uri: str
@@ -57,11 +63,11 @@ class SweepPlan:
     resources: dict
     args: dict
     contract: MetricContract
-    costs: dict = field(default_factory=dict)   # values of the method's cost_axes -> TrialCost
+    costs: dict = field(default_factory=dict)  # values of the method's cost_axes -> TrialCost
     static_params: dict = field(default_factory=dict)
     parent_run_id: str | None = None
     resuming: bool = False
-    method_label: str = ""      # recorded on the parent run (e.g. "ws+tmft,dapt+tmft")
+    method_label: str = ""  # recorded on the parent run (e.g. "ws+tmft,dapt+tmft")
     stages: dict = field(default_factory=dict)  # upstream stage specs by key (sweeps/engine/stages_plan.py)
     failed_stages: dict = field(default_factory=dict)
     failed_trials: list = field(default_factory=list)
@@ -69,9 +75,12 @@ class SweepPlan:
 
 def git_commit() -> str:
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT,
-                               capture_output=True, text=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT, capture_output=True, text=True
+        ).stdout.strip()
         return commit + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -84,35 +93,56 @@ def package_versions() -> dict:
 
 
 def _resolve_resume(args) -> tuple[str, dict]:
-    path = storage.latest_sweep(storage.absolute(args.storage_path)) if args.resume == "latest" else storage.absolute(args.resume)
+    path = (
+        storage.latest_sweep(storage.absolute(args.storage_path))
+        if args.resume == "latest"
+        else storage.absolute(args.resume)
+    )
     if path is None:
-        raise SweepInputError(f"--resume: no sweep found under {args.storage_path}; pass the sweep's directory (it holds {storage.SWEEP_FILE}).")
+        raise SweepInputError(
+            f"--resume: no sweep found under {args.storage_path}; pass the sweep's directory (it holds "
+            f"{storage.SWEEP_FILE})."
+        )
     saved = storage.read_json(storage.join(path, storage.SWEEP_FILE))
     if saved is None:
-        raise SweepInputError(f"--resume {path}: this path holds no sweep ({storage.SWEEP_FILE} is missing); pass the directory a sweep printed when it started.")
+        raise SweepInputError(
+            f"--resume {path}: this path holds no sweep ({storage.SWEEP_FILE} is missing); pass the directory a "
+            "sweep printed when it started."
+        )
     from ray import tune
 
     if not tune.Tuner.can_restore(path):
-        raise SweepInputError(f"--resume {path}: Ray Tune's experiment state is missing there (the sweep died before its first trial started); start it again without --resume.")
+        raise SweepInputError(
+            f"--resume {path}: Ray Tune's experiment state is missing there (the sweep died before its first trial "
+            "started); start it again without --resume."
+        )
     return path, saved
 
 
 def _refuse_changed_flags(args: Namespace, defaults: dict, saved: dict) -> None:
     """--resume continues a sweep with the flags it started with: a flag given now with another
     value is refused rather than silently ignored."""
+
     def same(a, b) -> bool:
         try:
             return a == b or str(a) == str(b) or float(a) == float(b)
         except (TypeError, ValueError):
             return False
 
-    changed = [f"--{key.replace('_', '-')} {value} (the sweep has {saved.get(key, defaults.get(key))})"
-               for key, value in vars(args).items()
-               if key not in (*RESUME_KEEPS, "storage_path") and key in defaults and not same(value, defaults[key])
-               and not same(value, saved.get(key, defaults[key]))]
+    changed = [
+        f"--{key.replace('_', '-')} {value} (the sweep has {saved.get(key, defaults.get(key))})"
+        for key, value in vars(args).items()
+        if key not in (*RESUME_KEEPS, "storage_path")
+        and key in defaults
+        and not same(value, defaults[key])
+        and not same(value, saved.get(key, defaults[key]))
+    ]
     if changed:
-        raise SweepInputError("--resume continues a sweep with the flags it started with; these differ: " + "; ".join(changed)
-                              + ". Drop them, or start a new sweep under another --name.")
+        raise SweepInputError(
+            "--resume continues a sweep with the flags it started with; these differ: "
+            + "; ".join(changed)
+            + ". Drop them, or start a new sweep under another --name."
+        )
 
 
 def plan_sweep(args: Namespace, method: str, prog: str = "sweep") -> SweepPlan:
@@ -139,11 +169,16 @@ def plan_sweep(args: Namespace, method: str, prog: str = "sweep") -> SweepPlan:
     name = saved["name"] if saved else (args.name or default_name(prog))
     sweep_dir = sweep_dir if saved else storage.join(storage_path, name)
     if not saved and storage.read_json(storage.join(sweep_dir, storage.SWEEP_FILE)) is not None:
-        raise SweepInputError(f"A sweep named {name!r} already exists at {sweep_dir}; continue it with --resume {sweep_dir} or pick another --name.")
+        raise SweepInputError(
+            f"A sweep named {name!r} already exists at {sweep_dir}; continue it with --resume {sweep_dir} or pick "
+            "another --name."
+        )
     mlflow_uri = args.mlflow_uri
     if mlflow_uri is None:
         if storage.is_uri(storage_path):
-            raise SweepInputError("--storage-path is a URI: pass --mlflow-uri too (an MLflow server, or sqlite:////shared/path/mlflow.db)")
+            raise SweepInputError(
+                "--storage-path is a URI: pass --mlflow-uri too (an MLflow server, or sqlite:////shared/path/mlflow.db)"
+            )
         mlflow_uri = f"sqlite:///{os.path.join(storage_path, 'mlflow.db')}"
     mlflow_uri = endpoints.mlflow_store(mlflow_uri)
     if args.mlflow_uri:
@@ -156,19 +191,39 @@ def plan_sweep(args: Namespace, method: str, prog: str = "sweep") -> SweepPlan:
     for config in planned.configs:
         config["precision"] = args.precision
     if saved and saved.get("data_checksums") not in (None, planned.checksums):
-        raise SweepInputError(f"--resume: the data in {args.data_dir} changed since the sweep started (checksums differ); resume with the original data.")
+        raise SweepInputError(
+            f"--resume: the data in {args.data_dir} changed since the sweep started (checksums differ); resume with "
+            "the original data."
+        )
     contract = method_cls.metrics(args)
     plan = SweepPlan(
-        name=name, method=method, sweep_dir=sweep_dir, storage_path=storage_path, mlflow_uri=mlflow_uri,
-        experiment=args.experiment or prog.replace("_", "-"), configs=planned.configs, data=planned.data,
-        resources={"cpu": args.cpus_per_trial, "gpu": args.gpus_per_trial}, args=vars(args), contract=contract,
-        costs=planned.costs, parent_run_id=saved["parent_run_id"] if saved else None, resuming=bool(saved),
-        method_label=planned.method_label or method, stages=planned.stages,
+        name=name,
+        method=method,
+        sweep_dir=sweep_dir,
+        storage_path=storage_path,
+        mlflow_uri=mlflow_uri,
+        experiment=args.experiment or prog.replace("_", "-"),
+        configs=planned.configs,
+        data=planned.data,
+        resources={"cpu": args.cpus_per_trial, "gpu": args.gpus_per_trial},
+        args=vars(args),
+        contract=contract,
+        costs=planned.costs,
+        parent_run_id=saved["parent_run_id"] if saved else None,
+        resuming=bool(saved),
+        method_label=planned.method_label or method,
+        stages=planned.stages,
     )
     plan.static_params = {
-        "git_commit": git_commit(), "sweep": name, "search": args.search, "data_dir": str(args.data_dir),
-        **{f"data_sha_{k}": v for k, v in planned.checksums.items()}, **package_versions(),
-        **contract.params(), **planned.static_params, **({"preset": args.preset} if getattr(args, "preset", None) else {}),
+        "git_commit": git_commit(),
+        "sweep": name,
+        "search": args.search,
+        "data_dir": str(args.data_dir),
+        **{f"data_sha_{k}": v for k, v in planned.checksums.items()},
+        **package_versions(),
+        **contract.params(),
+        **planned.static_params,
+        **({"preset": args.preset} if getattr(args, "preset", None) else {}),
     }
     plan.args["data_checksums"] = planned.checksums
     return plan
@@ -200,22 +255,40 @@ def _init_ray(plan: SweepPlan) -> None:
         try:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
         except ConnectionError as error:  # something answers there, but not a Ray head
-            raise SweepInputError(f"--address {address}: no Ray cluster answers there ({str(error).strip()[:200]}); "
-                                  "start the Ray head there (ray start --head, or ray up cluster.yaml) or fix the "
-                                  "address") from None
+            raise SweepInputError(
+                f"--address {address}: no Ray cluster answers there ({str(error).strip()[:200]}); "
+                "start the Ray head there (ray start --head, or ray up cluster.yaml) or fix the "
+                "address"
+            ) from None
     else:
-        ray.init(address="local", num_gpus=plan.args.get("local_gpus"), include_dashboard=False, runtime_env=runtime_env,
-                 log_to_driver=False, logging_level=logging.WARNING)
+        ray.init(
+            address="local",
+            num_gpus=plan.args.get("local_gpus"),
+            include_dashboard=False,
+            runtime_env=runtime_env,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
 
 
 def _check_resources(plan: SweepPlan) -> None:
     import ray
 
     total = ray.cluster_resources()
-    if plan.resources["gpu"] != "auto" and plan.resources["gpu"] > 0 and total.get("GPU", 0) == 0 and not plan.args.get("address"):
-        raise SweepInputError(f"--gpus-per-trial {plan.resources['gpu']} asks for GPUs but this Ray has none; use --gpus-per-trial 0 (or --local-gpus N to test packing).")
+    if (
+        plan.resources["gpu"] != "auto"
+        and plan.resources["gpu"] > 0
+        and total.get("GPU", 0) == 0
+        and not plan.args.get("address")
+    ):
+        raise SweepInputError(
+            f"--gpus-per-trial {plan.resources['gpu']} asks for GPUs but this Ray has none; use --gpus-per-trial 0 "
+            "(or --local-gpus N to test packing)."
+        )
     if plan.resources["cpu"] > total.get("CPU", 0) and not plan.args.get("address"):
-        raise SweepInputError(f"--cpus-per-trial {plan.resources['cpu']} is more than this Ray's {total.get('CPU', 0):g} CPUs.")
+        raise SweepInputError(
+            f"--cpus-per-trial {plan.resources['cpu']} is more than this Ray's {total.get('CPU', 0):g} CPUs."
+        )
 
 
 def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
@@ -228,11 +301,19 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
     args, contract = plan.args, plan.contract
     estimates = {config_hash(c): resources.seconds(c) for c in plan.configs}
     run_config = tune.RunConfig(
-        name=plan.name, storage_path=plan.storage_path, verbose=0,
-        callbacks=[MlflowSweepCallback(plan.mlflow_uri, plan.parent_run_id, plan.static_params, sweep_dir=plan.sweep_dir,
-                                       contract=contract),
-                   ProgressLine(contract, estimates=estimates,
-                                total=len(plan.configs) if args["search"] == "grid" else args["num_samples"])],
+        name=plan.name,
+        storage_path=plan.storage_path,
+        verbose=0,
+        callbacks=[
+            MlflowSweepCallback(
+                plan.mlflow_uri, plan.parent_run_id, plan.static_params, sweep_dir=plan.sweep_dir, contract=contract
+            ),
+            ProgressLine(
+                contract,
+                estimates=estimates,
+                total=len(plan.configs) if args["search"] == "grid" else args["num_samples"],
+            ),
+        ],
         failure_config=tune.FailureConfig(max_failures=args["max_failures"]),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1, checkpoint_frequency=1, checkpoint_at_end=True),
     )
@@ -243,16 +324,27 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
 
         space = get_method(plan.method).search_space(Namespace(**args), plan.configs[0])
         tune_config = tune.TuneConfig(
-            metric=contract.epoch, mode=contract.mode, num_samples=args["num_samples"], reuse_actors=not args.get("no_reuse_actors"),
-            search_alg=ConcurrencyLimiter(OptunaSearch(seed=plan.configs[0].get(contract.seed or "", 0)), max_concurrent=args["max_concurrent"] or 2),
+            metric=contract.epoch,
+            mode=contract.mode,
+            num_samples=args["num_samples"],
+            reuse_actors=not args.get("no_reuse_actors"),
+            search_alg=ConcurrencyLimiter(
+                OptunaSearch(seed=plan.configs[0].get(contract.seed or "", 0)),
+                max_concurrent=args["max_concurrent"] or 2,
+            ),
             scheduler=ASHAScheduler(max_t=max(1, int(args.get("epochs") or 1)), grace_period=1),
         )
         return tune.Tuner(trainable, param_space=space, tune_config=tune_config, run_config=run_config)
     placeholders = _placeholders(plan.configs)
-    costliest_first = sorted(plan.configs, key=lambda c: -estimates[config_hash(c)])  # no long trial left alone at the end
+    costliest_first = sorted(
+        plan.configs, key=lambda c: -estimates[config_hash(c)]
+    )  # no long trial left alone at the end
     tune_config = tune.TuneConfig(
-        search_alg=BasicVariantGenerator(points_to_evaluate=costliest_first, max_concurrent=args["max_concurrent"] or 0),
-        num_samples=len(plan.configs), reuse_actors=not args.get("no_reuse_actors"),
+        search_alg=BasicVariantGenerator(
+            points_to_evaluate=costliest_first, max_concurrent=args["max_concurrent"] or 0
+        ),
+        num_samples=len(plan.configs),
+        reuse_actors=not args.get("no_reuse_actors"),
     )
     return tune.Tuner(trainable, param_space=placeholders, tune_config=tune_config, run_config=run_config)
 
@@ -266,7 +358,9 @@ def _placeholders(configs: list[dict]) -> dict:
         for key, value in config.items():
             shape = [None] * len(value) if isinstance(value, (list, tuple)) else None
             if key in out and out[key] != shape:
-                raise ValueError(f"config key {key!r} is a list in some trials and not in others, or of different lengths")
+                raise ValueError(
+                    f"config key {key!r} is a list in some trials and not in others, or of different lengths"
+                )
             out[key] = shape
     return out
 
@@ -294,7 +388,11 @@ class TrialResources:
             return 0.0
         if self.fixed_gpu is not None:
             return self.fixed_gpu
-        return 1.0 if cost is None else packing.gpus_per_trial(cost.memory_bytes, self.gpu_memory_gb, self.max_trials_per_gpu)
+        return (
+            1.0
+            if cost is None
+            else packing.gpus_per_trial(cost.memory_bytes, self.gpu_memory_gb, self.max_trials_per_gpu)
+        )
 
     def seconds(self, config: dict) -> float:
         cost = self.costs.get(self.unit(config))
@@ -315,13 +413,21 @@ class TrialResources:
         counts = {}
         for share in shares:
             counts[share] = counts.get(share, 0) + 1
-        lines.append(f"  each trial: {self.cpu:g} CPU; GPU packing: " + ", ".join(
-            f"{count} trials at {share:g} GPU ({max(1, round(1 / share)) if share < 1 else 1} per GPU)" for share, count in sorted(counts.items())))
+        lines.append(
+            f"  each trial: {self.cpu:g} CPU; GPU packing: "
+            + ", ".join(
+                f"{count} trials at {share:g} GPU ({max(1, round(1 / share)) if share < 1 else 1} per GPU)"
+                for share, count in sorted(counts.items())
+            )
+        )
         repeats = trials / max(1, len(plan.configs)) if plan.args["search"] != "grid" else 1
         hours = sum(self.gpu(c) * self.seconds(c) for c in plan.configs) * repeats / 3600
         tflops = plan.args.get("gpu_tflops")
         basis = f"--gpu-tflops {tflops:g}" if tflops else "an H100's measured throughput"
-        lines.append(f"  estimated {hours:.2f} GPU-hours (the method's cost model, --precision {plan.args.get('precision', 'auto')}, {basis})")
+        lines.append(
+            f"  estimated {hours:.2f} GPU-hours (the method's cost model, --precision "
+            f"{plan.args.get('precision', 'auto')}, {basis})"
+        )
         return "\n".join(lines)
 
 
@@ -336,8 +442,14 @@ def resolve_resources(plan: SweepPlan) -> TrialResources:
         fixed = None if has_gpus else 0.0
     else:
         fixed = float(gpu)
-    return TrialResources(float(plan.resources["cpu"]), fixed, plan.costs, get_method(plan.method).cost_axes,
-                          args["gpu_memory_gb"], args["max_trials_per_gpu"])
+    return TrialResources(
+        float(plan.resources["cpu"]),
+        fixed,
+        plan.costs,
+        get_method(plan.method).cost_axes,
+        args["gpu_memory_gb"],
+        args["max_trials_per_gpu"],
+    )
 
 
 def wrapped_trainable(plan: SweepPlan, resources: TrialResources):
@@ -357,14 +469,26 @@ def run_sweep(plan: SweepPlan):
     _check_resources(plan)
     if plan.parent_run_id is None:
         storage.claim(plan.sweep_dir, plan.name)
-        plan.parent_run_id = start_parent_run(plan.mlflow_uri, plan.experiment, plan.name,
-                                              {**plan.static_params, "trials": len(plan.configs), "method": plan.method_label})
-        storage.write_json(storage.join(plan.sweep_dir, storage.SWEEP_FILE), {
-            "name": plan.name, "method": plan.method_label, "method_class": plan.method, "parent_run_id": plan.parent_run_id,
-            "mlflow_uri": plan.mlflow_uri, "experiment": plan.experiment, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "data_checksums": plan.args.get("data_checksums"),
-            "args": {k: v for k, v in plan.args.items() if k != "data_checksums"},
-        })
+        plan.parent_run_id = start_parent_run(
+            plan.mlflow_uri,
+            plan.experiment,
+            plan.name,
+            {**plan.static_params, "trials": len(plan.configs), "method": plan.method_label},
+        )
+        storage.write_json(
+            storage.join(plan.sweep_dir, storage.SWEEP_FILE),
+            {
+                "name": plan.name,
+                "method": plan.method_label,
+                "method_class": plan.method,
+                "parent_run_id": plan.parent_run_id,
+                "mlflow_uri": plan.mlflow_uri,
+                "experiment": plan.experiment,
+                "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "data_checksums": plan.args.get("data_checksums"),
+                "args": {k: v for k, v in plan.args.items() if k != "data_checksums"},
+            },
+        )
     if plan.stages:
         from sweeps.engine.stages_plan import prepare_stages
 
@@ -395,7 +519,10 @@ def failed_trials(results, contract: MetricContract) -> list[str]:
         elif metrics.get("trial_failed"):
             reason = str(metrics["trial_failed"])
         elif not metrics.get("done"):
-            reason = "stopped before its last epoch (the sweep was interrupted, or an error could not be recorded: is the storage path writable?)"
+            reason = (
+                "stopped before its last epoch (the sweep was interrupted, or an error could not be recorded: "
+                "is the storage path writable?)"
+            )
         else:
             continue
         lines.append(f"  {run_name(result.config or {}, contract)}: {reason}")
@@ -408,7 +535,9 @@ def _finish(plan: SweepPlan, results) -> None:
 
     failures = failed_trials(results, plan.contract)
     plan.failed_trials = failures
-    spooled = finish_parent_run(plan.mlflow_uri, plan.parent_run_id, "FAILED" if failures else "FINISHED", plan.sweep_dir)
+    spooled = finish_parent_run(
+        plan.mlflow_uri, plan.parent_run_id, "FAILED" if failures else "FINISHED", plan.sweep_dir
+    )
     frame = results.get_dataframe()
     if "trial_failed" in frame:
         frame = frame[frame["trial_failed"].isna()]
@@ -418,14 +547,22 @@ def _finish(plan: SweepPlan, results) -> None:
     if ui_uri.startswith(("http://", "https://")):
         print(f"MLflow:  open {ui_uri}")
     else:
-        print(f"MLflow:  mlflow ui --backend-store-uri {shlex.quote(ui_uri)} --host 127.0.0.1 --port 5000   (then open http://127.0.0.1:5000)")
-    print(f"Report:  python -m analysis report --mlflow-uri {shlex.quote(ui_uri)} --out {shlex.quote(storage.join(plan.sweep_dir, 'report'))}")
+        print(
+            f"MLflow:  mlflow ui --backend-store-uri {shlex.quote(ui_uri)} --host 127.0.0.1 --port 5000   (then open http://127.0.0.1:5000)"
+        )
+    print(
+        f"Report:  python -m analysis report --mlflow-uri {shlex.quote(ui_uri)} --out "
+        f"{shlex.quote(storage.join(plan.sweep_dir, 'report'))}"
+    )
     preset = get_method(plan.method).presets.get(plan.args.get("preset") or "")
     for command in presets.follow_up(preset, shlex.quote(str(plan.sweep_dir)), shlex.quote(ui_uri)):
         print(f"Then:    {command}")
     if failures:
         print(f"{len(failures)} trial(s) failed:", *failures, sep="\n")
-        print(f"Rerun the ones that may succeed now from their checkpoints with: --resume {shlex.quote(str(plan.sweep_dir))}")
+        print(
+            "Rerun the ones that may succeed now from their checkpoints with: --resume "
+            f"{shlex.quote(str(plan.sweep_dir))}"
+        )
     if spooled:
         print(spooled)
 

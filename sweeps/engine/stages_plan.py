@@ -23,6 +23,7 @@ MLflow write (sweeps/engine/tracking.py), so workers never talk to the store; an
 `upstream_run_id` is known before they start, so it is part of their config and params.
 The cost is a barrier: trials start when all stages are done.
 """
+
 from __future__ import annotations
 
 import os
@@ -58,12 +59,18 @@ def stage_params(spec: dict, static: dict) -> dict:
     kind, config = STAGES.get(spec["kind"]), spec["config"]
     params = {k: v for k, v in static.items() if not k.startswith("data_sha_")}
     params.update({f"stage_{k}": v for k, v in config.items()})
-    params.update({
-        "method": spec["kind"], "model": spec["model"], "task": kind.task, "stage_key": spec["key"],
-        "model_identity": spec["model_identity"], "data_sha": spec["data_checksum"],
-        "random_init": config.get("random_init", False),
-        **{k: config[k] for k in ("seed", "epochs", "lr", "batch_size") if k in config},
-    })
+    params.update(
+        {
+            "method": spec["kind"],
+            "model": spec["model"],
+            "task": kind.task,
+            "stage_key": spec["key"],
+            "model_identity": spec["model_identity"],
+            "data_sha": spec["data_checksum"],
+            "random_init": config.get("random_init", False),
+            **{k: config[k] for k in ("seed", "epochs", "lr", "batch_size") if k in config},
+        }
+    )
     params.update(kind.params(config))
     return params
 
@@ -73,10 +80,17 @@ def create_stage_run(writer, parent_run_id: str, sweep: str, spec: dict, static:
     continues its unfinished one); None while the store is unreachable (the write is spooled)."""
     from sweeps.engine.tracking import _param_value
 
-    writer.submit({"op": "run", "parent": parent_run_id, "key": spec["key"], "role": ROLE_STAGE,
-                   "name": stage_label(spec, ":"),
-                   "tags": {TAG_STAGE_KEY: spec["key"], schema.TAG_SWEEP: sweep},
-                   "params": {k: _param_value(v) for k, v in stage_params(spec, static).items()}})
+    writer.submit(
+        {
+            "op": "run",
+            "parent": parent_run_id,
+            "key": spec["key"],
+            "role": ROLE_STAGE,
+            "name": stage_label(spec, ":"),
+            "tags": {TAG_STAGE_KEY: spec["key"], schema.TAG_SWEEP: sweep},
+            "params": {k: _param_value(v) for k, v in stage_params(spec, static).items()},
+        }
+    )
     return writer.run_id(parent_run_id, spec["key"])
 
 
@@ -84,18 +98,32 @@ def log_stage_result(writer, parent_run_id: str, key: str, result: dict, tags: d
     """Per-epoch history (step = epoch), final metrics, and what the stage reports about itself."""
     now = int(time.time() * 1000)
     history = result.get("history") or []
-    metrics = [[k, float(v), now, int(row["epoch"])] for row in history for k, v in row.items()
-               if k != "epoch" and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    metrics = [
+        [k, float(v), now, int(row["epoch"])]
+        for row in history
+        for k, v in row.items()
+        if k != "epoch" and isinstance(v, (int, float)) and not isinstance(v, bool)
+    ]
     last = int(history[-1]["epoch"]) if history else 0
-    metrics += [[k, float(v), now, last] for k, v in (result.get("final") or {}).items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    params = {k: str(result[k]) for k in ("params_truncated", "sentences", "corpus", "head_source", "train_pairs", "device")
-              if result.get(k) is not None}
-    writer.submit({"op": "log", "parent": parent_run_id, "key": key, "metrics": metrics, "params": params, "tags": tags or {}})
+    metrics += [
+        [k, float(v), now, last]
+        for k, v in (result.get("final") or {}).items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    ]
+    params = {
+        k: str(result[k])
+        for k in ("params_truncated", "sentences", "corpus", "head_source", "train_pairs", "device")
+        if result.get(k) is not None
+    }
+    writer.submit(
+        {"op": "log", "parent": parent_run_id, "key": key, "metrics": metrics, "params": params, "tags": tags or {}}
+    )
 
 
 def finish_stage_run(writer, parent_run_id: str, key: str, status: str) -> None:
-    writer.submit({"op": "status", "parent": parent_run_id, "key": key, "status": status, "time": int(time.time() * 1000)})
+    writer.submit(
+        {"op": "status", "parent": parent_run_id, "key": key, "status": status, "time": int(time.time() * 1000)}
+    )
 
 
 def _existing_stage_run(client, experiment_id: str, manifest: dict, uri: str) -> str | None:
@@ -108,8 +136,12 @@ def _existing_stage_run(client, experiment_id: str, manifest: dict, uri: str) ->
                 return run_id
         except Exception:
             pass
-    found = client.search_runs([experiment_id], filter_string=f"tags.`{TAG_STAGE_KEY}` = '{manifest['key']}' and "
-                               f"tags.`{schema.TAG_ROLE}` = '{ROLE_STAGE}' and attributes.status = 'FINISHED'", max_results=1)
+    found = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`{TAG_STAGE_KEY}` = '{manifest['key']}' and "
+        f"tags.`{schema.TAG_ROLE}` = '{ROLE_STAGE}' and attributes.status = 'FINISHED'",
+        max_results=1,
+    )
     return found[0].info.run_id if found else None
 
 
@@ -122,8 +154,13 @@ def reused_stage_run(client, writer, plan, spec: dict, manifest: dict) -> str | 
         return found
     result = manifest.get("result") or {}
     run_id = create_stage_run(writer, plan.parent_run_id, plan.name, spec, plan.static_params)
-    log_stage_result(writer, plan.parent_run_id, spec["key"], result,
-                     tags={TAG_STAGE_COPY_OF: f"{result.get('mlflow_uri')}#{result.get('mlflow_run_id')}"})
+    log_stage_result(
+        writer,
+        plan.parent_run_id,
+        spec["key"],
+        result,
+        tags={TAG_STAGE_COPY_OF: f"{result.get('mlflow_uri')}#{result.get('mlflow_run_id')}"},
+    )
     finish_stage_run(writer, plan.parent_run_id, spec["key"], "FINISHED")
     return run_id
 
@@ -188,8 +225,13 @@ def prepare_stages(plan, specs: dict) -> None:
         else:
             missing.append(spec)
     kinds = sorted({s["kind"] for s in specs.values()})
-    print(f"Stages ({', '.join(kinds)}): {len(specs)} needed, {len(specs) - len(missing)} reused, "
-          f"{len(missing)} to compute; store {next(iter(stores))}" if stores else "Stages: none needed", flush=True)
+    print(
+        f"Stages ({', '.join(kinds)}): {len(specs)} needed, {len(specs) - len(missing)} reused, "
+        f"{len(missing)} to compute; store {next(iter(stores))}"
+        if stores
+        else "Stages: none needed",
+        flush=True,
+    )
 
     cpus, gpus = _stage_resources(plan)
     remote = ray.remote(execute_stage).options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
@@ -225,8 +267,13 @@ def prepare_stages(plan, specs: dict) -> None:
             print(f"  stage {stage_label(spec)} failed: {failures[key]}", file=sys.stderr, flush=True)
             continue
         result = manifest.get("result") or {}
-        copy = {} if result.get("mlflow_run_id") == own else {  # another sweep computed it while we waited on the lock
-            TAG_STAGE_COPY_OF: f"{result.get('mlflow_uri')}#{result.get('mlflow_run_id')}"}
+        copy = (
+            {}
+            if result.get("mlflow_run_id") == own
+            else {  # another sweep computed it while we waited on the lock
+                TAG_STAGE_COPY_OF: f"{result.get('mlflow_uri')}#{result.get('mlflow_run_id')}"
+            }
+        )
         log_stage_result(writer, parent, key, result, tags=copy)
         finish_stage_run(writer, parent, key, "FINISHED")
         run_ids[key] = own
@@ -248,9 +295,14 @@ def prepare_stages(plan, specs: dict) -> None:
         config["upstream_run_id"] = ids if isinstance(config["stage_key"], (list, tuple)) else ids[0]
         kept.append(config)
     if failures:
-        print(f"{len(failures)} stage(s) failed; {len(plan.configs) - len(kept)} trial(s) that need them are skipped.",
-              file=sys.stderr, flush=True)
+        print(
+            f"{len(failures)} stage(s) failed; {len(plan.configs) - len(kept)} trial(s) that need them are skipped.",
+            file=sys.stderr,
+            flush=True,
+        )
     plan.configs[:] = kept
     if not kept:
         writer.submit({"op": "parent_status", "parent": parent, "status": "FAILED", "time": int(time.time() * 1000)})
-        raise StageError("every upstream stage failed; no trial can run: " + "; ".join(sorted(set(failures.values())))[:2000])
+        raise StageError(
+            "every upstream stage failed; no trial can run: " + "; ".join(sorted(set(failures.values())))[:2000]
+        )

@@ -1,6 +1,7 @@
 """The sweep's home: `<storage-path>/<name>` holds Ray Tune's experiment state and `sweep.json`
 (the arguments, MLflow URI and parent run id), which is what `--resume` reads back.
 Local paths and URIs (s3://, gs://, ...) both work, through pyarrow's filesystems."""
+
 from __future__ import annotations
 
 import json
@@ -84,8 +85,10 @@ def claim(sweep_dir: str, name: str) -> None:
             if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
                 path.unlink(missing_ok=True)
                 continue
-            raise SweepInputError(f"A sweep named {name!r} is being started by another process ({host}, pid {pid}) "
-                                  f"at {sweep_dir}; pick another --name") from None
+            raise SweepInputError(
+                f"A sweep named {name!r} is being started by another process ({host}, pid {pid}) "
+                f"at {sweep_dir}; pick another --name"
+            ) from None
         with os.fdopen(fd, "w") as handle:
             handle.write(me)
         return
@@ -116,5 +119,6 @@ def check_writable(storage_path: str) -> None:
         probe.write_text("")
         probe.unlink()
     except OSError as error:
-        raise SweepInputError(f"--storage-path {storage_path} cannot be written ({error.strerror or error}); pass a folder "
-                              "you can write") from None
+        raise SweepInputError(
+            f"--storage-path {storage_path} cannot be written ({error.strerror or error}); pass a folder you can write"
+        ) from None

@@ -3,6 +3,7 @@ one row per group of the contract's axes (every axis but the selected one and th
 selected axis (e.g. the layer), each row is that axis's best value by the mean primary metric
 over seeds; without one, every value is a row. Scores are mean ± sample std over seeds, the
 spread left out when there is one seed."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -45,7 +46,9 @@ def summary_table(frame: pd.DataFrame, contract: MetricContract) -> str:
     shown = [m for m in metrics if m in frame]
     width = max([16, *(len(title(m)) for m in shown)])
     select = contract.select
-    header = f"{'':<{LABEL_WIDTH}} " + (f"{select:>6} " if select else "") + " ".join(f"{title(m):>{width}}" for m in shown)
+    header = (
+        f"{'':<{LABEL_WIDTH}} " + (f"{select:>6} " if select else "") + " ".join(f"{title(m):>{width}}" for m in shown)
+    )
     lines = ["", header + (f" {'seeds':>5}" if contract.seed else "")]
     group_columns = [config[a] for a in contract.groups]
     groups = frame.groupby(group_columns, dropna=False, sort=True) if group_columns else [((), frame)]

@@ -16,6 +16,7 @@ Whatever is still spooled when the sweep ends stays on disk, and
 or created by key, steps already logged are skipped), so a spool can be replayed any number of
 times, also after a partial replay.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -64,7 +65,9 @@ def is_transient(error: BaseException) -> bool:
     """True for failures that may go away by themselves: the store is down or overloaded."""
     import requests
 
-    if isinstance(error, (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError, TimeoutError)):
+    if isinstance(
+        error, (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError, TimeoutError)
+    ):
         return True
     try:
         from sqlalchemy.exc import OperationalError
@@ -87,9 +90,14 @@ def is_transient(error: BaseException) -> bool:
 
 def _short(error: BaseException) -> str:
     text = " ".join(str(error).split())
-    for needle, reason in (("Connection refused", "connection refused"), ("timed out", "timed out"),
-                           ("Connection aborted", "connection dropped"), ("RemoteDisconnected", "connection dropped"),
-                           ("Name or service not known", "unknown host"), ("database is locked", "database is locked")):
+    for needle, reason in (
+        ("Connection refused", "connection refused"),
+        ("timed out", "timed out"),
+        ("Connection aborted", "connection dropped"),
+        ("RemoteDisconnected", "connection dropped"),
+        ("Name or service not known", "unknown host"),
+        ("database is locked", "database is locked"),
+    ):
         if needle in text:
             return reason
     return text if len(text) <= 200 else text[:197] + "..."
@@ -110,7 +118,7 @@ def store_lock(tracking_uri: str):
         return
     import fcntl
 
-    database = Path(str(tracking_uri)[len("sqlite:///"):])
+    database = Path(str(tracking_uri)[len("sqlite:///") :])
     database.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{database}.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -141,7 +149,8 @@ def start_parent_run(tracking_uri: str, experiment: str, sweep_name: str, params
     try:
         client, experiment_id = _open_store(tracking_uri, experiment)
         run = client.create_run(
-            experiment_id, run_name=sweep_name,
+            experiment_id,
+            run_name=sweep_name,
             tags={schema.TAG_ROLE: "sweep", schema.TAG_SWEEP: sweep_name},
         )
         from mlflow.entities import Param
@@ -153,7 +162,10 @@ def start_parent_run(tracking_uri: str, experiment: str, sweep_name: str, params
         from trainables.core.errors import SweepInputError
 
         hint = " (start one with: python -m sweeps.mlflow_server)" if is_http(tracking_uri) else ""
-        raise SweepInputError(f"--mlflow-uri {tracking_uri}: the MLflow store is unreachable, so the sweep did not start{hint}: {_short(error)}") from error
+        raise SweepInputError(
+            f"--mlflow-uri {tracking_uri}: the MLflow store is unreachable, so the sweep did not start{hint}: "
+            f"{_short(error)}"
+        ) from error
     return run.info.run_id
 
 
@@ -193,7 +205,9 @@ class MlflowWriter:
     def __init__(self, tracking_uri: str, spool: str | Path | None, retry_interval: float | None = None, stream=None):
         self.tracking_uri = tracking_uri
         self.spool = Path(spool) if spool else None
-        self.retry_interval = float(os.environ.get("EMBSWEEP_MLFLOW_RETRY_S", 10.0) if retry_interval is None else retry_interval)
+        self.retry_interval = float(
+            os.environ.get("EMBSWEEP_MLFLOW_RETRY_S", 10.0) if retry_interval is None else retry_interval
+        )
         self.stream = stream
         self._client = None
         self._runs: dict[tuple[str, str], str] = {}
@@ -262,7 +276,8 @@ class MlflowWriter:
             self._say(
                 f"WARNING: MLflow at {self.tracking_uri} refused a write ({self.refused}). Training goes on; "
                 f"this and all later MLflow writes are kept in {self.spool}. Once the cause is fixed, "
-                f"upload them with: {SYNC_COMMAND} {self.spool}")
+                f"upload them with: {SYNC_COMMAND} {self.spool}"
+            )
 
     def _outage(self, error: BaseException) -> None:
         self._last_attempt = time.monotonic()
@@ -272,7 +287,8 @@ class MlflowWriter:
             self._say(
                 f"WARNING: MLflow at {self.tracking_uri} is unreachable ({_short(error)}). Training goes on; "
                 f"MLflow writes are kept in {self.spool} and sent when the store answers again "
-                f"(tried every {self.retry_interval:g} s). To upload them later: {SYNC_COMMAND} {self.spool}")
+                f"(tried every {self.retry_interval:g} s). To upload them later: {SYNC_COMMAND} {self.spool}"
+            )
 
     def _forget(self) -> None:
         """After a failure a write may have half-happened: read logged steps back before the next one."""
@@ -358,7 +374,9 @@ class MlflowWriter:
     def _logged_steps(self, run_id: str, key: str) -> set:
         if (run_id, key) not in self._steps:
             fresh = run_id in self._fresh
-            self._steps[(run_id, key)] = set() if fresh else {m.step for m in self.client.get_metric_history(run_id, key)}
+            self._steps[(run_id, key)] = (
+                set() if fresh else {m.step for m in self.client.get_metric_history(run_id, key)}
+            )
         return self._steps[(run_id, key)]
 
     def run_id(self, parent: str, key: str) -> str | None:
@@ -383,9 +401,14 @@ class MlflowWriter:
             params = {k: v for k, v in params.items() if k not in found[0].data.params}
         else:
             run = self.client.create_run(
-                self._experiments[parent], run_name=op.get("name"),
-                tags={schema.TAG_PARENT: parent, schema.TAG_ROLE: op.get("role", "trial"), schema.TAG_CONFIG_HASH: key,
-                      **op.get("tags", {})},
+                self._experiments[parent],
+                run_name=op.get("name"),
+                tags={
+                    schema.TAG_PARENT: parent,
+                    schema.TAG_ROLE: op.get("role", "trial"),
+                    schema.TAG_CONFIG_HASH: key,
+                    **op.get("tags", {}),
+                },
             )
             run_id = run.info.run_id
             self._fresh.add(run_id)
@@ -429,8 +452,11 @@ def finish_parent_run(tracking_uri: str, parent_run_id: str, status: str, sweep_
     if not left:
         return None
     why = f"the store refused one: {writer.refused}" if writer.refused else "the store is unreachable"
-    return (f"WARNING: {left} MLflow write(s) could not be sent to {tracking_uri} ({why}); they are kept in {writer.spool}.\n"
-            f"Upload them when the store is reachable (safe to run more than once): {SYNC_COMMAND} {writer.spool}")
+    return (
+        f"WARNING: {left} MLflow write(s) could not be sent to {tracking_uri} ({why}); they are kept in "
+        f"{writer.spool}.\n"
+        f"Upload them when the store is reachable (safe to run more than once): {SYNC_COMMAND} {writer.spool}"
+    )
 
 
 # --- the Tune callback ----------------------------------------------------------------------
@@ -456,8 +482,14 @@ class MlflowSweepCallback(tune.Callback):
     while the store is unreachable): params, per-step metrics, status, and the latest checkpoint
     (tag `embsweep.checkpoint`, which `runs:/<run id>` model references resolve through)."""
 
-    def __init__(self, tracking_uri: str, parent_run_id: str, static_params: dict | None = None,
-                 sweep_dir: str | None = None, contract=None):
+    def __init__(
+        self,
+        tracking_uri: str,
+        parent_run_id: str,
+        static_params: dict | None = None,
+        sweep_dir: str | None = None,
+        contract=None,
+    ):
         self.tracking_uri = tracking_uri
         self.parent_run_id = parent_run_id
         self.static_params = dict(static_params or {})
@@ -505,7 +537,9 @@ class MlflowSweepCallback(tune.Callback):
         seen = self._seen[schema.config_hash(trial.config)]
         step = int(result["epoch"])
         if result.get("trial_failed"):  # its last result: the reason, no metrics
-            self.writer.submit(self._op("log", trial.config, tags={schema.TAG_FAILURE: str(result["trial_failed"])[:4000]}))
+            self.writer.submit(
+                self._op("log", trial.config, tags={schema.TAG_FAILURE: str(result["trial_failed"])[:4000]})
+            )
             return
         if step in seen:
             return
@@ -514,7 +548,10 @@ class MlflowSweepCallback(tune.Callback):
         params, tags = {}, {}
         if not seen:
             params = {k: str(result[k]) for k in schema.RESULT_PARAMS if k in result}
-            tags = {"trial_id": trial.trial_id, **{k: str(result[k]) for k in ("node_id", "device", "gpu_ids") if k in result}}
+            tags = {
+                "trial_id": trial.trial_id,
+                **{k: str(result[k]) for k in ("node_id", "device", "gpu_ids") if k in result},
+            }
         self.writer.submit(self._op("log", trial.config, metrics=metrics, params=params, tags=tags))
         seen.add(step)
 

@@ -1,4 +1,5 @@
-"""Checks of the places a sweep (sweeps/engine) or a report (analysis) talks to, made before anything starts, each failing
+"""Checks of the places a sweep (sweeps/engine) or a report (analysis) talks to, made before anything starts, each
+failing
 within seconds with a message instead of a hang or a traceback:
 
 - `check_ray_address(address)`: a gRPC server (what a Ray head's GCS and Ray Client are) answers at
@@ -9,6 +10,7 @@ within seconds with a message instead of a hang or a traceback:
   without them;
 - `check_sqlite_store(uri)`: an existing file behind `sqlite:///` is an SQLite database.
 """
+
 from __future__ import annotations
 
 import os
@@ -62,12 +64,16 @@ def check_ray_address(address: str | None) -> None:
     if not host or not port:
         raise SweepInputError(f"--address {address!r}: expected host:port of a Ray head (or ray://host:port, or auto)")
     if not _answers(host, port):
-        raise SweepInputError(f"--address {address}: nothing answers at {host}:{port} within {TIMEOUT_S:g} s; start the "
-                              "Ray head there (ray start --head, or ray up cluster.yaml) or fix the address")
+        raise SweepInputError(
+            f"--address {address}: nothing answers at {host}:{port} within {TIMEOUT_S:g} s; start the "
+            "Ray head there (ray start --head, or ray up cluster.yaml) or fix the address"
+        )
     if not _speaks_grpc(host, port):
-        raise SweepInputError(f"--address {address}: something answers at {host}:{port}, but not a Ray head (no gRPC "
-                              f"server there within {TIMEOUT_S:g} s); pass the head's GCS address (port 6379 by default) "
-                              "or its Ray Client address ray://host:10001")
+        raise SweepInputError(
+            f"--address {address}: something answers at {host}:{port}, but not a Ray head (no gRPC "
+            f"server there within {TIMEOUT_S:g} s); pass the head's GCS address (port 6379 by default) "
+            "or its Ray Client address ray://host:10001"
+        )
 
 
 def mlflow_store(uri: str, flag: str = "--mlflow-uri") -> str:
@@ -76,8 +82,10 @@ def mlflow_store(uri: str, flag: str = "--mlflow-uri") -> str:
     parts = urlsplit(uri)
     scheme = parts.scheme.split("+")[0]
     if scheme not in MLFLOW_SCHEMES:
-        raise SweepInputError(f"{flag} {uri!r}: MLflow has no store for the scheme '{parts.scheme}'; use sqlite:///path/mlflow.db, "
-                              "http(s)://host:port of a tracking server, or a database URL")
+        raise SweepInputError(
+            f"{flag} {uri!r}: MLflow has no store for the scheme '{parts.scheme}'; use sqlite:///path/mlflow.db, "
+            "http(s)://host:port of a tracking server, or a database URL"
+        )
     if scheme in ("http", "https"):
         if parts.username or parts.password:
             for name, value in zip(CREDENTIAL_ENV, (parts.username, parts.password)):
@@ -97,19 +105,25 @@ def check_tracking_server(uri: str, flag: str = "--mlflow-uri") -> None:
     try:
         requests.get(uri.rstrip("/") + "/health", timeout=TIMEOUT_S)
     except requests.RequestException as error:
-        raise SweepInputError(f"{flag} {uri}: the MLflow store is unreachable (no server answers there within "
-                              f"{TIMEOUT_S:g} s: {type(error).__name__}); start it (python -m sweeps.mlflow_server) "
-                              "or fix the URI") from None
+        raise SweepInputError(
+            f"{flag} {uri}: the MLflow store is unreachable (no server answers there within "
+            f"{TIMEOUT_S:g} s: {type(error).__name__}); start it (python -m sweeps.mlflow_server) "
+            "or fix the URI"
+        ) from None
 
 
 def check_sqlite_store(uri: str, flag: str = "--mlflow-uri") -> None:
-    path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+    path = uri[len("sqlite:///") :] if uri.startswith("sqlite:///") else ""
     if path and os.path.isfile(path):
         with open(path, "rb") as handle:
             if handle.read(16) not in (b"SQLite format 3\x00", b""):  # (empty: being created right now)
-                raise SweepInputError(f"{flag} {uri}: {path} is not an SQLite database; point at the mlflow.db of a sweep")
+                raise SweepInputError(
+                    f"{flag} {uri}: {path} is not an SQLite database; point at the mlflow.db of a sweep"
+                )
     elif path and os.path.isdir(path):
-        raise SweepInputError(f"{flag} {uri}: {path} is a folder; point at a database file inside it (e.g. {path}/mlflow.db)")
+        raise SweepInputError(
+            f"{flag} {uri}: {path} is a folder; point at a database file inside it (e.g. {path}/mlflow.db)"
+        )
 
 
 def credentials_env() -> dict:

@@ -1,6 +1,7 @@
 """Fault injection for tests of retries, resume and scheduling: a trial config may carry
 `_fault = fault_spec(epoch, kind, marker)` (a JSON string, so Tune treats it as one value); the
 fault fires once, in that epoch, the first time only (the marker file records that it fired)."""
+
 from __future__ import annotations
 
 import json

@@ -2,7 +2,8 @@
 pack, run, track, report and analyse it without knowing anything else about it.
 
 A method is one registered subclass of `Method` (`@register_method("name")`) in one file under
-`trainables/` (found there by `import_methods`); its sweep script in `sweeps/` calls `sweeps.engine.runner.main(method="name")`.
+`trainables/` (found there by `import_methods`); its sweep script in `sweeps/` calls
+`sweeps.engine.runner.main(method="name")`.
 It declares:
 
 - `add_arguments(parser)`: its command-line flags (the engine adds the shared ones: storage,
@@ -26,6 +27,7 @@ It declares:
 The contract is logged on the sweep's parent run and on every trial run (`MetricContract.params`),
 and the analysis groups and selects by what was logged.
 """
+
 from __future__ import annotations
 
 from argparse import ArgumentParser, Namespace
@@ -92,10 +94,16 @@ class MetricContract:
     def params(self) -> dict:
         """What the engine logs on every run, and the analysis reads back."""
         return {
-            "metric_primary": self.primary, "metric_report": self.report, "metric_companion": self.companion,
-            "metric_mode": self.mode, "sweep_axes": ",".join(self.axes), "select_axis": self.select or "",
-            "seed_axis": self.seed or "", "metric_columns": ",".join(self.columns),
-            "reference_rows": "=".join(self.reference) if self.reference else "", "reference_by": ",".join(self.reference_by),
+            "metric_primary": self.primary,
+            "metric_report": self.report,
+            "metric_companion": self.companion,
+            "metric_mode": self.mode,
+            "sweep_axes": ",".join(self.axes),
+            "select_axis": self.select or "",
+            "seed_axis": self.seed or "",
+            "metric_columns": ",".join(self.columns),
+            "reference_rows": "=".join(self.reference) if self.reference else "",
+            "reference_by": ",".join(self.reference_by),
         }
 
     @property
@@ -135,7 +143,7 @@ class PublishedScore:
     dev_pearson: float
     test_spearman: float
     test_pearson: float
-    selection: str = "best"   # "best": the layer with the best dev score; "last": the model's last layer
+    selection: str = "best"  # "best": the layer with the best dev score; "last": the model's last layer
     task: str = "stsb"
 
 
@@ -169,18 +177,18 @@ class Estimate:
 
     trials: int
     gpu_hours: float | None
-    note: str = ""    # what this grid's figure leaves out or approximates
-    basis: str = ""   # how every figure of the method is priced
+    note: str = ""  # what this grid's figure leaves out or approximates
+    basis: str = ""  # how every figure of the method is priced
 
 
 @dataclass
 class PlanContext:
     """What the engine hands a method at planning time."""
 
-    storage_path: str           # absolute local path or URI of the sweep's storage
-    mlflow_uri: str             # the tracking store (to resolve runs:/ model references)
+    storage_path: str  # absolute local path or URI of the sweep's storage
+    mlflow_uri: str  # the tracking store (to resolve runs:/ model references)
     smoke_test: bool = False
-    default_models: str = ""    # the parser's default --models (a smoke test swaps it for a tiny model)
+    default_models: str = ""  # the parser's default --models (a smoke test swaps it for a tiny model)
 
 
 @dataclass
@@ -188,15 +196,15 @@ class MethodPlan:
     """The driver-side result of `Method.plan`: everything trials need, computed once."""
 
     configs: list[dict]
-    data: Any = None                      # shipped to every trial once (tune.with_parameters)
-    costs: dict = field(default_factory=dict)   # values of the method's `cost_axes` (a tuple) -> TrialCost
+    data: Any = None  # shipped to every trial once (tune.with_parameters)
+    costs: dict = field(default_factory=dict)  # values of the method's `cost_axes` (a tuple) -> TrialCost
     static_params: dict = field(default_factory=dict)
     checksums: dict = field(default_factory=dict)
     stages: dict = field(default_factory=dict)  # upstream stage specs by key (trainables/stages/upstream.py), run
-                                                # by the engine before the trials; configs name theirs by `stage_key`
-                                                # (a key, or a list of keys: the engine sets `upstream_run_id`
-                                                # to the stage's run id, or the list of their ids)
-    method_label: str | None = None       # the method name(s) recorded on the parent run
+    # by the engine before the trials; configs name theirs by `stage_key`
+    # (a key, or a list of keys: the engine sets `upstream_run_id`
+    # to the stage's run id, or the list of their ids)
+    method_label: str | None = None  # the method name(s) recorded on the parent run
 
 
 class Method:
@@ -255,7 +263,9 @@ def parse_int_list(text: str, flag: str) -> list[int]:
         try:
             low, high = (int(v) for v in part.split("-", 1)) if "-" in part[1:] else (int(part), int(part))
         except ValueError:
-            raise SweepInputError(f"{flag} {text!r} is not a comma-separated list of integers (e.g. 0,1,2 or 0-4)") from None
+            raise SweepInputError(
+                f"{flag} {text!r} is not a comma-separated list of integers (e.g. 0,1,2 or 0-4)"
+            ) from None
         if high < low:
             raise SweepInputError(f"{flag} {text!r}: the range {part} runs backwards; write {high}-{low}")
         values.extend(range(low, high + 1))

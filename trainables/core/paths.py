@@ -4,6 +4,7 @@
 - local models: `$EMBSWEEP_MODELS_DIR`, else `~/.cache/embsweep/models`; a hub id `org/name`
   maps to `<models dir>/org/name` (what `embsweep-assets install` writes).
 """
+
 from __future__ import annotations
 
 import os

@@ -10,6 +10,7 @@ unknown name with the names it knows (so `--task` and `--sets` choices come from
     METHODS.get("tmft")        # the class; SweepInputError naming the known ones if absent
     METHODS.names()            # registration order
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -28,7 +29,10 @@ class Registry:
 
         def decorate(cls: type) -> type:
             if not (isinstance(cls, type) and issubclass(cls, self.base)):
-                raise TypeError(f"{getattr(cls, '__name__', cls)!r} must subclass {self.base.__name__} to be registered as a {self.kind}")
+                raise TypeError(
+                    f"{getattr(cls, '__name__', cls)!r} must subclass {self.base.__name__} to be registered as a "
+                    f"{self.kind}"
+                )
             for key in (name, *aliases):
                 if key in self._classes and self._classes[key] is not cls:
                     raise ValueError(f"{self.kind} {key!r} is already registered by {self._classes[key].__name__}")

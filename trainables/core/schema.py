@@ -8,7 +8,8 @@ the trial is retried or resumed.
 Per-epoch metrics are logged with `step = epoch` (1-based; step 0 is the untrained encoder when
 `epochs = 0`): dev scores, the loss and the best dev score so far every epoch; the test scores of
 the best-dev weights once, at the last epoch (every epoch, with per-epoch test scores beside them,
-when the trial runs with `test_every_epoch`). Classification tasks (MRPC, SICK) replace the `spearman`/`pearson` metrics with
+when the trial runs with `test_every_epoch`). Classification tasks (MRPC, SICK) replace the `spearman`/`pearson`
+metrics with
 `f1`/`accuracy` (e.g. `dev_f1`, `test_f1_at_best_dev`).
 
 Chained methods (`ws+tmft`, `dapt+tmft`; sweeps/engine/stages_plan.py): each upstream stage is a run with
@@ -22,29 +23,63 @@ Every run also records the method's metric contract (trainables/core/method.py `
 tag `embsweep.checkpoint`: its latest checkpoint, whose `best/` folder holds the best-dev weights
 as a sentence-transformers model (what `runs:/<run id>` model references load).
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 
 PARAMS = (
-    "method", "model", "layer", "seed", "task", "epochs", "lr", "batch_size",
-    "params_truncated", "git_commit",
+    "method",
+    "model",
+    "layer",
+    "seed",
+    "task",
+    "epochs",
+    "lr",
+    "batch_size",
+    "params_truncated",
+    "git_commit",
 )
 EPOCH_METRICS = ("dev_spearman", "dev_pearson", "train_loss")
 TEST_EPOCH_METRICS = ("test_spearman", "test_pearson")  # per epoch only with test_every_epoch
-RUNNING_METRICS = ("best_dev_spearman", "wall_time_s", "train_time_s")  # every epoch: the best so far, seconds so far (all; training only)
-REPORT_METRICS = ("test_spearman_at_best_dev", "test_pearson_at_best_dev")  # the best-dev weights' test scores, at the end
+RUNNING_METRICS = (
+    "best_dev_spearman",
+    "wall_time_s",
+    "train_time_s",
+)  # every epoch: the best so far, seconds so far (all; training only)
+REPORT_METRICS = (
+    "test_spearman_at_best_dev",
+    "test_pearson_at_best_dev",
+)  # the best-dev weights' test scores, at the end
 FINAL_METRICS = RUNNING_METRICS + REPORT_METRICS
 
 # Result keys logged once as params of the trial's run, not as metrics.
 RESULT_PARAMS = ("params_truncated", "params_paper", "precision_used")
 # Result keys that are bookkeeping (Tune's own, the trial's placement, its progress), never metrics.
-NOT_METRICS = frozenset({
-    "done", "progress", "training_iteration", "iterations_since_restore", "time_this_iter_s", "time_total_s",
-    "time_since_restore", "timestamp", "pid", "timesteps_total", "episodes_total", "timesteps_since_restore",
-    "node_ip", "hostname", "date", "trial_id", "experiment_id", "experiment_tag", "should_checkpoint",
-})
+NOT_METRICS = frozenset(
+    {
+        "done",
+        "progress",
+        "training_iteration",
+        "iterations_since_restore",
+        "time_this_iter_s",
+        "time_total_s",
+        "time_since_restore",
+        "timestamp",
+        "pid",
+        "timesteps_total",
+        "episodes_total",
+        "timesteps_since_restore",
+        "node_ip",
+        "hostname",
+        "date",
+        "trial_id",
+        "experiment_id",
+        "experiment_tag",
+        "should_checkpoint",
+    }
+)
 
 TAG_ROLE = "embsweep.role"
 TAG_SWEEP = "embsweep.sweep"

@@ -2,6 +2,7 @@
 line number), a leading byte-order mark dropped, CR/LF stripped, `.gz` files read transparently,
 and a missing file reported as a `DataFormatError` that says how to point the project at its data.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -101,9 +102,11 @@ class ReleaseSplits:
                 from trainables.core.errors import SweepInputError
                 from trainables.core.paths import default_data_dir
 
-                raise SweepInputError(f"--data-dir hub: the hub copy {self.hub_id} cannot be loaded ({type(error).__name__}: "
-                                      f"{str(error).splitlines()[0][:160]}); pass --data-dir with the local release instead "
-                                      f"(default {default_data_dir()})") from None
+                raise SweepInputError(
+                    f"--data-dir hub: the hub copy {self.hub_id} cannot be loaded ({type(error).__name__}: "
+                    f"{str(error).splitlines()[0][:160]}); pass --data-dir with the local release instead "
+                    f"(default {default_data_dir()})"
+                ) from None
             return {split: [hub_row(row) for row in dataset[HUB_SPLITS[split]]] for split in splits}
         paths = self.paths(data_dir)
         return {split: read_file(paths[split]) for split in splits}

@@ -13,13 +13,14 @@ of the original training file differently, so train/dev differ from the release 
 Each pair is a `PairExample(sentence1, sentence2, score)` whose score is the label as a float
 (1.0 paraphrase, 0.0 not), ready for BCE on the cosine.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
+from trainables.core.errors import DataFormatError
 from trainables.data._io import ReleaseSplits, iter_lines
 from trainables.data.stsb import PairExample
-from trainables.core.errors import DataFormatError
 
 SPLIT_FILES = {"train": "msr-para-train.tsv", "dev": "msr-para-val.tsv", "test": "msr-para-test.tsv"}
 HEADER = ("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String")
@@ -39,8 +40,10 @@ def _read_release_file(path: Path) -> list[PairExample]:
             continue
         if len(fields) != len(HEADER):
             raise DataFormatError(
-                path, f"expected {len(HEADER)} tab-separated fields (Quality, #1 ID, #2 ID, #1 String, #2 String), "
-                f"found {len(fields)}", line_no
+                path,
+                f"expected {len(HEADER)} tab-separated fields (Quality, #1 ID, #2 ID, #1 String, #2 String), "
+                f"found {len(fields)}",
+                line_no,
             )
         quality = fields[0].strip()
         if quality not in ("0", "1"):

@@ -9,13 +9,14 @@ and Spanish, each 5749 / 1500 / 1379 pairs with STS-B's gold scores (0-5).
 
 `load_translated(language, data_dir)` returns ({split: [PairExample]}, checksums).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
+from trainables.core.errors import DataFormatError, SweepInputError
 from trainables.data._io import file_checksum, header_index, iter_lines, parse_float, require_file
 from trainables.data.stsb import PairExample
-from trainables.core.errors import DataFormatError, SweepInputError
 
 SPLITS = ("train", "dev", "test")
 KORSTS_FILES = {split: f"sts-{split}.tsv" for split in SPLITS}
@@ -25,7 +26,8 @@ LANGUAGES = {"ko": "KorSTS", "de": "stsb_multi_mt", "es": "stsb_multi_mt"}
 PAPER_MODELS = {
     "ko": "klue/bert-base,monologg/koelectra-base-v3-discriminator,monologg/koelectra-base-v3-generator",
     "de": "google-bert/bert-base-german-cased,deepset/gelectra-base,deepset/gelectra-base-generator",
-    "es": "dccuchile/bert-base-spanish-wwm-cased,mrm8488/electricidad-base-discriminator,mrm8488/electricidad-base-generator",
+    "es": "dccuchile/bert-base-spanish-wwm-cased,mrm8488/electricidad-base-discriminator,"
+    "mrm8488/electricidad-base-generator",
 }
 
 
@@ -52,8 +54,12 @@ def read_korsts(path: Path) -> list[PairExample]:
         if not line.strip():
             continue
         if len(fields) <= max(columns.values()):
-            raise DataFormatError(path, f"expected {max(columns.values()) + 1} tab-separated fields, found {len(fields)}", line_no)
-        rows.append(PairExample(fields[columns["s1"]], fields[columns["s2"]], _score(path, fields[columns["score"]], line_no)))
+            raise DataFormatError(
+                path, f"expected {max(columns.values()) + 1} tab-separated fields, found {len(fields)}", line_no
+            )
+        rows.append(
+            PairExample(fields[columns["s1"]], fields[columns["s2"]], _score(path, fields[columns["score"]], line_no))
+        )
     if not rows:
         raise DataFormatError(path, "file holds no pairs")
     return rows
@@ -63,8 +69,11 @@ def _parquet_file(folder: Path, split: str) -> Path:
     found = sorted(folder.glob(f"{split}*.parquet"))
     if len(found) != 1:
         what = "no" if not found else f"{len(found)}"
-        raise DataFormatError(folder, f"{what} {split}*.parquet file(s); expected one per split in the hub's layout "
-                                      f"(stsb_multi_mt/<language>/{split}-00000-of-00001.parquet)")
+        raise DataFormatError(
+            folder,
+            f"{what} {split}*.parquet file(s); expected one per split in the hub's layout "
+            f"(stsb_multi_mt/<language>/{split}-00000-of-00001.parquet)",
+        )
     return found[0]
 
 
@@ -78,8 +87,12 @@ def read_multi_mt(path: Path) -> list[PairExample]:
     missing = [c for c in ("sentence1", "sentence2", "similarity_score") if c not in table]
     if missing:
         raise DataFormatError(path, f"no column(s) {', '.join(missing)} (found {', '.join(table)})")
-    return [PairExample(a, b, _score(path, score, row)) for row, (a, b, score)
-            in enumerate(zip(table["sentence1"], table["sentence2"], table["similarity_score"]), start=1)]
+    return [
+        PairExample(a, b, _score(path, score, row))
+        for row, (a, b, score) in enumerate(
+            zip(table["sentence1"], table["sentence2"], table["similarity_score"]), start=1
+        )
+    ]
 
 
 def load_translated(language: str, data_dir) -> tuple[dict[str, list[PairExample]], dict[str, str]]:
@@ -97,10 +110,14 @@ def load_translated(language: str, data_dir) -> tuple[dict[str, list[PairExample
         try:
             dataset = load_dataset(MULTI_MT_HUB, language)
         except Exception as error:  # offline or renamed: the same for every trial
-            raise SweepInputError(f"--data-dir hub: {MULTI_MT_HUB} ({language}) cannot be loaded ({type(error).__name__}); "
-                                  "put its files under --data-dir in the hub's layout") from None
-        examples = {s: [PairExample(r["sentence1"], r["sentence2"], float(r["similarity_score"])) for r in dataset[s]]
-                    for s in SPLITS}
+            raise SweepInputError(
+                f"--data-dir hub: {MULTI_MT_HUB} ({language}) cannot be loaded ({type(error).__name__}); "
+                "put its files under --data-dir in the hub's layout"
+            ) from None
+        examples = {
+            s: [PairExample(r["sentence1"], r["sentence2"], float(r["similarity_score"])) for r in dataset[s]]
+            for s in SPLITS
+        }
         return examples, {"hub": f"{MULTI_MT_HUB}/{language}"}
     folder = _folder(data_dir, "stsb_multi_mt") / language
     paths = {split: _parquet_file(folder, split) for split in SPLITS}

@@ -16,16 +16,19 @@ wiki1m-prefix.txt`). Users who have the NLI data can ask for it by source name:
 occurrence kept, in source order and within a file in row order, sentence1 before sentence2) and a
 string naming the sources, e.g. "sick+stsb-train+wiki", for the run's params.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 from pathlib import Path
 
-from trainables.data._io import header_index, iter_lines, require_file
-from trainables.data.sick import RELEASE as SICK_RELEASE, load_sick
-from trainables.data.stsb import RELEASE as STSB_RELEASE, file_checksum, load_stsb
 from trainables.core.errors import DataFormatError, SweepInputError
+from trainables.data._io import header_index, iter_lines, require_file
+from trainables.data.sick import RELEASE as SICK_RELEASE
+from trainables.data.sick import load_sick
+from trainables.data.stsb import RELEASE as STSB_RELEASE
+from trainables.data.stsb import file_checksum, load_stsb
 
 DAPT_SOURCES = ("sick", "stsb-train", "wiki", "allnli", "snli", "multinli")
 DEFAULT_DAPT_SOURCES = ("sick", "stsb-train", "wiki")
@@ -53,7 +56,9 @@ def read_allnli_sentences(path) -> list[str]:
         if not line.strip():
             continue
         if len(fields) != n_fields:
-            raise DataFormatError(path, f"expected {n_fields} tab-separated fields like the header, found {len(fields)}", line_no)
+            raise DataFormatError(
+                path, f"expected {n_fields} tab-separated fields like the header, found {len(fields)}", line_no
+            )
         sentences.append(fields[columns["sentence1"]])
         sentences.append(fields[columns["sentence2"]])
     return sentences
@@ -81,7 +86,9 @@ def read_nli_jsonl_sentences(path) -> list[str]:
 
 def read_sentence_lines(path) -> list[str]:
     """One sentence a line (the Wikipedia sample)."""
-    return [line for _, line in iter_lines(path, f"pass --data-dir pointing at the folder that holds {WIKI_FILE.parent}/")]
+    return [
+        line for _, line in iter_lines(path, f"pass --data-dir pointing at the folder that holds {WIKI_FILE.parent}/")
+    ]
 
 
 def parse_sources(sources) -> tuple[str, ...]:

@@ -12,13 +12,14 @@ Labels follow METHODS.md M1 (the authors' `entailment_AB` of `RobZamp/sick`):
 ENTAILMENT = 0, NEUTRAL = 1, CONTRADICTION = 2. With `data_dir == "hub"` that hub copy is read
 (its split sizes differ slightly from the release files').
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainables.data._io import ReleaseSplits, header_index, iter_lines, parse_float
 from trainables.core.errors import DataFormatError
+from trainables.data._io import ReleaseSplits, header_index, iter_lines, parse_float
 
 SPLIT_FILES = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
 LABELS = ("ENTAILMENT", "NEUTRAL", "CONTRADICTION")  # index = label id
@@ -84,7 +85,9 @@ def _hub_label(value) -> int:
 
 
 def _hub_row(row) -> LabelledPair:
-    return LabelledPair(row["sentence_A"], row["sentence_B"], float(row["relatedness_score"]), _hub_label(row["entailment_AB"]))
+    return LabelledPair(
+        row["sentence_A"], row["sentence_B"], float(row["relatedness_score"]), _hub_label(row["entailment_AB"])
+    )
 
 
 RELEASE = ReleaseSplits("sick", SPLIT_FILES, HUB_ID, _HINT)

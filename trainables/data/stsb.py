@@ -5,13 +5,14 @@ columns genre, file, year, id, score 0-5, sentence1, sentence2, sometimes extra 
 unescaped double quotes), or, when `data_dir == "hub"`, the hub copy `sentence-transformers/stsb`
 (scores in [0, 1], rescaled to [0, 5] here so both sources agree).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainables.data._io import ReleaseSplits, file_checksum  # noqa: F401  (file_checksum: re-exported)
 from trainables.core.errors import DataFormatError
+from trainables.data._io import ReleaseSplits, file_checksum  # noqa: F401  (file_checksum: re-exported)
 
 SPLIT_FILES = {"train": "sts-train.csv", "dev": "sts-dev.csv", "test": "sts-test.csv"}
 HUB_ID = "sentence-transformers/stsb"
@@ -52,7 +53,9 @@ def _hub_row(row) -> PairExample:
     return PairExample(row["sentence1"], row["sentence2"], float(row["score"]) * 5.0)
 
 
-RELEASE = ReleaseSplits("stsbenchmark", SPLIT_FILES, HUB_ID, "pass --data-dir pointing at the folder that holds stsbenchmark/")
+RELEASE = ReleaseSplits(
+    "stsbenchmark", SPLIT_FILES, HUB_ID, "pass --data-dir pointing at the folder that holds stsbenchmark/"
+)
 
 
 def load_stsb(data_dir, splits=("train", "dev", "test")) -> dict[str, list[PairExample]]:

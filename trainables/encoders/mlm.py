@@ -19,8 +19,10 @@ def check_model(model_path) -> None:
 
     config = AutoConfig.from_pretrained(str(model_path))
     if type(config) not in MODEL_FOR_MASKED_LM_MAPPING:
-        raise SweepInputError(f"DAPT: transformers has no masked-LM model for {config.model_type!r} ({model_path}); "
-                              "run --improvement ws for it instead.")
+        raise SweepInputError(
+            f"DAPT: transformers has no masked-LM model for {config.model_type!r} ({model_path}); "
+            "run --improvement ws for it instead."
+        )
 
 
 def _head_parameter_names(model) -> list[str]:
@@ -42,7 +44,9 @@ def mlm_model(model_path, head: str = "auto", random_weights: bool = False, seed
         missing = set(info.get("missing_keys", ()))
         missing_base = sorted(k for k in missing if k.startswith(prefix))
         if missing_base:
-            raise SweepInputError(f"DAPT: {model_path} lacks encoder weights {missing_base[:3]}; is it the right folder?")
+            raise SweepInputError(
+                f"DAPT: {model_path} lacks encoder weights {missing_base[:3]}; is it the right folder?"
+            )
         source = "new" if missing else "pretrained"
         if head == "authors" and source == "pretrained":
             fresh = AutoModelForMaskedLM.from_config(model.config)

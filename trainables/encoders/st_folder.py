@@ -7,13 +7,19 @@ The files are sentence-transformers' classic layout (`modules.json` naming
 `sentence_transformers.models.Transformer` and `.Pooling`, `sentence_bert_config.json`,
 `1_Pooling/config.json`), which releases from 2.x to 6.2 load.
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 MODES = {"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token"}
-ALL_MODES = ("pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")
+ALL_MODES = (
+    "pooling_mode_cls_token",
+    "pooling_mode_mean_tokens",
+    "pooling_mode_max_tokens",
+    "pooling_mode_mean_sqrt_len_tokens",
+)
 
 
 def write_sentence_transformer(folder, pooling: str, max_seq_length: int | None = None) -> None:
@@ -26,7 +32,9 @@ def write_sentence_transformer(folder, pooling: str, max_seq_length: int | None 
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
     ]
     (folder / "modules.json").write_text(json.dumps(modules, indent=2))
-    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False}, indent=2))
+    (folder / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False}, indent=2)
+    )
     (folder / "1_Pooling").mkdir(exist_ok=True)
     config = {"word_embedding_dimension": int(hidden), **{mode: mode == MODES[pooling] for mode in ALL_MODES}}
     (folder / "1_Pooling" / "config.json").write_text(json.dumps(config, indent=2))

@@ -5,6 +5,7 @@
 WordPiece tokenizer whose vocabulary comes from STS-B-like English) that loads offline with
 `AutoModel` / `AutoTokenizer` like any hub checkpoint.
 """
+
 from __future__ import annotations
 
 import re
@@ -39,8 +40,13 @@ def _config(kind: str, vocab_size: int, layers: int, hidden: int):
     from transformers import BertConfig, DebertaV2Config, ElectraConfig, MPNetConfig
 
     common = dict(
-        vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
-        intermediate_size=2 * hidden, max_position_embeddings=128, pad_token_id=0,
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=128,
+        pad_token_id=0,
     )
     if kind == "bert":
         return BertConfig(**common)
@@ -48,18 +54,29 @@ def _config(kind: str, vocab_size: int, layers: int, hidden: int):
         return ElectraConfig(embedding_size=hidden // 2, **common)
     if kind == "electra-generator":
         # ELECTRA generators are narrower than their embeddings (electra-base-generator: 256 vs 768).
-        return ElectraConfig(**{**common, "hidden_size": hidden // 2, "intermediate_size": hidden}, embedding_size=hidden)
+        return ElectraConfig(
+            **{**common, "hidden_size": hidden // 2, "intermediate_size": hidden}, embedding_size=hidden
+        )
     if kind == "mpnet":
         return MPNetConfig(**common)
     if kind == "deberta-v2":  # DeBERTa-v3's architecture: relative attention, no absolute positions
-        return DebertaV2Config(**common, type_vocab_size=0, relative_attention=True, position_biased_input=False,
-                               pos_att_type=["p2c", "c2p"], max_relative_positions=-1, position_buckets=16,
-                               norm_rel_ebd="layer_norm", share_att_key=True)
+        return DebertaV2Config(
+            **common,
+            type_vocab_size=0,
+            relative_attention=True,
+            position_biased_input=False,
+            pos_att_type=["p2c", "c2p"],
+            max_relative_positions=-1,
+            position_buckets=16,
+            norm_rel_ebd="layer_norm",
+            share_att_key=True,
+        )
     raise ValueError(f"unknown tiny model kind {kind!r}; choose from {KINDS}")
 
 
-def build_tiny_model(kind: str, directory, layers: int = 4, hidden: int = 32, sentences=(), seed: int = 0,
-                     words: int = 600) -> Path:
+def build_tiny_model(
+    kind: str, directory, layers: int = 4, hidden: int = 32, sentences=(), seed: int = 0, words: int = 600
+) -> Path:
     """Write a tiny random `kind` model folder (config, weights, tokenizer) and return its path; its
     vocabulary is the `words` most frequent words of `sentences` plus characters and word pieces."""
     from transformers import AutoModel, BertTokenizerFast

@@ -7,6 +7,7 @@ Spec config: `layers`, `poolings`, `max_length`, `batch_size`, `sets` (the suite
 directory holds `layer<l>_<pooling>.npy` (float32, rows = the suite's `sentences`) and
 `params.json` (the truncated model's parameter count per layer).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,13 +26,31 @@ def embeddings_file(layer: int, pooling: str) -> str:
     return f"layer{int(layer)}_{pooling}.npy"
 
 
-def stage_spec(model: str, path, layers: list[int], poolings: list[str], sets: list[str], max_length: int,
-               batch_size: int, root, data_dir, suite, precision: dict | None = None) -> dict:
+def stage_spec(
+    model: str,
+    path,
+    layers: list[int],
+    poolings: list[str],
+    sets: list[str],
+    max_length: int,
+    batch_size: int,
+    root,
+    data_dir,
+    suite,
+    precision: dict | None = None,
+) -> dict:
     """`precision`: trainables.training.precision.stage_precision of the sweep's flags."""
     from trainables.stages.store import make_spec
 
-    config = {"stage": "embeddings", "layers": sorted(layers), "poolings": list(poolings), "max_length": int(max_length),
-              "batch_size": int(batch_size), "sets": list(sets), **(precision or {})}
+    config = {
+        "stage": "embeddings",
+        "layers": sorted(layers),
+        "poolings": list(poolings),
+        "max_length": int(max_length),
+        "batch_size": int(batch_size),
+        "sets": list(sets),
+        **(precision or {}),
+    }
     checksum = ",".join(f"{k}={v}" for k, v in sorted(suite.checksums.items()))
     return make_spec("embeddings", model, path, root, data_dir, checksum, config)
 
@@ -49,9 +68,9 @@ def compute(spec: dict, out_dir: Path) -> dict:
 
     from trainables.encoders.loading import count_parameters, load_pretrained, truncate
     from trainables.evaluation.sets import load_suite
-    from trainables.training.precision import resolve
-    from trainables.stages.progress import StageProgress
     from trainables.evaluation.zero_shot import pooled_layers
+    from trainables.stages.progress import StageProgress
+    from trainables.training.precision import resolve
 
     config = spec["config"]
     suite = load_suite(config["sets"], spec["data_dir"])
@@ -61,16 +80,28 @@ def compute(spec: dict, out_dir: Path) -> dict:
     started = time.time()
     progress = StageProgress(spec, math.ceil(len(suite.sentences) / config["batch_size"]))
     with resolve(config.get("precision", "fp32"), device).autocast():
-        pooled = pooled_layers(model, tokenizer, suite.sentences, config["layers"], config["poolings"],
-                               batch_size=config["batch_size"], max_length=config["max_length"], device=device,
-                               on_batch=progress.step)
+        pooled = pooled_layers(
+            model,
+            tokenizer,
+            suite.sentences,
+            config["layers"],
+            config["poolings"],
+            batch_size=config["batch_size"],
+            max_length=config["max_length"],
+            device=device,
+            on_batch=progress.step,
+        )
     progress.finish()
     for (layer, pooling), embeddings in pooled.items():
         np.save(Path(out_dir) / embeddings_file(layer, pooling), np.asarray(embeddings, dtype=np.float32))
     params = {str(layer): count_parameters(truncate(model, layer)) for layer in config["layers"]}
     (Path(out_dir) / PARAMS_FILE).write_text(json.dumps(params))
-    return {"sentences": len(suite.sentences), "device": str(device), "history": [],
-            "final": {"encode_seconds": time.time() - started}}
+    return {
+        "sentences": len(suite.sentences),
+        "device": str(device),
+        "history": [],
+        "final": {"encode_seconds": time.time() - started},
+    }
 
 
 @STAGES.register("embeddings")
@@ -80,5 +111,8 @@ class EmbeddingsStage(StageKind):
 
     @staticmethod
     def params(config: dict) -> dict:
-        return {"layers": ",".join(map(str, config["layers"])), "pooling": ",".join(config["poolings"]),
-                "sets": ",".join(config["sets"])}
+        return {
+            "layers": ",".join(map(str, config["layers"])),
+            "pooling": ",".join(config["poolings"]),
+            "sets": ",".join(config["sets"]),
+        }

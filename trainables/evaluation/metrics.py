@@ -6,6 +6,7 @@ test scores at that epoch, so no selection ever looks at test. A NaN dev score (
 model whose cosines are all equal has no correlation) ranks below every number: it is kept only
 until a finite score comes (`improves`).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -58,8 +59,11 @@ class BestTracker:
         """Plain Python values only (checkpoints are read with torch.load(weights_only=True))."""
         state = asdict(self)
         best = state["best_epoch"]
-        return {**state, "best_epoch": None if best is None else int(best),
-                "at_best": {k: float(v) for k, v in state["at_best"].items()}}
+        return {
+            **state,
+            "best_epoch": None if best is None else int(best),
+            "at_best": {k: float(v) for k, v in state["at_best"].items()},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.primary, self.best_epoch, self.at_best = state["primary"], state["best_epoch"], dict(state["at_best"])

@@ -22,6 +22,7 @@ pair's embeddings against gold, x100:
 - `<set>_<subset>_spearman` for sets of several subsets;
 - `mean_spearman`: the mean of `<set>_spearman` over the suite.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,11 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from trainables.data._io import parse_float
 from trainables.core.errors import DataFormatError, SweepInputError
-from trainables.evaluation.metrics import correlations
 from trainables.core.method import parse_names
 from trainables.core.registry import Registry
+from trainables.data._io import parse_float
+from trainables.evaluation.metrics import correlations
 
 
 @dataclass
@@ -94,7 +95,7 @@ def subset_files(folder: Path) -> dict[str, tuple[Path, Path]]:
     `SMT`, withheld by its distributor; STS12 `ALL`, an aggregate)."""
     pairs = {}
     for gold_path in sorted(folder.glob("STS.gs.*.txt")):
-        subset = gold_path.name[len("STS.gs."):-len(".txt")]
+        subset = gold_path.name[len("STS.gs.") : -len(".txt")]
         input_path = folder / f"STS.input.{subset}.txt"
         if input_path.is_file():
             pairs[subset] = (input_path, gold_path)
@@ -111,11 +112,15 @@ def find_sts_year(data_dir, year: int) -> Path:
     root = Path(data_dir)
     found = sorted(p for p in root.rglob(folder) if p.is_dir()) if root.is_dir() else []
     if not found:
-        raise SweepInputError(f"evaluation set sts{year:02d}: no folder {folder} under {root}. Put the SemEval "
-                              f"STS{year:02d} English test set there in {_layout_hint(folder)}, or pass --data-dir")
+        raise SweepInputError(
+            f"evaluation set sts{year:02d}: no folder {folder} under {root}. Put the SemEval "
+            f"STS{year:02d} English test set there in {_layout_hint(folder)}, or pass --data-dir"
+        )
     if len(found) > 1 and len({_digest(_files_read(path)) for path in found}) > 1:
-        raise SweepInputError(f"evaluation set sts{year:02d}: {len(found)} different folders {folder} under {root} "
-                              f"({', '.join(map(str, found))}); keep one of them")
+        raise SweepInputError(
+            f"evaluation set sts{year:02d}: {len(found)} different folders {folder} under {root} "
+            f"({', '.join(map(str, found))}); keep one of them"
+        )
     return found[0]
 
 
@@ -132,8 +137,11 @@ def read_subset(input_path: Path, gold_path: Path) -> Subset:
     """The scored pairs of one subset (a blank gold line is an unscored pair: skipped)."""
     gold_lines, input_lines = read_lines(gold_path), read_lines(input_path)
     if len(gold_lines) != len(input_lines):
-        raise DataFormatError(gold_path, f"{len(gold_lines)} gold lines but {len(input_lines)} sentence pairs "
-                                         f"in {input_path.name}; each line of one must match the same line of the other")
+        raise DataFormatError(
+            gold_path,
+            f"{len(gold_lines)} gold lines but {len(input_lines)} sentence pairs "
+            f"in {input_path.name}; each line of one must match the same line of the other",
+        )
     s1, s2, gold = [], [], []
     for line_no, (score, pair) in enumerate(zip(gold_lines, input_lines), start=1):
         if not score.strip():
@@ -163,14 +171,22 @@ class SemEvalSTS(EvalSet):
 
 
 for _year in range(12, 17):
-    register_eval_set(f"sts{_year}")(type(f"STS{_year}", (SemEvalSTS,), {
-        "year": _year, "description": f"SemEval STS 20{_year} English test set (SentEval layout)"}))
+    register_eval_set(f"sts{_year}")(
+        type(
+            f"STS{_year}",
+            (SemEvalSTS,),
+            {"year": _year, "description": f"SemEval STS 20{_year} English test set (SentEval layout)"},
+        )
+    )
 
 
 # --- STS-B and SICK relatedness ------------------------------------------------------------------
 def _pairs(examples) -> Subset:
-    return Subset([e.sentence1 for e in examples], [e.sentence2 for e in examples],
-                  np.asarray([e.score for e in examples], dtype=np.float64))
+    return Subset(
+        [e.sentence1 for e in examples],
+        [e.sentence2 for e in examples],
+        np.asarray([e.score for e in examples], dtype=np.float64),
+    )
 
 
 class StsbSplit(EvalSet):
@@ -202,8 +218,11 @@ class SickRelatedness(EvalSet):
         loaded = load_sick(data_dir, splits=self.splits)
         checksums = sick_checksums(data_dir)
         examples = [e for split in self.splits for e in loaded[split]]
-        return EvalData(self.name, {"all": _pairs(examples)},
-                        hashlib.sha256("".join(checksums[s] for s in self.splits).encode()).hexdigest()[:16])
+        return EvalData(
+            self.name,
+            {"all": _pairs(examples)},
+            hashlib.sha256("".join(checksums[s] for s in self.splits).encode()).hexdigest()[:16],
+        )
 
 
 @register_eval_set("sickr")
@@ -276,9 +295,12 @@ def load_suite(names: list[str], data_dir) -> EvalSuite:
 
 
 def add_eval_sets_argument(group, default: str) -> None:
-    group.add_argument("--eval-sets", default=default,
-                       help=f"evaluation sets scored with the best-dev weights at the end of each trial, or 'none'; "
-                            f"known: {', '.join(eval_set_names())}")
+    group.add_argument(
+        "--eval-sets",
+        default=default,
+        help=f"evaluation sets scored with the best-dev weights at the end of each trial, or 'none'; "
+        f"known: {', '.join(eval_set_names())}",
+    )
 
 
 def parse_eval_sets(text: str) -> list[str]:
@@ -300,5 +322,7 @@ def suite_sets(text: str, data_dir) -> tuple[list[str], list[str]]:
         except SweepInputError:
             missing.append(name)
     if not found:
-        raise SweepInputError(f"--sets papers: none of {', '.join(PAPER_SETS)} was found under {data_dir}; pass --data-dir")
+        raise SweepInputError(
+            f"--sets papers: none of {', '.join(PAPER_SETS)} was found under {data_dir}; pass --data-dir"
+        )
     return found, missing

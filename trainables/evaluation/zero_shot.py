@@ -7,6 +7,7 @@ otherwise run once per layer. Pooling: `mean` = masked mean over every non-pad t
 [SEP] included, as sentence-transformers' mean pooling), `cls` = the first token. Sentences are
 batched by length (the order of the output is the input's).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -16,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainables.encoders.loading import mean_pool, model_depth, truncate
 from trainables.core.errors import SweepInputError
+from trainables.encoders.loading import mean_pool, model_depth, truncate
 
 POOLINGS = ("mean", "cls")
 
@@ -49,9 +50,10 @@ def _batches(tokenizer, sentences: list[str], batch_size: int, max_length: int):
     """(rows, tokenised batch) from the longest sentences to the shortest."""
     order = sorted(range(len(sentences)), key=lambda i: -len(sentences[i]))
     for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
-        encoded = tokenizer([sentences[i] for i in rows], padding=True, truncation=True,
-                            max_length=max_length, return_tensors="pt")
+        rows = order[start : start + batch_size]
+        encoded = tokenizer(
+            [sentences[i] for i in rows], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+        )
         yield rows, encoded
 
 
@@ -66,9 +68,18 @@ def _check_request(model, layers: list[int], poolings: list[str]) -> None:
 
 
 @torch.inference_mode()
-def pooled_layers(model, tokenizer, sentences: list[str], layers: list[int], poolings: list[str], *,
-                  batch_size: int = 64, max_length: int | None = None, device=None,
-                  on_batch=None) -> dict[tuple[int, str], np.ndarray]:
+def pooled_layers(
+    model,
+    tokenizer,
+    sentences: list[str],
+    layers: list[int],
+    poolings: list[str],
+    *,
+    batch_size: int = 64,
+    max_length: int | None = None,
+    device=None,
+    on_batch=None,
+) -> dict[tuple[int, str], np.ndarray]:
     """{(layer, pooling): float32 [n, hidden]} from one forward pass per batch with all hidden
     states, rows in the order of `sentences`. Only the layers up to max(layers) run (a truncated
     copy when that is less than the model's depth). `device`: where the model already is unless
@@ -82,8 +93,11 @@ def pooled_layers(model, tokenizer, sentences: list[str], layers: list[int], poo
     was_training = runner.training
     runner.to(device).eval()
     takes_token_types = "token_type_ids" in inspect.signature(runner.forward).parameters
-    out = {(layer, p): np.zeros((len(sentences), int(runner.config.hidden_size)), dtype=np.float32)
-           for layer in layers for p in poolings}
+    out = {
+        (layer, p): np.zeros((len(sentences), int(runner.config.hidden_size)), dtype=np.float32)
+        for layer in layers
+        for p in poolings
+    }
     try:
         for rows, encoded in _batches(tokenizer, sentences, batch_size, max_length):
             inputs = {k: v.to(device) for k, v in encoded.items() if k != "token_type_ids" or takes_token_types}
@@ -99,9 +113,18 @@ def pooled_layers(model, tokenizer, sentences: list[str], layers: list[int], poo
     return out
 
 
-def encode_sentences(model, tokenizer, sentences: list[str], pooling: str, *, batch_size: int = 64,
-                     max_length: int | None = None, device=None) -> np.ndarray:
+def encode_sentences(
+    model,
+    tokenizer,
+    sentences: list[str],
+    pooling: str,
+    *,
+    batch_size: int = 64,
+    max_length: int | None = None,
+    device=None,
+) -> np.ndarray:
     """The model's own output (its last layer), pooled: float32 [n, hidden]."""
     layer = model_depth(model.config)
-    return pooled_layers(model, tokenizer, sentences, [layer], [pooling], batch_size=batch_size,
-                         max_length=max_length, device=device)[(layer, pooling)]
+    return pooled_layers(
+        model, tokenizer, sentences, [layer], [pooling], batch_size=batch_size, max_length=max_length, device=device
+    )[(layer, pooling)]

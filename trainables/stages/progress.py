@@ -12,6 +12,7 @@ a shared file system by design (trainables/stages/store.py), as `<store>/<key>.p
   replace at the start, after the first step, at most every `interval` seconds, and at the end;
 - `read_progress(spec)` and `progress_line(label, record)`: what the driver prints.
 """
+
 from __future__ import annotations
 
 import json

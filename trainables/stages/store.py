@@ -38,6 +38,7 @@ lock-capable filesystem. Where locks are silently host-local, two hosts may both
 the first rename wins and the other copy is discarded, but a late starter can also delete the
 other's temp dir as a leftover, failing that compute.
 """
+
 from __future__ import annotations
 
 import errno
@@ -236,7 +237,10 @@ def stage_root(stage_dir: str | None, storage_path: str) -> Path:
     if stage_dir:
         return Path(stage_dir).expanduser().resolve()
     if "://" in str(storage_path):
-        raise SweepInputError("--storage-path is a URI, but the stage store needs a file system with locks: pass --stage-dir (e.g. an NFS mount)")
+        raise SweepInputError(
+            "--storage-path is a URI, but the stage store needs a file system with locks: pass --stage-dir (e.g. an "
+            "NFS mount)"
+        )
     return Path(storage_path) / "stages"
 
 
@@ -257,7 +261,13 @@ def make_spec(kind: str, model: str, model_path, root, data_dir, data_checksum: 
     (the model's identity, the config and the data checksum), and what computing it needs."""
     identity = f"{model}@{model_fingerprint(model_path)}"
     return {
-        "kind": kind, "key": stage_key(identity, config, data_checksum), "root": str(root), "model": model,
-        "model_identity": identity, "model_path": str(model_path), "data_dir": str(data_dir),
-        "data_checksum": data_checksum, "config": config,
+        "kind": kind,
+        "key": stage_key(identity, config, data_checksum),
+        "root": str(root),
+        "model": model,
+        "model_identity": identity,
+        "model_path": str(model_path),
+        "data_dir": str(data_dir),
+        "data_checksum": data_checksum,
+        "config": config,
     }

@@ -17,6 +17,7 @@ stage reports its steps in `<root>/<key>.progress.json` for the driver (trainabl
 The MLflow run of a stage is created by the sweep driver (sweeps/engine/stages_plan.py), which passes its
 id in; the manifest's `result` keeps it (`mlflow_run_id`, `mlflow_uri`) with the per-epoch history.
 """
+
 from __future__ import annotations
 
 import json
@@ -115,11 +116,20 @@ def execute(spec: dict, run_id: str | None = None, mlflow_uri: str | None = None
         started = time.time()
         result = kind.compute(spec, out_dir)
         seconds = time.time() - started
-        append_execution(spec["root"], {
-            "key": spec["key"], "kind": spec["kind"], "model": spec["model"], "layer": spec["config"].get("layer"),
-            "seconds": seconds, "host": socket.gethostname(), "pid": os.getpid(), "finished": time.time(),
-            "mlflow_run_id": run_id,
-        })
+        append_execution(
+            spec["root"],
+            {
+                "key": spec["key"],
+                "kind": spec["kind"],
+                "model": spec["model"],
+                "layer": spec["config"].get("layer"),
+                "seconds": seconds,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "finished": time.time(),
+                "mlflow_run_id": run_id,
+            },
+        )
         (Path(out_dir) / "spec.json").write_text(json.dumps(spec, indent=2, sort_keys=True))
         return _finite({**result, "mlflow_run_id": run_id, "mlflow_uri": mlflow_uri, "seconds": seconds})
 

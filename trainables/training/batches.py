@@ -10,6 +10,7 @@ and short and long batches alternate at random through the epoch. (transformers'
 batches: a sawtooth order that cost accuracy on small training sets.) Evaluation always sorts by length: the
 order cannot change the scores.
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,19 +27,21 @@ def pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
 GROUP_BATCHES = 4  # batches per length group
 
 
-def train_batches(lengths: list[int], batch_size: int, generator: torch.Generator, length_grouped: bool) -> list[list[int]]:
+def train_batches(
+    lengths: list[int], batch_size: int, generator: torch.Generator, length_grouped: bool
+) -> list[list[int]]:
     """Index batches for one epoch: shuffled, or length-grouped (see the module docstring)."""
     order = torch.randperm(len(lengths), generator=generator).tolist()
     if not length_grouped:
-        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     group = batch_size * GROUP_BATCHES
     batches = []
     for start in range(0, len(order), group):
-        members = sorted(order[start:start + group], key=lambda i: -lengths[i])
-        batches += [members[i:i + batch_size] for i in range(0, len(members), batch_size)]
+        members = sorted(order[start : start + group], key=lambda i: -lengths[i])
+        batches += [members[i : i + batch_size] for i in range(0, len(members), batch_size)]
     return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
 
 
 def eval_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]

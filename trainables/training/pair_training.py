@@ -7,6 +7,7 @@ sides under the trial's precision (trainables/training/precision.py), the task's
 through the gradient scaler (active for fp16 only), clip to 1.0, AdamW (fused), linear
 schedule. The epoch's loss is summed on the device and read once at the end of the epoch.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainables.training.batches import eval_batches, pad, train_batches
-from trainables.encoders.loading import encode
 from trainables.core.errors import TrialFailure
+from trainables.encoders.loading import encode
+from trainables.training.batches import eval_batches, pad, train_batches
 from trainables.training.precision import adamw, resolve, to_device
 from trainables.training.tasks import get_task
 
@@ -35,7 +36,10 @@ def adamw_param_groups(model, weight_decay: float) -> list[dict]:
 
 def copy_tokenizer_files(source, target) -> None:
     for tokenizer_file in Path(source).glob("*"):
-        if tokenizer_file.name.startswith(("tokenizer", "vocab", "special_tokens", "spm", "merges")) and tokenizer_file.is_file():
+        if (
+            tokenizer_file.name.startswith(("tokenizer", "vocab", "special_tokens", "spm", "merges"))
+            and tokenizer_file.is_file()
+        ):
             shutil.copy(tokenizer_file, Path(target) / tokenizer_file.name)
 
 
@@ -96,8 +100,10 @@ class PairFineTuning:
         for step, batch in enumerate(batches, start=1):
             self.on_train_step(step, epoch)
             embeddings = self._embed([self.train_data.s1[i] for i in batch] + [self.train_data.s2[i] for i in batch])
-            u, v = embeddings[: len(batch)], embeddings[len(batch):]
-            labels = to_device(torch.tensor([self.train_data.labels[i] for i in batch], dtype=torch.float32), self.device)
+            u, v = embeddings[: len(batch)], embeddings[len(batch) :]
+            labels = to_device(
+                torch.tensor([self.train_data.labels[i] for i in batch], dtype=torch.float32), self.device
+            )
             loss = self.task_def.loss(u, v, labels, self.head)
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
@@ -109,8 +115,10 @@ class PairFineTuning:
             total += loss.detach() * len(batch)
         mean_loss = float(total) / len(self.train_data)
         if not math.isfinite(mean_loss):
-            raise TrialFailure(f"training diverged: the mean loss of epoch {epoch} is {mean_loss} "
-                               f"(lr {self.optimizer.param_groups[0]['initial_lr']:g}); lower --lr or check the data")
+            raise TrialFailure(
+                f"training diverged: the mean loss of epoch {epoch} is {mean_loss} "
+                f"(lr {self.optimizer.param_groups[0]['initial_lr']:g}); lower --lr or check the data"
+            )
         return {"train_loss": mean_loss}
 
     @torch.no_grad()
@@ -122,7 +130,12 @@ class PairFineTuning:
         rows = [None] * len(split)
         for batch in eval_batches(split.pair_lengths(), self.eval_batch_size):
             embeddings = self._embed([split.s1[i] for i in batch] + [split.s2[i] for i in batch])
-            outputs = self.task_def.outputs(embeddings[: len(batch)], embeddings[len(batch):], self.head).float().cpu().numpy()
+            outputs = (
+                self.task_def.outputs(embeddings[: len(batch)], embeddings[len(batch) :], self.head)
+                .float()
+                .cpu()
+                .numpy()
+            )
             for index, row in zip(batch, outputs):
                 rows[index] = row
         return np.asarray(rows)

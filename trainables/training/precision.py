@@ -19,6 +19,7 @@ the CPU launching kernels, and autocast's casts double the launches. Measured on
 264 in bf16 alone, 1060 against 876 four to a GPU; bf16 needs half the activation memory, so it
 is the choice where memory, not time, limits the packing (or with large batches).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,9 +38,15 @@ class PrecisionError(SweepInputError):
 
 
 def _cpu_refusal(name: str) -> str:
-    need = "TF32 tensor cores (an Ampere or newer GPU)" if name == "tf32" else "a CUDA GPU (fp16 autocast with a gradient scaler)"
-    return (f"--precision {name} needs {need}, but the trials run on the CPU; use --precision fp32, or bf16 "
-            f"(autocast on the CPU: slow, for checks), or run on a GPU")
+    need = (
+        "TF32 tensor cores (an Ampere or newer GPU)"
+        if name == "tf32"
+        else "a CUDA GPU (fp16 autocast with a gradient scaler)"
+    )
+    return (
+        f"--precision {name} needs {need}, but the trials run on the CPU; use --precision fp32, or bf16 "
+        f"(autocast on the CPU: slow, for checks), or run on a GPU"
+    )
 
 
 def check_request(name: str, on_gpu: bool | None) -> None:
@@ -74,8 +81,8 @@ def stage_precision(args) -> dict:
 
 @dataclass(frozen=True)
 class Precision:
-    name: str               # fp32, tf32, bf16 or fp16 (never auto)
-    device_type: str        # cuda or cpu
+    name: str  # fp32, tf32, bf16 or fp16 (never auto)
+    device_type: str  # cuda or cpu
 
     @property
     def dtype(self) -> torch.dtype | None:
@@ -116,11 +123,15 @@ def resolve(name: str, device: torch.device) -> Precision:
     if name == "auto":
         return Precision("tf32" if major >= 8 else "fp16", "cuda")
     if name == "bf16" and not _bf16_ok(device):
-        raise PrecisionError(f"--precision bf16: this GPU ({torch.cuda.get_device_name(device)}, compute capability "
-                             f"{major}.{minor}) has no bf16 arithmetic; use --precision fp16 or auto")
+        raise PrecisionError(
+            f"--precision bf16: this GPU ({torch.cuda.get_device_name(device)}, compute capability "
+            f"{major}.{minor}) has no bf16 arithmetic; use --precision fp16 or auto"
+        )
     if name == "tf32" and major < 8:
-        raise PrecisionError(f"--precision tf32: this GPU ({torch.cuda.get_device_name(device)}, compute capability "
-                             f"{major}.{minor}) has no TF32 tensor cores; use --precision fp32 or fp16")
+        raise PrecisionError(
+            f"--precision tf32: this GPU ({torch.cuda.get_device_name(device)}, compute capability "
+            f"{major}.{minor}) has no TF32 tensor cores; use --precision fp32 or fp16"
+        )
     return Precision(name, "cuda")
 
 
@@ -131,8 +142,9 @@ def adamw(param_groups, lr: float, device: torch.device, weight_decay: float = 0
     """AdamW, fused into one kernel per step on CUDA and the CPU (the same update to float rounding,
     fewer launches; on the CPU 7x faster than the per-tensor loop for MiniLM). `weight_decay` applies
     to groups that do not set their own; 0 unless given (not torch's 0.01, which no method asks for)."""
-    return torch.optim.AdamW(param_groups, lr=lr, weight_decay=weight_decay,
-                             fused=torch.device(device).type in FUSED_ADAMW_DEVICES)
+    return torch.optim.AdamW(
+        param_groups, lr=lr, weight_decay=weight_decay, fused=torch.device(device).type in FUSED_ADAMW_DEVICES
+    )
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:

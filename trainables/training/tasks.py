@@ -20,6 +20,7 @@ Word similarity also reports the Spearman of negative Euclidean and Manhattan di
 dot product, and their max with the cosine (`spearman_max4`): the authors' selection rule
 (`--ws-selection max4`); the default selects on the cosine only (`spearman`).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainables.evaluation.metrics import correlations
 from trainables.core.registry import Registry
+from trainables.evaluation.metrics import correlations
 
 # A primary metric -> the companion reported beside it (Table 2: Spearman / Pearson).
 COMPANIONS = {"spearman": "pearson", "f1": "accuracy"}
@@ -190,11 +191,18 @@ class TranslatedSTSB(STSB):
         return load_translated(self.language, data_dir)
 
 
-for _name, _language, _what in (("korsts", "ko", "KorSTS (Korean STS-B, kakaobrain)"),
-                                ("stsb-de", "de", "German STS-B (stsb_multi_mt)"),
-                                ("stsb-es", "es", "Spanish STS-B (stsb_multi_mt)")):
-    TASKS.register(_name)(type(f"TranslatedSTSB_{_language}", (TranslatedSTSB,),
-                               {"name": _name, "language": _language, "description": f"{_what}, as stsb"}))
+for _name, _language, _what in (
+    ("korsts", "ko", "KorSTS (Korean STS-B, kakaobrain)"),
+    ("stsb-de", "de", "German STS-B (stsb_multi_mt)"),
+    ("stsb-es", "es", "Spanish STS-B (stsb_multi_mt)"),
+):
+    TASKS.register(_name)(
+        type(
+            f"TranslatedSTSB_{_language}",
+            (TranslatedSTSB,),
+            {"name": _name, "language": _language, "description": f"{_what}, as stsb"},
+        )
+    )
 
 
 @TASKS.register("wordsim")
@@ -215,9 +223,15 @@ class WordSimilarity(CosineRegression):
         return build_ws_dataset(data_dir, seed, split_method), {"wordsim": ws_checksum(data_dir)}
 
     def outputs(self, u, v, head):
-        return torch.stack([
-            F.cosine_similarity(u, v), -torch.norm(u - v, p=2, dim=1), -torch.norm(u - v, p=1, dim=1), (u * v).sum(dim=1),
-        ], dim=1)
+        return torch.stack(
+            [
+                F.cosine_similarity(u, v),
+                -torch.norm(u - v, p=2, dim=1),
+                -torch.norm(u - v, p=1, dim=1),
+                (u * v).sum(dim=1),
+            ],
+            dim=1,
+        )
 
     def metrics(self, outputs, labels):
         out = {}

@@ -11,6 +11,7 @@ by the task, the pairs themselves (text and label, after subsetting), the tokeni
 model's position limit and the transformers version: a changed file, subset or release tokenises
 again. A cache file that cannot be read is replaced.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,7 +24,6 @@ import numpy as np
 
 from trainables.encoders.loading import load_config, max_tokens
 from trainables.training.tasks import get_task
-
 
 
 @dataclass
@@ -61,7 +61,9 @@ def subset(examples: list, max_samples: int | None) -> list:
     return [examples[i] for i in keep]
 
 
-def tokenize_task(task: str, model_path, examples: dict, checksums: dict, max_train_samples: int | None = None) -> TokenizedTask:
+def tokenize_task(
+    task: str, model_path, examples: dict, checksums: dict, max_train_samples: int | None = None
+) -> TokenizedTask:
     """The task's pairs tokenised by `model_path`'s tokenizer (from the cache when there)."""
     label = get_task(task).label
     rows = {split: subset(pairs, max_train_samples) if split == "train" else pairs for split, pairs in examples.items()}
@@ -75,15 +77,31 @@ def tokenize_task(task: str, model_path, examples: dict, checksums: dict, max_tr
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
     limit = max_tokens(load_config(model_path), tokenizer)
     encode = lambda texts: tokenizer(texts, truncation=True, max_length=limit, add_special_tokens=True)["input_ids"]
-    splits = {split: TokenizedPairs(s1=encode([r.sentence1 for r in pairs]), s2=encode([r.sentence2 for r in pairs]),
-                                    labels=[label(r) for r in pairs]) for split, pairs in rows.items()}
+    splits = {
+        split: TokenizedPairs(
+            s1=encode([r.sentence1 for r in pairs]),
+            s2=encode([r.sentence2 for r in pairs]),
+            labels=[label(r) for r in pairs],
+        )
+        for split, pairs in rows.items()
+    }
     pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
     _write_cache(path, pad_id, splits)
     return TokenizedTask(task, str(model_path), pad_id, splits, dict(checksums))
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
-                   "merges.txt", "spm.model", "sentencepiece.bpe.model", "added_tokens.json", "config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spm.model",
+    "sentencepiece.bpe.model",
+    "added_tokens.json",
+    "config.json",
+)
 
 
 def tokenized_cache_dir() -> Path:
@@ -117,8 +135,9 @@ def _write_cache(path: Path, pad_id: int, splits: dict) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"pad_id": pad_id, "splits": {split: [p.s1, p.s2, p.labels]
-                                                               for split, p in splits.items()}}))
+        tmp.write_text(
+            json.dumps({"pad_id": pad_id, "splits": {split: [p.s1, p.s2, p.labels] for split, p in splits.items()}})
+        )
         os.replace(tmp, path)
     except OSError:  # a read-only home: tokenise again next time
         pass

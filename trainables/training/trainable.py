@@ -6,11 +6,13 @@ A method's Trainable subclasses `EpochTrainable` and implements `build(config, d
 metrics), `parameter_count()` and the state hooks. Checkpoints hold `state.pt` (optimiser,
 best-dev bookkeeping, RNG states, elapsed time), `trial.json` (the whole config) and `best/`: the
 weights of the best-dev epoch as a loadable model folder (what evaluation, CKA and distillation
-teachers read), beside the latest state that resume needs. Every epoch is safe to repeat. A `TrialFailure` (or bad input met on the worker) ends the trial
+teachers read), beside the latest state that resume needs. Every epoch is safe to repeat. A `TrialFailure` (or bad
+input met on the worker) ends the trial
 with a last result holding `trial_failed` (the reason) instead of an error Tune would retry.
 When the last epoch is done, `final_metrics()` may add scores of the best-dev weights (e.g. the
 evaluation suite, `--eval-sets`) to the trial's last result.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,10 +27,11 @@ import torch
 from ray import tune
 
 from trainables.core.errors import SweepInputError, TrialFailure
-from trainables.evaluation.metrics import BestTracker
 from trainables.core.faults import maybe_hold
+from trainables.evaluation.metrics import BestTracker
 
 BEST_DIR = "best"  # the best-dev model folder inside every checkpoint
+
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
@@ -104,8 +107,12 @@ class EpochTrainable(tune.Trainable):
             return self._step()
         except (TrialFailure, SweepInputError) as failure:  # deterministic: end the trial, do not retry it
             self._failure = failure
-            return {"trial_failed": f"{type(failure).__name__}: {failure}", "epoch": getattr(self, "epoch", 0),
-                    "done": True, "progress": 1.0}
+            return {
+                "trial_failed": f"{type(failure).__name__}: {failure}",
+                "epoch": getattr(self, "epoch", 0),
+                "done": True,
+                "progress": 1.0,
+            }
 
     def _step(self) -> dict:
         started = time.perf_counter()
@@ -164,8 +171,13 @@ class EpochTrainable(tune.Trainable):
         try:  # weights_only: a tampered checkpoint on shared storage cannot run code here
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as error:  # damaged (truncated, overwritten): start the trial again rather than fail for ever
-            print(f"warning: checkpoint {path} cannot be read ({type(error).__name__}: {str(error).splitlines()[0][:200]}); "
-                  "this trial starts again from its first epoch", file=sys.stderr, flush=True)
+            print(
+                f"warning: checkpoint {path} cannot be read ({type(error).__name__}: "
+                f"{str(error).splitlines()[0][:200]}); "
+                "this trial starts again from its first epoch",
+                file=sys.stderr,
+                flush=True,
+            )
             self._guarded_setup(self.trial_config)
             return
         self.epoch, self.elapsed = state["epoch"], state["elapsed"]

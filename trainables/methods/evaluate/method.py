@@ -14,6 +14,7 @@ with all hidden states; each trial reads its (layer, pooling) and scores it.
 Metrics: `<set>_spearman`, `<set>_pearson`, `<set>_spearman_mean`, `<set>_<subset>_spearman`,
 `mean_spearman` (the contract's primary: the mean over the sets of their pooled Spearman).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,15 +24,21 @@ from pathlib import Path
 
 from ray import tune
 
-from trainables.evaluation import layer_embeddings
 from trainables.core.errors import SweepInputError
+from trainables.core.method import (
+    Method,
+    MethodPlan,
+    MetricContract,
+    TrialCost,
+    parse_layers,
+    parse_names,
+    register_method,
+)
 from trainables.encoders.loading import model_list
+from trainables.evaluation import layer_embeddings
 from trainables.evaluation.sets import PAPER_SETS, suite_sets
-from trainables.core.method import (Method, MethodPlan, MetricContract, TrialCost, parse_layers, parse_names,
-                               register_method)
-from trainables.training.precision import stage_precision
 from trainables.evaluation.zero_shot import POOLINGS
-
+from trainables.training.precision import stage_precision
 
 
 @dataclass
@@ -56,8 +63,14 @@ class EvaluateTrainable(tune.Trainable):
         started = time.perf_counter()
         config = self.trial_config
         embeddings, params = layer_embeddings.load(config["_upstream_path"], config["layer"], config["pooling"])
-        return {**self.suite.score(embeddings), "epoch": 0, "params_truncated": params,
-                "wall_time_s": time.perf_counter() - started, "device": "cpu", "done": True}
+        return {
+            **self.suite.score(embeddings),
+            "epoch": 0,
+            "params_truncated": params,
+            "wall_time_s": time.perf_counter() - started,
+            "device": "cpu",
+            "done": True,
+        }
 
     def save_checkpoint(self, checkpoint_dir: str):
         (Path(checkpoint_dir) / "trial.json").write_text(json.dumps(self.trial_config, indent=2, default=str))
@@ -77,15 +90,38 @@ class Evaluate(Method):
     def add_arguments(cls, parser, defaults: dict) -> None:
         from trainables.evaluation.sets import eval_set_names
 
-        d = {"models": "sentence-transformers/all-MiniLM-L6-v2", "layers": "last", "pooling": "mean", "sets": "papers", **defaults}
+        d = {
+            "models": "sentence-transformers/all-MiniLM-L6-v2",
+            "layers": "last",
+            "pooling": "mean",
+            "sets": "papers",
+            **defaults,
+        }
         what = parser.add_argument_group("what to evaluate")
-        what.add_argument("--models", default=d["models"], help="comma-separated hub ids, local model folders, or runs:/<run id> (a trial's best-dev checkpoint)")
-        what.add_argument("--layers", default=d["layers"], help="'last', 'all' (0..L of each model), or comma-separated layers, e.g. 0,3,6")
+        what.add_argument(
+            "--models",
+            default=d["models"],
+            help="comma-separated hub ids, local model folders, or runs:/<run id> (a trial's best-dev checkpoint)",
+        )
+        what.add_argument(
+            "--layers",
+            default=d["layers"],
+            help="'last', 'all' (0..L of each model), or comma-separated layers, e.g. 0,3,6",
+        )
         what.add_argument("--pooling", default=d["pooling"], help="mean, cls, or mean,cls")
-        what.add_argument("--sets", default=d["sets"],
-                          help=f"'papers' (STS12-16, STS-B test, SICK-R test, those found in --data-dir) or comma-separated: {', '.join(eval_set_names())}")
+        what.add_argument(
+            "--sets",
+            default=d["sets"],
+            help="'papers' (STS12-16, STS-B test, SICK-R test, those found in --data-dir) or comma-separated: "
+            f"{', '.join(eval_set_names())}",
+        )
         what.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass")
-        what.add_argument("--max-length", type=int, default=None, help="tokens per sentence (default: the model's own, e.g. 256 for all-MiniLM-L6-v2)")
+        what.add_argument(
+            "--max-length",
+            type=int,
+            default=None,
+            help="tokens per sentence (default: the model's own, e.g. 256 for all-MiniLM-L6-v2)",
+        )
 
     @classmethod
     def check(cls, args) -> None:
@@ -101,10 +137,16 @@ class Evaluate(Method):
 
     @classmethod
     def metrics(cls, args) -> MetricContract:
-        return MetricContract(primary="mean_spearman", report="mean_spearman", mode="max",
-                              axes=("model", "pooling", "layer"), select=None, seed=None,
-                              columns=tuple(f"{name}_spearman" for name in cls._sets_of(args)),
-                              short={"layer": "L", "pooling": ""})
+        return MetricContract(
+            primary="mean_spearman",
+            report="mean_spearman",
+            mode="max",
+            axes=("model", "pooling", "layer"),
+            select=None,
+            seed=None,
+            columns=tuple(f"{name}_spearman" for name in cls._sets_of(args)),
+            short={"layer": "L", "pooling": ""},
+        )
 
     @classmethod
     def _sets_of(cls, args) -> list[str]:
@@ -116,10 +158,10 @@ class Evaluate(Method):
     @classmethod
     def plan(cls, args, context) -> MethodPlan:
         from trainables.encoders.loading import load_config, model_depth, resolve_model
-        from trainables.evaluation.sets import load_suite
         from trainables.encoders.run_refs import is_run_reference, run_id_of
-        from trainables.stages.store import stage_root
+        from trainables.evaluation.sets import load_suite
         from trainables.evaluation.zero_shot import default_max_length
+        from trainables.stages.store import stage_root
 
         sets, missing = suite_sets(args.sets, args.data_dir)
         if missing:
@@ -137,18 +179,47 @@ class Evaluate(Method):
             layers = {"last": [depth], "all": list(range(depth + 1))}.get(layer_flag) or parse_layers(args.layers)
             beyond = [layer for layer in layers if layer > depth]
             if beyond:
-                raise SweepInputError(f"--layers: layer {beyond[0]} is beyond {model}'s depth ({depth} layers; valid 0..{depth})")
+                raise SweepInputError(
+                    f"--layers: layer {beyond[0]} is beyond {model}'s depth ({depth} layers; valid 0..{depth})"
+                )
             max_length = args.max_length or default_max_length(path)
-            spec = layer_embeddings.stage_spec(model, path, layers, poolings, sets, max_length, args.batch_size, root,
-                                               args.data_dir, suite, stage_precision(args))
+            spec = layer_embeddings.stage_spec(
+                model,
+                path,
+                layers,
+                poolings,
+                sets,
+                max_length,
+                args.batch_size,
+                root,
+                args.data_dir,
+                suite,
+                stage_precision(args),
+            )
             specs[spec["key"]] = spec
             extra = {"evaluated_run_id": run_id_of(model)} if is_run_reference(model) else {}
             for pooling in poolings:
                 for layer in layers:
-                    configs.append({"method": cls.name, "model": model, "layer": layer, "pooling": pooling, "sets": ",".join(sets),
-                                    "max_length": int(max_length), **extra, "stage_key": spec["key"],
-                                    "upstream_run_id": None, "_upstream_path": str(root / spec["key"])})
+                    configs.append(
+                        {
+                            "method": cls.name,
+                            "model": model,
+                            "layer": layer,
+                            "pooling": pooling,
+                            "sets": ",".join(sets),
+                            "max_length": int(max_length),
+                            **extra,
+                            "stage_key": spec["key"],
+                            "upstream_run_id": None,
+                            "_upstream_path": str(root / spec["key"]),
+                        }
+                    )
                     costs[(model, layer)] = TrialCost(memory_bytes=0.0, seconds=0.0, gpu=False)
-        return MethodPlan(configs=configs, data=EvaluateData(suite), costs=costs, stages=specs,
-                          checksums={f"eval_{k}": v for k, v in suite.checksums.items()},
-                          static_params={"stage_dir": str(root)})
+        return MethodPlan(
+            configs=configs,
+            data=EvaluateData(suite),
+            costs=costs,
+            stages=specs,
+            checksums={f"eval_{k}": v for k, v in suite.checksums.items()},
+            static_params={"stage_dir": str(root)},
+        )

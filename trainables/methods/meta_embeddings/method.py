@@ -73,6 +73,7 @@ Metrics: `dev_pearson` per epoch, `best_dev_pearson`, and at the end every set's
 `<set>_spearman`, `mean_spearman` and `test_spearman_at_best_dev` (STS-B test). The contract's
 `reference` is the `sse` rows: the report puts every method beside the best single source.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -85,15 +86,30 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainables.methods.meta_embeddings import token_embeddings
-from trainables.training.trainable import EpochTrainable
 from trainables.core.errors import SweepInputError
-from trainables.core.method import (Method, MethodPlan, add_seeds_argument, MetricContract, TrialCost, parse_int_list, parse_names,
-                               register_method)
+from trainables.core.method import (
+    Method,
+    MethodPlan,
+    MetricContract,
+    TrialCost,
+    add_seeds_argument,
+    parse_int_list,
+    parse_names,
+    register_method,
+)
+from trainables.methods.meta_embeddings import token_embeddings
 from trainables.training.precision import adamw
+from trainables.training.trainable import EpochTrainable
 
-VARIANTS = {"unsup": ("paper", "authors_code"), "sup": ("mse", "signed"), "sse": (), "conc": ("-",),
-            "avg": ("zero-pad", "projected"), "svd": ("train", "full"), "gcca": ("-",)}
+VARIANTS = {
+    "unsup": ("paper", "authors_code"),
+    "sup": ("mse", "signed"),
+    "sse": (),
+    "conc": ("-",),
+    "avg": ("zero-pad", "projected"),
+    "svd": ("train", "full"),
+    "gcca": ("-",),
+}
 TRAINED = ("unsup", "sup")
 POOLINGS = ("max", "mean")
 DEFAULT_SOURCES = "sentence-transformers/all-MiniLM-L6-v2,sentence-transformers/all-mpnet-base-v2"
@@ -110,7 +126,7 @@ def padded(source, rows, length: int | None = None) -> tuple[torch.Tensor, torch
     mask = np.zeros((len(rows), length), dtype=bool)
     for i, (begin, end) in enumerate(spans):
         n = min(end - begin, length)
-        out[i, :n] = words[begin:begin + n]
+        out[i, :n] = words[begin : begin + n]
         mask[i, :n] = True
     return torch.from_numpy(out), torch.from_numpy(mask)
 
@@ -184,8 +200,13 @@ class MetaModel(torch.nn.Module):
         if self.variant == "paper":
             mask = None if masks is None else torch.stack(masks).any(dim=0)
             return pool(torch.stack(w).sum(dim=0), mask, self.pooling)
-        return torch.cat([pool(v, None if masks is None else m, self.pooling)
-                          for v, m in zip(w, masks if masks is not None else [None] * len(w))], dim=1)
+        return torch.cat(
+            [
+                pool(v, None if masks is None else m, self.pooling)
+                for v, m in zip(w, masks if masks is not None else [None] * len(w))
+            ],
+            dim=1,
+        )
 
     def matrices(self) -> list[torch.Tensor]:
         """P_i, each [width, d_i]."""
@@ -196,8 +217,9 @@ def _off_diagonal(length: int, device) -> torch.Tensor:
     return ~torch.eye(length, dtype=torch.bool, device=device)
 
 
-def authors_code_loss(sides: list[list[torch.Tensor]], m1: torch.Tensor, m2: torch.Tensor,
-                      matrices: list[torch.Tensor], alpha, beta, lam) -> torch.Tensor:
+def authors_code_loss(
+    sides: list[list[torch.Tensor]], m1: torch.Tensor, m2: torch.Tensor, matrices: list[torch.Tensor], alpha, beta, lam
+) -> torch.Tensor:
     """The released code's loss (METHODS.md M4); `sides` = [w of s1, w of s2], each a list over
     sources of [B, T, width] (zero pads included; each side padded to its own longest sentence).
     As the code does, each word term is one mean over both sides, every source pair, every
@@ -219,10 +241,12 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1)
 
 
-def paper_terms(sides: list[list[torch.Tensor]], masks: list[list[torch.Tensor]], matrices: list[torch.Tensor],
-                margin: float) -> dict[str, torch.Tensor]:
+def paper_terms(
+    sides: list[list[torch.Tensor]], masks: list[list[torch.Tensor]], matrices: list[torch.Tensor], margin: float
+) -> dict[str, torch.Tensor]:
     """The paper variant's terms (module docstring): `sides`/`masks` = [s1, s2], each a list over
     sources of [B, T, width] / [B, T]. Criterion 1: squared distance; 2-4: hinge on it."""
+
     def hinge(squared):
         return F.relu(margin - squared)
 
@@ -304,8 +328,16 @@ def gcca_apply(model, views: list[np.ndarray]) -> np.ndarray:
     return np.mean(model.transform([v.astype(np.float64) for v in views]), axis=0)
 
 
-def baseline_vectors(meta: str, variant: str, train: list[np.ndarray], views: list[np.ndarray], everything,
-                     width: int, seed: int, source_index: int = 0) -> np.ndarray:
+def baseline_vectors(
+    meta: str,
+    variant: str,
+    train: list[np.ndarray],
+    views: list[np.ndarray],
+    everything,
+    width: int,
+    seed: int,
+    source_index: int = 0,
+) -> np.ndarray:
     """Sentence vectors of `views` (per-source sentence vectors, `sentence_vectors`) under a baseline; `train`: the
     same of the STS-B train sentences (what SVD and GCCA are fitted on); `everything()`: of every
     cached sentence (the authors' full SVD)."""
@@ -335,11 +367,11 @@ class MetaData:
     """Shipped to every trial: rows of the stage (its sentence order) for the STS-B train and dev
     pairs and the suite's sentences, the gold scores, and the suite."""
 
-    train: tuple          # (rows of s1, rows of s2, gold 0-5)
+    train: tuple  # (rows of s1, rows of s2, gold 0-5)
     dev: tuple
     suite_rows: np.ndarray
     suite: object
-    sentences: int        # rows in each source's stage
+    sentences: int  # rows in each source's stage
 
 
 class MetaEmbeddingTrainable(EpochTrainable):
@@ -353,7 +385,9 @@ class MetaEmbeddingTrainable(EpochTrainable):
         self.sources = [token_embeddings.load(path) for path in config["_source_paths"]]
         for path, (_, starts) in zip(config["_source_paths"], self.sources):
             if len(starts) != data.sentences + 1:
-                raise SweepInputError(f"stage {path} holds {len(starts) - 1} sentences, the sweep expects {data.sentences}")
+                raise SweepInputError(
+                    f"stage {path} holds {len(starts) - 1} sentences, the sweep expects {data.sentences}"
+                )
         self.best_state, self.best_dev, self.bad = None, None, 0
         self.model, self.cached = None, None
         if self.meta not in TRAINED:
@@ -363,7 +397,9 @@ class MetaEmbeddingTrainable(EpochTrainable):
         dims = [int(words.shape[1]) for words, _ in self.sources]
         self.model = MetaModel(dims, int(config["width"]), architecture, config["pooling"]).to(self.device)
         lr = 1e-4 if self.variant == "signed" else float(config["lr"])
-        self.optimizer = adamw(list(self.model.parameters()), lr, self.device, weight_decay=float(config["weight_decay"]))
+        self.optimizer = adamw(
+            list(self.model.parameters()), lr, self.device, weight_decay=float(config["weight_decay"])
+        )
 
     # training
     def _words(self, rows) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -384,7 +420,9 @@ class MetaEmbeddingTrainable(EpochTrainable):
             x1, x2, k1, k2 = [x[:n] for x in xs], [x[n:] for x in xs], [m[:n] for m in masks], [m[n:] for m in masks]
         w1, w2 = self.model.words(x1, k1), self.model.words(x2, k2)
         if self.variant == "paper":  # word-level criteria only: no sentence vectors needed
-            return sum(paper_terms([w1, w2], [k1, k2], self.model.matrices(), float(self.trial_config["margin"])).values())
+            return sum(
+                paper_terms([w1, w2], [k1, k2], self.model.matrices(), float(self.trial_config["margin"])).values()
+            )
         m1, m2 = (self.model.sentence(w, None if authors else k) for w, k in ((w1, k1), (w2, k2)))
         if self.meta == "sup":
             gold = torch.as_tensor(gold, dtype=torch.float32, device=self.device)
@@ -397,7 +435,7 @@ class MetaEmbeddingTrainable(EpochTrainable):
         batch, total = int(self.trial_config["batch_size"]), 0.0
         self.model.train()
         for begin in range(0, len(order), batch):
-            pick = order[begin:begin + batch]
+            pick = order[begin : begin + batch]
             loss = self.loss(s1[pick], s2[pick], gold[pick])
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -427,7 +465,7 @@ class MetaEmbeddingTrainable(EpochTrainable):
         out = []
         with torch.no_grad():
             for begin in range(0, len(rows), 512):
-                xs, masks = self._words(rows[order[begin:begin + 512]])
+                xs, masks = self._words(rows[order[begin : begin + 512]])
                 out.append(self.model.sentence(self.model.words(xs, masks), masks).cpu().numpy())
         return np.concatenate(out)[np.argsort(order)]  # back to the order of `rows`
 
@@ -437,10 +475,15 @@ class MetaEmbeddingTrainable(EpochTrainable):
             rows = np.unique(np.concatenate([*self.data.dev[:2], self.data.suite_rows]))
             train_rows = np.unique(np.concatenate(self.data.train[:2]))
             vectors = baseline_vectors(
-                self.meta, self.variant, [sentence_vectors(s, train_rows) for s in self.sources],
+                self.meta,
+                self.variant,
+                [sentence_vectors(s, train_rows) for s in self.sources],
                 [sentence_vectors(s, rows) for s in self.sources],
                 lambda: [sentence_vectors(s, np.arange(self.data.sentences)) for s in self.sources],
-                int(self.trial_config["width"]), int(self.trial_config["seed"]), int(self.trial_config["source_index"]))
+                int(self.trial_config["width"]),
+                int(self.trial_config["seed"]),
+                int(self.trial_config["source_index"]),
+            )
             self.cached = ({int(r): i for i, r in enumerate(rows)}, vectors)
         return self.cached
 
@@ -449,7 +492,7 @@ class MetaEmbeddingTrainable(EpochTrainable):
 
         s1, s2, gold = self.data.dev
         vectors = self.vectors(np.concatenate([s1, s2]))
-        a, b = vectors[:len(s1)], vectors[len(s1):]
+        a, b = vectors[: len(s1)], vectors[len(s1) :]
         cosine = np.sum(a * b, 1) / np.clip(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12, None)
         scores = correlations(cosine, gold)
         if improves(scores["pearson"], self.best_dev):  # a NaN (collapsed) epoch is never the best
@@ -479,15 +522,26 @@ class MetaEmbeddingTrainable(EpochTrainable):
     def method_state(self, checkpoint_dir: Path) -> dict:
         if self.model is None:
             return {}
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "best_state": self.best_state,
-                "best_dev": self.best_dev, "bad": self.bad, "epochs": self.epochs}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "best_state": self.best_state,
+            "best_dev": self.best_dev,
+            "bad": self.bad,
+            "epochs": self.epochs,
+        }
 
     def load_method_state(self, state: dict, checkpoint_dir: Path) -> None:
         if self.model is None:
             return
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.best_state, self.best_dev, self.bad, self.epochs = state["best_state"], state["best_dev"], state["bad"], state["epochs"]
+        self.best_state, self.best_dev, self.bad, self.epochs = (
+            state["best_state"],
+            state["best_dev"],
+            state["bad"],
+            state["epochs"],
+        )
 
 
 # --- the method ---------------------------------------------------------------------------------
@@ -496,12 +550,16 @@ def trial_grid(methods: list[str], variants: list[str] | None, sources: list[str
     out = []
     for meta in methods:
         if meta == "sse":
-            out += [{"meta": "sse", "variant": Path(s.rstrip("/")).name, "source_index": i} for i, s in enumerate(sources)]
+            out += [
+                {"meta": "sse", "variant": Path(s.rstrip("/")).name, "source_index": i} for i, s in enumerate(sources)
+            ]
             continue
         chosen = [v for v in VARIANTS[meta] if variants is None or v in variants or v == "-"]
         if not chosen:
-            raise SweepInputError(f"--variants {','.join(variants)} leaves no variant of {meta!r}; "
-                                  f"its variants: {', '.join(VARIANTS[meta])}")
+            raise SweepInputError(
+                f"--variants {','.join(variants)} leaves no variant of {meta!r}; "
+                f"its variants: {', '.join(VARIANTS[meta])}"
+            )
         out += [{"meta": meta, "variant": v} for v in chosen]
     return out
 
@@ -526,7 +584,9 @@ class MetaEmbeddings(Method):
     """UNSUP and the baselines over cached frozen sources (module docstring)."""
 
     trainable = MetaEmbeddingTrainable
-    description = "sentence meta-embeddings: UNSUP (paper, authors_code), SSE, CONC, AVG, SVD, GCCA, SUP of frozen sources"
+    description = (
+        "sentence meta-embeddings: UNSUP (paper, authors_code), SSE, CONC, AVG, SVD, GCCA, SUP of frozen sources"
+    )
     smoke = {"sets": "stsb", "epochs": 2, "seeds": "0", "max_train_samples": 256, "width": 16}
     cost_axes = ("meta",)
 
@@ -534,30 +594,55 @@ class MetaEmbeddings(Method):
     def add_arguments(cls, parser, defaults: dict) -> None:
 
         what = parser.add_argument_group("meta-embeddings")
-        what.add_argument("--sources", default=defaults.get("sources", DEFAULT_SOURCES),
-                          help="two or more comma-separated source encoders (hub ids installed locally, folders, runs:/<id>)")
+        what.add_argument(
+            "--sources",
+            default=defaults.get("sources", DEFAULT_SOURCES),
+            help="two or more comma-separated source encoders (hub ids installed locally, folders, runs:/<id>)",
+        )
         what.add_argument("--methods", default=",".join(VARIANTS), help=f"comma-separated: {', '.join(VARIANTS)}")
-        what.add_argument("--variants", default="all",
-                          help="'all' or the variants to run: " + "; ".join(f"{m}: {', '.join(v)}" for m, v in VARIANTS.items() if len(v) > 1))
+        what.add_argument(
+            "--variants",
+            default="all",
+            help="'all' or the variants to run: "
+            + "; ".join(f"{m}: {', '.join(v)}" for m, v in VARIANTS.items() if len(v) > 1),
+        )
         add_seeds_argument(what, "0,1,2")
-        what.add_argument("--sets", default="sts12,sts13,sts14,stsb", help="evaluation sets scored at the end ('papers': STS12-16, STS-B, SICK-R where found)")
+        what.add_argument(
+            "--sets",
+            default="sts12,sts13,sts14,stsb",
+            help="evaluation sets scored at the end ('papers': STS12-16, STS-B, SICK-R where found)",
+        )
         train = parser.add_argument_group("UNSUP and SUP training (the authors' defaults)")
         train.add_argument("--epochs", type=int, default=20, help="cap on epochs")
-        train.add_argument("--patience", type=int, default=5, help="epochs without a better STS-B dev Pearson before stopping")
+        train.add_argument(
+            "--patience", type=int, default=5, help="epochs without a better STS-B dev Pearson before stopping"
+        )
         train.add_argument("--batch-size", type=int, default=512, help="pairs per update")
-        train.add_argument("--lr", type=float, default=1e-2, help="AdamW learning rate (SUP signed: 1e-4, the authors')")
+        train.add_argument(
+            "--lr", type=float, default=1e-2, help="AdamW learning rate (SUP signed: 1e-4, the authors')"
+        )
         train.add_argument("--weight-decay", type=float, default=1e-4)
-        train.add_argument("--width", type=int, default=1024, help="meta-embedding size per source (also SVD's and GCCA's d, capped)")
-        train.add_argument("--pooling", choices=POOLINGS, default="max", help="word-to-sentence pooling of UNSUP and SUP")
-        train.add_argument("--margin", type=float, default=1.0, help="hinge margin of the paper variant's dissimilar terms")
-        train.add_argument("--max-train-samples", type=int, default=None, help="the first N STS-B train pairs (default: all)")
+        train.add_argument(
+            "--width", type=int, default=1024, help="meta-embedding size per source (also SVD's and GCCA's d, capped)"
+        )
+        train.add_argument(
+            "--pooling", choices=POOLINGS, default="max", help="word-to-sentence pooling of UNSUP and SUP"
+        )
+        train.add_argument(
+            "--margin", type=float, default=1.0, help="hinge margin of the paper variant's dissimilar terms"
+        )
+        train.add_argument(
+            "--max-train-samples", type=int, default=None, help="the first N STS-B train pairs (default: all)"
+        )
 
     @classmethod
     def check(cls, args) -> None:
         sources = [s.strip() for s in str(args.sources).split(",") if s.strip()]
         if len(set(sources)) < 2 and not args.smoke_test:
-            raise SweepInputError(f"--sources needs two or more different encoders to combine, got {len(set(sources))} "
-                                  f"({args.sources!r}); e.g. --sources {DEFAULT_SOURCES}")
+            raise SweepInputError(
+                f"--sources needs two or more different encoders to combine, got {len(set(sources))} "
+                f"({args.sources!r}); e.g. --sources {DEFAULT_SOURCES}"
+            )
         methods = parse_names(args.methods, "--methods", list(VARIANTS))
         known = sorted({v for vs in VARIANTS.values() for v in vs if v != "-"})
         variants = None if str(args.variants).strip() == "all" else parse_names(args.variants, "--variants", known)
@@ -579,10 +664,19 @@ class MetaEmbeddings(Method):
     @classmethod
     def metrics(cls, args) -> MetricContract:
         sets = [n.strip() for n in str(args.sets).split(",") if n.strip()]
-        return MetricContract(primary="best_dev_pearson", report="test_spearman_at_best_dev" if "stsb" in sets else "mean_spearman",
-                              companion="dev_spearman_at_best_dev", epoch="dev_pearson", axes=("meta", "variant", "seed"),
-                              select=None, seed="seed", columns=(*(f"{n}_spearman" for n in sets), "mean_spearman"),
-                              label="Pearson", short={"meta": "", "variant": "", "seed": "s"}, reference=("meta", "sse"))
+        return MetricContract(
+            primary="best_dev_pearson",
+            report="test_spearman_at_best_dev" if "stsb" in sets else "mean_spearman",
+            companion="dev_spearman_at_best_dev",
+            epoch="dev_pearson",
+            axes=("meta", "variant", "seed"),
+            select=None,
+            seed="seed",
+            columns=(*(f"{n}_spearman" for n in sets), "mean_spearman"),
+            label="Pearson",
+            short={"meta": "", "variant": "", "seed": "s"},
+            reference=("meta", "sse"),
+        )
 
     @classmethod
     def plan(cls, args, context) -> MethodPlan:
@@ -600,33 +694,70 @@ class MetaEmbeddings(Method):
         root = stage_root(None, context.storage_path)
         suite = load_suite(sets, args.data_dir)
         checksum = ",".join(f"{k}={v}" for k, v in sorted({**stsb_checksums(args.data_dir), **suite.checksums}.items()))
-        specs = [token_embeddings.stage_spec(n, p, sets, args.max_train_samples, checksum, root, args.data_dir)
-                 for n, p in zip(names, paths)]
+        specs = [
+            token_embeddings.stage_spec(n, p, sets, args.max_train_samples, checksum, root, args.data_dir)
+            for n, p in zip(names, paths)
+        ]
         sentences = token_embeddings.stage_sentences(sets, args.data_dir, args.max_train_samples)
         row = {s: i for i, s in enumerate(sentences)}
         splits = load_stsb(args.data_dir, ("train", "dev"))
-        splits["train"] = splits["train"][:args.max_train_samples]
+        splits["train"] = splits["train"][: args.max_train_samples]
 
         def pairs(examples):
-            return (np.asarray([row[e.sentence1] for e in examples]), np.asarray([row[e.sentence2] for e in examples]),
-                    np.asarray([e.score for e in examples], dtype=np.float32))
+            return (
+                np.asarray([row[e.sentence1] for e in examples]),
+                np.asarray([row[e.sentence2] for e in examples]),
+                np.asarray([e.score for e in examples], dtype=np.float32),
+            )
 
-        data = MetaData(pairs(splits["train"]), pairs(splits["dev"]), np.asarray([row[s] for s in suite.sentences]), suite,
-                        len(sentences))
+        data = MetaData(
+            pairs(splits["train"]),
+            pairs(splits["dev"]),
+            np.asarray([row[s] for s in suite.sentences]),
+            suite,
+            len(sentences),
+        )
         variants = None if str(args.variants).strip() == "all" else parse_names(args.variants, "--variants")
         grid = trial_grid(parse_names(args.methods, "--methods", list(VARIANTS)), variants, names)
-        base = {"method": cls.name, "sources": ",".join(Path(n.rstrip("/")).name for n in names), "sets": args.sets,
-                "epochs": args.epochs, "patience": args.patience, "batch_size": args.batch_size, "lr": args.lr,
-                "weight_decay": args.weight_decay, "width": args.width, "pooling": args.pooling, "margin": args.margin,
-                "max_train_samples": args.max_train_samples, "optimizer": "adamw", "upstream_method": "token-embeddings",
-                "stage_key": [spec["key"] for spec in specs], "upstream_run_id": None,
-                "_source_paths": [str(root / spec["key"]) for spec in specs]}
-        configs = [{**base, "source_index": -1, **trial, "seed": seed}
-                   for seed in parse_int_list(args.seeds, "--seeds") for trial in grid]
+        base = {
+            "method": cls.name,
+            "sources": ",".join(Path(n.rstrip("/")).name for n in names),
+            "sets": args.sets,
+            "epochs": args.epochs,
+            "patience": args.patience,
+            "batch_size": args.batch_size,
+            "lr": args.lr,
+            "weight_decay": args.weight_decay,
+            "width": args.width,
+            "pooling": args.pooling,
+            "margin": args.margin,
+            "max_train_samples": args.max_train_samples,
+            "optimizer": "adamw",
+            "upstream_method": "token-embeddings",
+            "stage_key": [spec["key"] for spec in specs],
+            "upstream_run_id": None,
+            "_source_paths": [str(root / spec["key"]) for spec in specs],
+        }
+        configs = [
+            {**base, "source_index": -1, **trial, "seed": seed}
+            for seed in parse_int_list(args.seeds, "--seeds")
+            for trial in grid
+        ]
         identity = hashlib.sha256("\n".join(sentences).encode()).hexdigest()[:16]
-        costs = {(meta,): TrialCost(memory_bytes=2e9, seconds=60.0 if meta in TRAINED else 5.0, gpu=meta in TRAINED)
-                 for meta in VARIANTS}
-        return MethodPlan(configs=configs, data=data, costs=costs, stages={spec["key"]: spec for spec in specs},
-                          static_params={"source_paths": " | ".join(map(str, paths))[:5000], "stage_sentences": len(sentences),
-                                         "stage_sentences_sha": identity},
-                          checksums={"data": checksum}, method_label=cls.name)
+        costs = {
+            (meta,): TrialCost(memory_bytes=2e9, seconds=60.0 if meta in TRAINED else 5.0, gpu=meta in TRAINED)
+            for meta in VARIANTS
+        }
+        return MethodPlan(
+            configs=configs,
+            data=data,
+            costs=costs,
+            stages={spec["key"]: spec for spec in specs},
+            static_params={
+                "source_paths": " | ".join(map(str, paths))[:5000],
+                "stage_sentences": len(sentences),
+                "stage_sentences_sha": identity,
+            },
+            checksums={"data": checksum},
+            method_label=cls.name,
+        )

@@ -24,6 +24,7 @@ not an error); only `starts.npy` (8 bytes per sentence) is read into memory. Bui
 is not streamed: `compute` holds every sentence's float32 word vectors and their fp16 copy, about
 6 bytes per word per dimension (e.g. ~1.5 GB for 32,000 sentences of a 768-d source).
 """
+
 from __future__ import annotations
 
 import math
@@ -68,20 +69,28 @@ def stage_sentences(sets: list[str], data_dir, max_train_samples: int | None = N
     return list(dict.fromkeys(pairs + load_suite(sets, data_dir).sentences))
 
 
-def stage_spec(source: str, path, sets: list[str], max_train_samples: int | None, checksum: str, root, data_dir) -> dict:
+def stage_spec(
+    source: str, path, sets: list[str], max_train_samples: int | None, checksum: str, root, data_dir
+) -> dict:
     """The stage of one source; `checksum`: the STS-B files' and the suite's (with the sets and
     `max_train_samples`, the sentences' identity)."""
     from transformers import AutoTokenizer
 
     from trainables.encoders.loading import load_config, max_tokens
-    from trainables.stages.store import make_spec
     from trainables.evaluation.zero_shot import default_max_length
+    from trainables.stages.store import make_spec
 
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     length = min(default_max_length(path, tokenizer), max_tokens(load_config(path), tokenizer))
-    config = {"stage": "token-embeddings", "sets": list(sets), "max_train_samples": max_train_samples,
-              "max_length": int(length), "batch_size": BATCH_SIZE,
-              "dtype": "float16", "words": "offset-merged, specials dropped"}
+    config = {
+        "stage": "token-embeddings",
+        "sets": list(sets),
+        "max_train_samples": max_train_samples,
+        "max_length": int(length),
+        "batch_size": BATCH_SIZE,
+        "dtype": "float16",
+        "words": "offset-merged, specials dropped",
+    }
     return make_spec("token-embeddings", source, path, root, data_dir, checksum, config)
 
 
@@ -91,7 +100,9 @@ def load(stage_dir) -> tuple[np.ndarray, np.ndarray]:
     return np.load(stage_dir / WORDS_FILE, mmap_mode="r"), np.load(stage_dir / STARTS_FILE)
 
 
-def encode(model, tokenizer, sentences: list[str], max_length: int, batch_size: int, device, on_batch=None) -> list[np.ndarray]:
+def encode(
+    model, tokenizer, sentences: list[str], max_length: int, batch_size: int, device, on_batch=None
+) -> list[np.ndarray]:
     """Each sentence's merged word vectors (float32 [words, d]), in the order of `sentences`;
     batches run from the longest sentence to the shortest (less padding)."""
     import torch
@@ -100,9 +111,15 @@ def encode(model, tokenizer, sentences: list[str], max_length: int, batch_size: 
     order = sorted(range(len(sentences)), key=lambda i: -len(sentences[i]))
     model.eval()
     for begin in range(0, len(order), batch_size):
-        rows = order[begin:begin + batch_size]
-        encoded = tokenizer([sentences[i] for i in rows], padding=True, truncation=True, max_length=max_length,
-                            return_tensors="pt", return_offsets_mapping=True)
+        rows = order[begin : begin + batch_size]
+        encoded = tokenizer(
+            [sentences[i] for i in rows],
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+            return_tensors="pt",
+            return_offsets_mapping=True,
+        )
         offsets = encoded.pop("offset_mapping")
         mask = encoded["attention_mask"]
         offsets = (offsets * mask.unsqueeze(-1)).tolist()  # padding: empty offsets
@@ -134,8 +151,12 @@ def compute(spec: dict, out_dir: Path) -> dict:
     words = encode(model, tokenizer, sentences, config["max_length"], config["batch_size"], device, progress.step)
     progress.finish()
     stats = save(out_dir, words)
-    return {"sentences": len(sentences), "device": str(device), "history": [],
-            "final": {"encode_seconds": time.time() - started, **stats}}
+    return {
+        "sentences": len(sentences),
+        "device": str(device),
+        "history": [],
+        "final": {"encode_seconds": time.time() - started, **stats},
+    }
 
 
 def save(out_dir, words: list[np.ndarray]) -> dict:
@@ -145,8 +166,12 @@ def save(out_dir, words: list[np.ndarray]) -> dict:
     np.save(Path(out_dir) / WORDS_FILE, matrix)
     np.save(Path(out_dir) / STARTS_FILE, starts)
     size = (Path(out_dir) / WORDS_FILE).stat().st_size + (Path(out_dir) / STARTS_FILE).stat().st_size
-    return {"words": int(starts[-1]), "dim": int(matrix.shape[1]), "cache_bytes": size,
-            "bytes_per_sentence": size / len(words)}
+    return {
+        "words": int(starts[-1]),
+        "dim": int(matrix.shape[1]),
+        "cache_bytes": size,
+        "bytes_per_sentence": size / len(words),
+    }
 
 
 @STAGES.register("token-embeddings")
@@ -156,5 +181,8 @@ class TokenEmbeddingsStage(StageKind):
 
     @staticmethod
     def params(config: dict) -> dict:
-        return {"sets": ",".join(config["sets"]), "max_length": config["max_length"],
-                "max_train_samples": config["max_train_samples"]}
+        return {
+            "sets": ",".join(config["sets"]),
+            "max_length": config["max_length"],
+            "max_train_samples": config["max_train_samples"],
+        }

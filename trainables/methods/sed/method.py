@@ -11,7 +11,8 @@ in the data folder) or a text file, one sentence a line.
 Targets stage (kind `sed-targets`, in the stage store like DAPT's): the ensemble's mean embedding
 of every corpus sentence, stored in fp16 (`targets.npy`), and each teacher's and the ensemble's
 embeddings of the evaluation suite's and STS-B dev's sentences (`eval_teacher<i>.npy`,
-`eval_ensemble.npy`), for the stability table. Keyed by the teachers' weights, the poolings, the corpus and the suite: one
+`eval_ensemble.npy`), for the stability table. Keyed by the teachers' weights, the poolings, the corpus and the
+suite: one
 computation serves every student seed and every later sweep; every student run links to it
 (`upstream_run_id`).
 
@@ -32,6 +33,7 @@ end, for the best-dev weights, every evaluation set's `<set>_spearman`, `mean_sp
 and `test_spearman_at_best_dev` (STS-B test). The report's table of this contract (member x
 mean, std and max over replicas) is the paper's stability table.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,11 +46,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from trainables.core.errors import SweepInputError
+from trainables.core.method import (
+    Method,
+    MethodPlan,
+    MetricContract,
+    TrialCost,
+    add_seeds_argument,
+    parse_int_list,
+    parse_names,
+    register_method,
+)
 from trainables.stages.upstream import STAGES, StageKind
 from trainables.training.trainable import EpochTrainable
-from trainables.core.errors import SweepInputError
-from trainables.core.method import (Method, MethodPlan, add_seeds_argument, MetricContract, TrialCost, parse_int_list, parse_names,
-                               register_method)
 
 MEMBERS = ("teacher", "ensemble", "student")
 DEFAULT_SETS = "sts12,sts13,sts14,stsb,sickr"
@@ -74,10 +84,10 @@ def resolve_teachers(spec: str, mlflow_uri: str) -> list[tuple[str, Path]]:
 def _sweep_teachers(spec: str, mlflow_uri: str) -> list[tuple[str, Path]]:
     from mlflow import MlflowClient
 
-    from trainables.encoders.run_refs import resolve_run
     from trainables.core.schema import TAG_CHECKPOINT, TAG_PARENT, TAG_ROLE, TAG_SWEEP
+    from trainables.encoders.run_refs import resolve_run
 
-    body = spec[len(SWEEP_PREFIX):]
+    body = spec[len(SWEEP_PREFIX) :]
     sweep, _, option = body.partition(":")
     layer = None
     if option:
@@ -87,27 +97,46 @@ def _sweep_teachers(spec: str, mlflow_uri: str) -> list[tuple[str, Path]]:
         layer = value.strip()
     client = MlflowClient(tracking_uri=mlflow_uri)
     experiments = [e.experiment_id for e in client.search_experiments()]
-    parents = [r.info.run_id for r in client.search_runs(experiments, f"tags.`{TAG_SWEEP}` = '{sweep}'")
-               if r.data.tags.get(TAG_ROLE) == "sweep"] if experiments else []
+    parents = (
+        [
+            r.info.run_id
+            for r in client.search_runs(experiments, f"tags.`{TAG_SWEEP}` = '{sweep}'")
+            if r.data.tags.get(TAG_ROLE) == "sweep"
+        ]
+        if experiments
+        else []
+    )
     if not parents:
         try:
             parents = [client.get_run(sweep).info.run_id]
         except Exception:
-            raise SweepInputError(f"--teachers {spec!r}: no sweep named {sweep!r} (nor a parent run with that id) in the "
-                                  f"MLflow store {mlflow_uri}; pass --mlflow-uri of the sweep that trained them") from None
-    runs = [r for parent in parents for r in client.search_runs(experiments, f"tags.`{TAG_PARENT}` = '{parent}'")
-            if r.data.tags.get(TAG_ROLE) == "trial" and r.info.status == "FINISHED" and r.data.tags.get(TAG_CHECKPOINT)]
+            raise SweepInputError(
+                f"--teachers {spec!r}: no sweep named {sweep!r} (nor a parent run with that id) in the "
+                f"MLflow store {mlflow_uri}; pass --mlflow-uri of the sweep that trained them"
+            ) from None
+    runs = [
+        r
+        for parent in parents
+        for r in client.search_runs(experiments, f"tags.`{TAG_PARENT}` = '{parent}'")
+        if r.data.tags.get(TAG_ROLE) == "trial" and r.info.status == "FINISHED" and r.data.tags.get(TAG_CHECKPOINT)
+    ]
     layers = sorted({r.data.params.get("layer") for r in runs} - {None}, key=int)
     if layer is not None:
         runs = [r for r in runs if r.data.params.get("layer") == layer]
     elif len(layers) > 1:
-        raise SweepInputError(f"--teachers {spec!r}: the sweep's trials are at layers {', '.join(layers)}; "
-                              f"pick one, e.g. {spec}:layer={layers[-1]}")
+        raise SweepInputError(
+            f"--teachers {spec!r}: the sweep's trials are at layers {', '.join(layers)}; "
+            f"pick one, e.g. {spec}:layer={layers[-1]}"
+        )
     if len(runs) < 2:
-        raise SweepInputError(f"--teachers {spec!r}: {len(runs)} finished trial(s) with a checkpoint found; an ensemble "
-                              "needs at least two (e.g. the seeds of one layer)")
+        raise SweepInputError(
+            f"--teachers {spec!r}: {len(runs)} finished trial(s) with a checkpoint found; an ensemble "
+            "needs at least two (e.g. the seeds of one layer)"
+        )
     runs.sort(key=lambda r: (r.data.params.get("model", ""), int(r.data.params.get("seed", 0) or 0), r.info.run_id))
-    return [(f"{r.info.run_name} (runs:/{r.info.run_id})", resolve_run(f"runs:/{r.info.run_id}", mlflow_uri)) for r in runs]
+    return [
+        (f"{r.info.run_name} (runs:/{r.info.run_id})", resolve_run(f"runs:/{r.info.run_id}", mlflow_uri)) for r in runs
+    ]
 
 
 def embedding_size(path) -> int:
@@ -120,8 +149,10 @@ def check_sizes(teachers: list[tuple[str, Path]], student: tuple[str, Path]) -> 
     sizes = {label: embedding_size(path) for label, path in [*teachers, student]}
     if len(set(sizes.values())) > 1:
         listed = "; ".join(f"{label}: {size}" for label, size in sizes.items())
-        raise SweepInputError(f"SED needs teachers and a student of one embedding size (the loss compares the vectors); "
-                              f"got {listed}. Pick teachers and a student of the same size.")
+        raise SweepInputError(
+            f"SED needs teachers and a student of one embedding size (the loss compares the vectors); "
+            f"got {listed}. Pick teachers and a student of the same size."
+        )
     return next(iter(sizes.values()))
 
 
@@ -135,8 +166,12 @@ def read_corpus(corpus: str, data_dir, max_sentences: int | None) -> tuple[list[
     else:
         path = Path(corpus).expanduser()
         if not path.is_file():
-            raise SweepInputError(f"--corpus {corpus!r}: no such file; pass a text file with one sentence a line, or 'wiki'")
-        sentences = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+            raise SweepInputError(
+                f"--corpus {corpus!r}: no such file; pass a text file with one sentence a line, or 'wiki'"
+            )
+        sentences = [
+            line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()
+        ]
     if not sentences:
         raise SweepInputError(f"--corpus {corpus!r} holds no sentences")
     sentences = subset(sentences, max_sentences)
@@ -159,8 +194,16 @@ def pooled(model, input_ids, attention_mask, layers: int) -> torch.Tensor:
     return torch.stack([mean_pool(state, attention_mask) for state in states]).mean(0)
 
 
-def encode(model, tokenizer, sentences: list[str], layers: int, batch_size: int = 64, device="cpu",
-           max_length: int | None = None, on_batch=None) -> np.ndarray:
+def encode(
+    model,
+    tokenizer,
+    sentences: list[str],
+    layers: int,
+    batch_size: int = 64,
+    device="cpu",
+    max_length: int | None = None,
+    on_batch=None,
+) -> np.ndarray:
     """float32 [n, hidden]: the mean over the last `layers` layers of their mean pooling, from one
     forward pass per batch (trainables/zero_shot.pooled_layers), rows in the order of `sentences`."""
     from trainables.encoders.loading import model_depth
@@ -168,20 +211,44 @@ def encode(model, tokenizer, sentences: list[str], layers: int, batch_size: int 
 
     depth = model_depth(model.config)
     chosen = list(range(max(0, depth - layers + 1), depth + 1))
-    pooled_by_layer = pooled_layers(model, tokenizer, sentences, chosen, ["mean"], batch_size=batch_size,
-                                    max_length=max_length, device=device, on_batch=on_batch)
+    pooled_by_layer = pooled_layers(
+        model,
+        tokenizer,
+        sentences,
+        chosen,
+        ["mean"],
+        batch_size=batch_size,
+        max_length=max_length,
+        device=device,
+        on_batch=on_batch,
+    )
     return np.mean([pooled_by_layer[(layer, "mean")] for layer in chosen], axis=0).astype(np.float32)
 
 
 # --- the targets stage ------------------------------------------------------------------------
-def stage_config(teachers: list[tuple[str, Path]], corpus: str, corpus_checksum: str, max_sentences: int | None,
-                 train_layers: int, eval_layers: int, sets: list[str], batch_size: int = 64) -> dict:
+def stage_config(
+    teachers: list[tuple[str, Path]],
+    corpus: str,
+    corpus_checksum: str,
+    max_sentences: int | None,
+    train_layers: int,
+    eval_layers: int,
+    sets: list[str],
+    batch_size: int = 64,
+) -> dict:
     from trainables.stages.store import model_fingerprint
 
-    return {"stage": "sed-targets", "teachers": [f"{label}@{model_fingerprint(path)}" for label, path in teachers],
-            "corpus": corpus, "corpus_checksum": corpus_checksum, "max_sentences": max_sentences,
-            "train_pool_layers": int(train_layers), "eval_pool_layers": int(eval_layers), "sets": list(sets),
-            "batch_size": int(batch_size)}
+    return {
+        "stage": "sed-targets",
+        "teachers": [f"{label}@{model_fingerprint(path)}" for label, path in teachers],
+        "corpus": corpus,
+        "corpus_checksum": corpus_checksum,
+        "max_sentences": max_sentences,
+        "train_pool_layers": int(train_layers),
+        "eval_pool_layers": int(eval_layers),
+        "sets": list(sets),
+        "batch_size": int(batch_size),
+    }
 
 
 def compute(spec: dict, out_dir: Path) -> dict:
@@ -205,15 +272,24 @@ def compute(spec: dict, out_dir: Path) -> dict:
     for index, path in enumerate(spec["teacher_paths"]):
         model = load_pretrained(path).to(device)
         tokenizer = AutoTokenizer.from_pretrained(str(path))
-        targets = encode(model, tokenizer, sentences, config["train_pool_layers"], batch, device, on_batch=progress.step)
+        targets = encode(
+            model, tokenizer, sentences, config["train_pool_layers"], batch, device, on_batch=progress.step
+        )
         total = targets.astype(np.float64) if total is None else total + targets
-        evals.append(encode(model, tokenizer, scored, config["eval_pool_layers"], batch, device, on_batch=progress.step))
+        evals.append(
+            encode(model, tokenizer, scored, config["eval_pool_layers"], batch, device, on_batch=progress.step)
+        )
         np.save(Path(out_dir) / f"eval_teacher{index}.npy", evals[-1].astype(np.float16))
     progress.finish()
     np.save(Path(out_dir) / TARGETS_FILE, (total / len(spec["teacher_paths"])).astype(np.float16))
     np.save(Path(out_dir) / "eval_ensemble.npy", np.mean(evals, axis=0).astype(np.float16))
-    return {"sentences": len(sentences), "teachers": len(evals), "device": str(device), "history": [],
-            "final": {"encode_seconds": time.time() - started}}
+    return {
+        "sentences": len(sentences),
+        "teachers": len(evals),
+        "device": str(device),
+        "history": [],
+        "final": {"encode_seconds": time.time() - started},
+    }
 
 
 # --- the trial ---------------------------------------------------------------------------------
@@ -251,26 +327,34 @@ class SEDTrainable(EpochTrainable):
         self.targets = np.load(self.stage / TARGETS_FILE, mmap_mode="r")
         self.batch_size, self.train_layers = int(config["batch_size"]), int(config["train_pool_layers"])
         steps = max(1, self.epochs) * math.ceil(len(data.corpus_ids) / self.batch_size)
-        self.optimizer = adamw([p for p in self.model.parameters() if p.requires_grad], float(config["lr"]), self.device)
-        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, math.ceil(float(config["warmup_ratio"]) * steps), steps)
+        self.optimizer = adamw(
+            [p for p in self.model.parameters() if p.requires_grad], float(config["lr"]), self.device
+        )
+        self.scheduler = get_linear_schedule_with_warmup(
+            self.optimizer, math.ceil(float(config["warmup_ratio"]) * steps), steps
+        )
         self.params = count_parameters(self.model)
 
     def train_epoch(self, epoch: int) -> dict:
-        from trainables.training.batches import pad
         from trainables.core.errors import TrialFailure
+        from trainables.training.batches import pad
         from trainables.training.precision import to_device
 
         self.model.train()
-        order = torch.randperm(len(self.data.corpus_ids), generator=torch.Generator().manual_seed(
-            int(self.trial_config["seed"]) * 100_003 + epoch)).tolist()
+        order = torch.randperm(
+            len(self.data.corpus_ids),
+            generator=torch.Generator().manual_seed(int(self.trial_config["seed"]) * 100_003 + epoch),
+        ).tolist()
         total = torch.zeros((), device=self.device)
         for start in range(0, len(order), self.batch_size):
-            rows = order[start:start + self.batch_size]
+            rows = order[start : start + self.batch_size]
             ids, mask = pad([self.data.corpus_ids[i] for i in rows], self.data.pad_id)
             target = torch.from_numpy(np.asarray(self.targets[sorted(rows)], dtype=np.float32))
             target = to_device(target[np.argsort(np.argsort(rows))], self.device)
             with self.precision.autocast():
-                student = pooled(self.model, to_device(ids, self.device), to_device(mask, self.device), self.train_layers)
+                student = pooled(
+                    self.model, to_device(ids, self.device), to_device(mask, self.device), self.train_layers
+                )
             loss = F.mse_loss(student.float(), target)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -302,7 +386,10 @@ class SEDTrainable(EpochTrainable):
         scores = self._scores(self.data.suite)
         if self.member == "student":
             self.model.load_state_dict(latest)
-        return {**scores, **({"test_spearman_at_best_dev": scores["stsb_spearman"]} if "stsb_spearman" in scores else {})}
+        return {
+            **scores,
+            **({"test_spearman_at_best_dev": scores["stsb_spearman"]} if "stsb_spearman" in scores else {}),
+        }
 
     def parameter_count(self) -> int:
         return getattr(self, "params", 0)
@@ -312,8 +399,8 @@ class SEDTrainable(EpochTrainable):
             self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
 
     def save_best(self, target: Path) -> None:
-        from trainables.training.pair_training import copy_tokenizer_files
         from trainables.encoders.st_folder import write_sentence_transformer
+        from trainables.training.pair_training import copy_tokenizer_files
 
         if self.member != "student" or self.best_weights is None:
             return
@@ -357,30 +444,55 @@ class SED(Method):
     def add_arguments(cls, parser, defaults: dict) -> None:
 
         what = parser.add_argument_group("what to distil")
-        what.add_argument("--teachers", default=defaults.get("teachers", ""),
-                          help="comma-separated models, folders or runs:/<run id> of one embedding size, or "
-                               "sweep:<sweep name or parent run id>[:layer=l] (the best-dev checkpoints of its trials)")
+        what.add_argument(
+            "--teachers",
+            default=defaults.get("teachers", ""),
+            help="comma-separated models, folders or runs:/<run id> of one embedding size, or "
+            "sweep:<sweep name or parent run id>[:layer=l] (the best-dev checkpoints of its trials)",
+        )
         what.add_argument("--student", default="sentence-transformers/all-MiniLM-L6-v2", help="the model to train")
-        what.add_argument("--corpus", default="wiki", help="'wiki' (the Wikipedia sample in --data-dir) or a text file, one sentence a line")
+        what.add_argument(
+            "--corpus",
+            default="wiki",
+            help="'wiki' (the Wikipedia sample in --data-dir) or a text file, one sentence a line",
+        )
         what.add_argument("--max-sentences", type=int, default=None, help="a deterministic subset of the corpus")
         add_seeds_argument(what, "0,1,2,3,4")
-        what.add_argument("--sets", default=DEFAULT_SETS, help="evaluation sets scored at the end (STS-B dev is scored every epoch)")
-        train = parser.add_argument_group("distillation (the paper's printed text lost its numbers: these are choices, recorded in each run)")
+        what.add_argument(
+            "--sets", default=DEFAULT_SETS, help="evaluation sets scored at the end (STS-B dev is scored every epoch)"
+        )
+        train = parser.add_argument_group(
+            "distillation (the paper's printed text lost its numbers: these are choices, recorded in each run)"
+        )
         train.add_argument("--epochs", type=int, default=1)
         train.add_argument("--batch-size", type=int, default=32)
         train.add_argument("--lr", type=float, default=2e-5)
-        train.add_argument("--warmup-ratio", type=float, default=0.1, help="linear warm-up share of the steps, then linear decay")
-        train.add_argument("--train-pool-layers", type=int, choices=(1, 2), default=1,
-                           help="targets and student in training: mean of the last k layers' mean pooling (the paper: 1)")
-        train.add_argument("--eval-pool-layers", type=int, choices=(1, 2), default=2,
-                           help="every evaluation: mean of the last k layers (the paper evaluates with 2)")
+        train.add_argument(
+            "--warmup-ratio", type=float, default=0.1, help="linear warm-up share of the steps, then linear decay"
+        )
+        train.add_argument(
+            "--train-pool-layers",
+            type=int,
+            choices=(1, 2),
+            default=1,
+            help="targets and student in training: mean of the last k layers' mean pooling (the paper: 1)",
+        )
+        train.add_argument(
+            "--eval-pool-layers",
+            type=int,
+            choices=(1, 2),
+            default=2,
+            help="every evaluation: mean of the last k layers (the paper evaluates with 2)",
+        )
 
     @classmethod
     def check(cls, args) -> None:
         if not str(args.teachers).strip() and not args.smoke_test:
             raise SweepInputError("--teachers is required: models of one embedding size, or sweep:<name>[:layer=l]")
         if not args.lr > 0 or args.batch_size <= 0 or args.epochs < 1 or not 0 <= args.warmup_ratio < 1:
-            raise SweepInputError("--lr and --batch-size must be positive, --epochs at least 1, --warmup-ratio in [0, 1)")
+            raise SweepInputError(
+                "--lr and --batch-size must be positive, --epochs at least 1, --warmup-ratio in [0, 1)"
+            )
         if args.max_sentences is not None and args.max_sentences <= 0:
             raise SweepInputError(f"--max-sentences must be a positive integer, got {args.max_sentences}")
         parse_int_list(args.seeds, "--seeds")
@@ -394,17 +506,25 @@ class SED(Method):
 
     @classmethod
     def metrics(cls, args) -> MetricContract:
-        return MetricContract(primary="best_dev_spearman", report="mean_spearman", companion="test_spearman_at_best_dev",
-                              epoch="dev_spearman", axes=("member", "replica"), select=None, seed="replica",
-                              columns=(*(f"{name}_spearman" for name in cls.sets(args)), "mean_spearman"),
-                              label="Spearman", short={"member": "", "replica": "#"})
+        return MetricContract(
+            primary="best_dev_spearman",
+            report="mean_spearman",
+            companion="test_spearman_at_best_dev",
+            epoch="dev_spearman",
+            axes=("member", "replica"),
+            select=None,
+            seed="replica",
+            columns=(*(f"{name}_spearman" for name in cls.sets(args)), "mean_spearman"),
+            label="Spearman",
+            short={"member": "", "replica": "#"},
+        )
 
     @classmethod
     def plan(cls, args, context) -> MethodPlan:
         from trainables.encoders.loading import resolve_model
         from trainables.evaluation.sets import load_suite
-        from trainables.training.precision import stage_precision
         from trainables.stages.store import make_spec, stage_root
+        from trainables.training.precision import stage_precision
 
         if context.smoke_test and not str(args.teachers).strip():
             teachers, student = cls._smoke_models(context, args)
@@ -416,26 +536,63 @@ class SED(Method):
         sets = cls.sets(args)
         suite, dev = load_suite(sets, args.data_dir), load_suite([DEV_SET], args.data_dir)
         root = stage_root(None, context.storage_path)
-        config = stage_config(teachers, "wiki" if args.corpus == "wiki" else Path(args.corpus).name, checksum,
-                              args.max_sentences, args.train_pool_layers, args.eval_pool_layers, sets)
+        config = stage_config(
+            teachers,
+            "wiki" if args.corpus == "wiki" else Path(args.corpus).name,
+            checksum,
+            args.max_sentences,
+            args.train_pool_layers,
+            args.eval_pool_layers,
+            sets,
+        )
         config.update(stage_precision(args))
-        spec = make_spec("sed-targets", f"ensemble of {len(teachers)}", teachers[0][1], root, args.data_dir,
-                         ",".join(f"{k}={v}" for k, v in sorted({**suite.checksums, **dev.checksums}.items())), config)
+        spec = make_spec(
+            "sed-targets",
+            f"ensemble of {len(teachers)}",
+            teachers[0][1],
+            root,
+            args.data_dir,
+            ",".join(f"{k}={v}" for k, v in sorted({**suite.checksums, **dev.checksums}.items())),
+            config,
+        )
         spec.update(teacher_paths=[str(path) for _, path in teachers], corpus_path=args.corpus)
         corpus_ids, pad_id = cls._tokenise(student[1], sentences)
-        base = {"method": cls.name, "student": student[0], "_student_path": str(student[1]), "epochs": args.epochs,
-                "lr": args.lr, "batch_size": args.batch_size, "warmup_ratio": args.warmup_ratio, "optimizer": "adamw-wd0",
-                "schedule": "warmup-linear", "clip": 1.0, "train_pool_layers": args.train_pool_layers,
-                "eval_pool_layers": args.eval_pool_layers, "corpus": config["corpus"], "sentences": len(sentences),
-                "teachers": len(teachers), "upstream_method": "sed-targets", "stage_key": spec["key"],
-                "upstream_run_id": None, "_upstream_path": str(root / spec["key"])}
+        base = {
+            "method": cls.name,
+            "student": student[0],
+            "_student_path": str(student[1]),
+            "epochs": args.epochs,
+            "lr": args.lr,
+            "batch_size": args.batch_size,
+            "warmup_ratio": args.warmup_ratio,
+            "optimizer": "adamw-wd0",
+            "schedule": "warmup-linear",
+            "clip": 1.0,
+            "train_pool_layers": args.train_pool_layers,
+            "eval_pool_layers": args.eval_pool_layers,
+            "corpus": config["corpus"],
+            "sentences": len(sentences),
+            "teachers": len(teachers),
+            "upstream_method": "sed-targets",
+            "stage_key": spec["key"],
+            "upstream_run_id": None,
+            "_upstream_path": str(root / spec["key"]),
+        }
         configs = [{**base, "member": "teacher", "replica": i, "seed": i} for i in range(len(teachers))]
         configs.append({**base, "member": "ensemble", "replica": 0, "seed": 0})
-        configs += [{**base, "member": "student", "replica": seed, "seed": seed} for seed in parse_int_list(args.seeds, "--seeds")]
-        return MethodPlan(configs=configs, data=SEDData(corpus_ids, pad_id, suite, dev), stages={spec["key"]: spec},
-                          costs=cls._costs(student[1], size, corpus_ids, args), checksums={"corpus": checksum},
-                          static_params={"teacher_list": " | ".join(label for label, _ in teachers)[:5000]},
-                          method_label=cls.name)
+        configs += [
+            {**base, "member": "student", "replica": seed, "seed": seed}
+            for seed in parse_int_list(args.seeds, "--seeds")
+        ]
+        return MethodPlan(
+            configs=configs,
+            data=SEDData(corpus_ids, pad_id, suite, dev),
+            stages={spec["key"]: spec},
+            costs=cls._costs(student[1], size, corpus_ids, args),
+            checksums={"corpus": checksum},
+            static_params={"teacher_list": " | ".join(label for label, _ in teachers)[:5000]},
+            method_label=cls.name,
+        )
 
     @classmethod
     def search_space(cls, args, base: dict) -> dict:
@@ -443,8 +600,15 @@ class SED(Method):
         from ray import tune
 
         seed = parse_int_list(args.seeds, "--seeds")[0]
-        return {**base, "member": "student", "replica": seed, "seed": seed, "lr": tune.loguniform(1e-6, 1e-4),
-                "batch_size": tune.choice([16, 32, 64]), "warmup_ratio": tune.uniform(0.0, 0.2)}
+        return {
+            **base,
+            "member": "student",
+            "replica": seed,
+            "seed": seed,
+            "lr": tune.loguniform(1e-6, 1e-4),
+            "batch_size": tune.choice([16, 32, 64]),
+            "warmup_ratio": tune.uniform(0.0, 0.2),
+        }
 
     @staticmethod
     def _tokenise(path, sentences: list[str]) -> tuple[list, int]:
@@ -483,11 +647,22 @@ class SED(Method):
         seq = max(map(len, corpus_ids)) if corpus_ids else 1
         shape = encoder_cost.shape_from_config(config, depth, args.batch_size, seq)
         tokens = sum(map(len, corpus_ids))
-        seconds = encoder_cost.trial_seconds(shape, tokens // 2, 0, args.epochs, args.gpu_tflops, args.precision,
-                                             math.ceil(len(corpus_ids) / args.batch_size), 0)
+        seconds = encoder_cost.trial_seconds(
+            shape,
+            tokens // 2,
+            0,
+            args.epochs,
+            args.gpu_tflops,
+            args.precision,
+            math.ceil(len(corpus_ids) / args.batch_size),
+            0,
+        )
         scoring = TrialCost(0.0, 1.0, gpu=False)
-        return {("student",): TrialCost(encoder_cost.trial_memory_bytes(shape, args.precision), seconds),
-                ("teacher",): scoring, ("ensemble",): scoring}
+        return {
+            ("student",): TrialCost(encoder_cost.trial_memory_bytes(shape, args.precision), seconds),
+            ("teacher",): scoring,
+            ("ensemble",): scoring,
+        }
 
 
 @STAGES.register("sed-targets")
@@ -497,5 +672,9 @@ class SedTargetsStage(StageKind):
 
     @staticmethod
     def params(config: dict) -> dict:
-        return {"sed_corpus": config["corpus"], "sed_teachers": len(config["teachers"]),
-                "train_pool_layers": config["train_pool_layers"], "eval_pool_layers": config["eval_pool_layers"]}
+        return {
+            "sed_corpus": config["corpus"],
+            "sed_teachers": len(config["teachers"]),
+            "train_pool_layers": config["train_pool_layers"],
+            "eval_pool_layers": config["eval_pool_layers"],
+        }

@@ -31,6 +31,7 @@ per-epoch history (`train_loss`, `masked_accuracy`) returned to the stage store'
 Progress for the driver: optimiser steps done of `epochs x ceil(batches / accumulation)`
 (trainables/stages/progress.py).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,13 +43,24 @@ import torch
 import torch.nn.functional as F
 
 from trainables.core.errors import SweepInputError
-from trainables.encoders.mlm import HEADS, MLM_PROBABILITY, check_model, mlm_model
-
+from trainables.encoders.mlm import HEADS, MLM_PROBABILITY, mlm_model
 from trainables.stages.upstream import STAGES, StageKind
+
 STAGE_DEFAULTS = {
-    "epochs": 10, "batch_size": 32, "accumulation": 8, "lr": 2e-5, "weight_decay": 0.01, "warmup_ratio": 0.1,
-    "mlm_probability": MLM_PROBABILITY, "mask_replace_prob": 0.8, "random_replace_prob": 0.1, "seed": 0, "head": "auto",
-    "max_length": None, "schedule": "steps", "clip": 1.0,
+    "epochs": 10,
+    "batch_size": 32,
+    "accumulation": 8,
+    "lr": 2e-5,
+    "weight_decay": 0.01,
+    "warmup_ratio": 0.1,
+    "mlm_probability": MLM_PROBABILITY,
+    "mask_replace_prob": 0.8,
+    "random_replace_prob": 0.1,
+    "seed": 0,
+    "head": "auto",
+    "max_length": None,
+    "schedule": "steps",
+    "clip": 1.0,
 }
 # steps: warm-up over 10% of the optimiser steps; authors: warm-up and decay counted in batches
 # while the scheduler steps once per optimiser step, so the rate peaks at 80% of training with
@@ -56,18 +68,38 @@ STAGE_DEFAULTS = {
 SCHEDULES = ("steps", "authors")
 
 
-def stage_config(*, corpus: str, epochs: int, batch_size: int, accumulation: int, lr: float, head: str,
-                 random_init: bool, max_sentences: int | None, max_length: int | None = None, schedule: str = "steps",
-                 clip: float | None = 1.0) -> dict:
+def stage_config(
+    *,
+    corpus: str,
+    epochs: int,
+    batch_size: int,
+    accumulation: int,
+    lr: float,
+    head: str,
+    random_init: bool,
+    max_sentences: int | None,
+    max_length: int | None = None,
+    schedule: str = "steps",
+    clip: float | None = 1.0,
+) -> dict:
     """The stage config that, with the model and the corpus checksum, keys a DAPT stage."""
     if head not in HEADS:
         raise SweepInputError(f"unknown --dapt-head {head!r}; valid: {', '.join(HEADS)}")
     if schedule not in SCHEDULES:
         raise SweepInputError(f"unknown --dapt-schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
     return {
-        **STAGE_DEFAULTS, "stage": "dapt", "corpus": corpus, "epochs": int(epochs), "batch_size": int(batch_size),
-        "accumulation": int(accumulation), "lr": float(lr), "head": head, "random_init": bool(random_init),
-        "max_sentences": max_sentences, "max_length": max_length, "schedule": schedule,
+        **STAGE_DEFAULTS,
+        "stage": "dapt",
+        "corpus": corpus,
+        "epochs": int(epochs),
+        "batch_size": int(batch_size),
+        "accumulation": int(accumulation),
+        "lr": float(lr),
+        "head": head,
+        "random_init": bool(random_init),
+        "max_sentences": max_sentences,
+        "max_length": max_length,
+        "schedule": schedule,
         "clip": None if clip is None else float(clip),
     }
 
@@ -141,12 +173,12 @@ def compute(spec: dict, out_dir: Path) -> dict:
     """Run the DAPT stage of `spec` (model_path, data_dir, config) and write `out_dir/encoder/`."""
     from transformers import AutoTokenizer, DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
 
-    from trainables.training.trainable import pick_device, seed_everything
     from trainables.data.sentences import dapt_corpus
+    from trainables.stages.progress import StageProgress
     from trainables.training.pair_training import adamw_param_groups
     from trainables.training.precision import adamw, resolve
-    from trainables.stages.progress import StageProgress
     from trainables.training.tokenized import subset
+    from trainables.training.trainable import pick_device, seed_everything
 
     started = time.perf_counter()
     config = spec["config"]
@@ -156,16 +188,22 @@ def compute(spec: dict, out_dir: Path) -> dict:
     sentences = subset(sentences, config.get("max_sentences"))
     tokenizer = AutoTokenizer.from_pretrained(str(spec["model_path"]))
     limit = config.get("max_length")
-    ids = tokenizer(sentences, truncation=True, max_length=limit)["input_ids"] if limit else \
-        tokenizer(sentences, truncation=True)["input_ids"]
+    ids = (
+        tokenizer(sentences, truncation=True, max_length=limit)["input_ids"]
+        if limit
+        else tokenizer(sentences, truncation=True)["input_ids"]
+    )
     device = pick_device()
     precision = resolve(config.get("precision", "fp32"), device)
     precision.apply_matmul_settings()
     model, head_source = mlm_model(spec["model_path"], config["head"], bool(config.get("random_init")), seed)
     model.to(device)
     collator = DataCollatorForLanguageModeling(
-        tokenizer, mlm=True, mlm_probability=float(config["mlm_probability"]),
-        mask_replace_prob=float(config["mask_replace_prob"]), random_replace_prob=float(config["random_replace_prob"]),
+        tokenizer,
+        mlm=True,
+        mlm_probability=float(config["mlm_probability"]),
+        mask_replace_prob=float(config["mask_replace_prob"]),
+        random_replace_prob=float(config["random_replace_prob"]),
         seed=seed,
     )
     batch_size, accumulation, epochs = int(config["batch_size"]), int(config["accumulation"]), int(config["epochs"])
@@ -186,7 +224,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
             total_loss, total_masked, correct = (torch.zeros((), device=device) for _ in range(3))
             optimizer.zero_grad(set_to_none=True)
             for index in range(batches_per_epoch):
-                batch = collator([{"input_ids": ids[i]} for i in order[index * batch_size:(index + 1) * batch_size]])
+                batch = collator([{"input_ids": ids[i]} for i in order[index * batch_size : (index + 1) * batch_size]])
                 batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
                 masked = (batch["labels"] != -100).sum()
                 for part in length_chunks(batch, chunks):
@@ -212,18 +250,29 @@ def compute(spec: dict, out_dir: Path) -> dict:
                     optimizer.zero_grad(set_to_none=True)
                     progress.step()
             masked_total = max(1, int(total_masked))  # one host sync per epoch
-            history.append({"epoch": epoch, "train_loss": float(total_loss) / masked_total,
-                            "masked_accuracy": 100.0 * int(correct) / masked_total})
+            history.append(
+                {
+                    "epoch": epoch,
+                    "train_loss": float(total_loss) / masked_total,
+                    "masked_accuracy": 100.0 * int(correct) / masked_total,
+                }
+            )
     progress.finish()
     encoder_dir = Path(out_dir) / "encoder"
     model.base_model.save_pretrained(str(encoder_dir))
     tokenizer.save_pretrained(str(encoder_dir))
     return {
         "history": history,
-        "final": {"wall_time_s": time.perf_counter() - started,
-                  **({"final_train_loss": history[-1]["train_loss"]} if history else {})},
-        "sentences": len(sentences), "corpus": sources, "head_source": head_source,
-        "optimizer_steps": steps if epochs else 0, "device": str(device), "precision": precision.name,
+        "final": {
+            "wall_time_s": time.perf_counter() - started,
+            **({"final_train_loss": history[-1]["train_loss"]} if history else {}),
+        },
+        "sentences": len(sentences),
+        "corpus": sources,
+        "head_source": head_source,
+        "optimizer_steps": steps if epochs else 0,
+        "device": str(device),
+        "precision": precision.name,
         "length_chunks": chunks,
     }
 

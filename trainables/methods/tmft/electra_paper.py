@@ -9,6 +9,7 @@ Spearman, and the last layer where the paper prints it. Figures 2-13 are plots (
 paper's text quotes from them are not tabulated here): their presets run the grid and the report
 says that the paper gives only a plot; Figure 2's best layers are Table 1's, Figure 4's points Table 2's.
 """
+
 from __future__ import annotations
 
 import functools
@@ -16,16 +17,30 @@ import math
 
 from trainables.core.method import Estimate, Preset, PublishedScore
 
-SOURCE = ("the ELECTRA sentence-embedding paper (TMFT), "
-          "Table 1 and Table 2 (Appendix D), test set scores of the layer with the best dev Spearman")
+SOURCE = (
+    "the ELECTRA sentence-embedding paper (TMFT), "
+    "Table 1 and Table 2 (Appendix D), test set scores of the layer with the best dev Spearman"
+)
 
-BASE_MODELS = ("google/electra-base-discriminator", "google/electra-base-generator", "bert-base-cased",
-               "microsoft/deberta-v3-base")
-BERT_SIZES = ("google/bert_uncased_L-2_H-128_A-2", "google/bert_uncased_L-4_H-256_A-4",
-              "google/bert_uncased_L-4_H-512_A-8", "google/bert_uncased_L-8_H-512_A-8", "bert-base-cased",
-              "bert-large-cased")
-DISCRIMINATORS = ("google/electra-small-discriminator", "google/electra-base-discriminator",
-                  "google/electra-large-discriminator")
+BASE_MODELS = (
+    "google/electra-base-discriminator",
+    "google/electra-base-generator",
+    "bert-base-cased",
+    "microsoft/deberta-v3-base",
+)
+BERT_SIZES = (
+    "google/bert_uncased_L-2_H-128_A-2",
+    "google/bert_uncased_L-4_H-256_A-4",
+    "google/bert_uncased_L-4_H-512_A-8",
+    "google/bert_uncased_L-8_H-512_A-8",
+    "bert-base-cased",
+    "bert-large-cased",
+)
+DISCRIMINATORS = (
+    "google/electra-small-discriminator",
+    "google/electra-base-discriminator",
+    "google/electra-large-discriminator",
+)
 GENERATORS = ("google/electra-small-generator", "google/electra-base-generator", "google/electra-large-generator")
 
 # Public configs: hidden size, layers, attention heads, intermediate size, embedding size, vocabulary.
@@ -55,8 +70,14 @@ def public_config(model: str):
     if shape is None:
         return None
     hidden, layers, heads, inter, embedding, vocab = shape
-    config = BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                        intermediate_size=inter, max_position_embeddings=512)
+    config = BertConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=inter,
+        max_position_embeddings=512,
+    )
     config.embedding_size = embedding
     return config
 
@@ -108,53 +129,120 @@ TABLE2 = (
     _row("tmft", "google/electra-large-generator", 24, 50.74, (87.23, 86.86), (84.63, 84.52)),
 )
 
-CKA_COMMAND = ("python -m analysis cka --models {pair} --checkpoints {sweep_dir} --out {sweep_dir}/cka-{name} "
-               "--mlflow-uri {mlflow_uri}")
+CKA_COMMAND = (
+    "python -m analysis cka --models {pair} --checkpoints {sweep_dir} --out {sweep_dir}/cka-{name} "
+    "--mlflow-uri {mlflow_uri}"
+)
 
 
 def _tmft(name, reproduces, flags, published=(), follow_up=()) -> Preset:
-    return Preset(name, "tmft", "sweeps/electra_layers.py", reproduces, {"layers": "all", **flags},
-                  SOURCE if published else "", tuple(published), follow_up=tuple(follow_up))
+    return Preset(
+        name,
+        "tmft",
+        "sweeps/electra_layers.py",
+        reproduces,
+        {"layers": "all", **flags},
+        SOURCE if published else "",
+        tuple(published),
+        follow_up=tuple(follow_up),
+    )
 
 
 def _improvements(name, reproduces, improvement, published=()) -> Preset:
-    return Preset(name, "improvements", "sweeps/improvements.py", reproduces,
-                  {"models": ",".join(BASE_MODELS), "layers": "all", "improvement": improvement},
-                  SOURCE if published else "", tuple(published))
+    return Preset(
+        name,
+        "improvements",
+        "sweeps/improvements.py",
+        reproduces,
+        {"models": ",".join(BASE_MODELS), "layers": "all", "improvement": improvement},
+        SOURCE if published else "",
+        tuple(published),
+    )
 
 
 _BASE = {"models": ",".join(BASE_MODELS)}
-PRESETS = {p.name: p for p in (
-    _improvements("table1", "Table 1: TMFT, WS+TMFT and DAPT+TMFT on STS-B, the four base models", "none,ws,dapt", TABLE1),
-    _tmft("table2", "Table 2 (Appendix D): TMFT on STS-B over model sizes (BERT tiny-large, ELECTRA-D and -G small-large)",
-          {"models": ",".join(BERT_SIZES + DISCRIMINATORS + GENERATORS)}, TABLE2),
-    _tmft("fig2a", "Figure 2a: TMFT on STS-B at every layer, the four base models", _BASE,
-          [r for r in TABLE1 if r.method == "tmft"]),
-    _improvements("fig2b", "Figure 2b: WS+TMFT on STS-B at every layer, the four base models", "ws",
-                  [r for r in TABLE1 if r.method == "ws+tmft"]),
-    _improvements("fig2c", "Figure 2c: DAPT+TMFT on STS-B at every layer, the four base models", "dapt",
-                  [r for r in TABLE1 if r.method == "dapt+tmft"]),
-    _tmft("fig3", "Figure 3: CKA per layer between BERT and ELECTRA-G, ELECTRA-D and DeBERTa-v3, fine-tuned by TMFT "
-          "(the sweep, then the CKA commands it prints)", _BASE, follow_up=[
-              CKA_COMMAND.replace("{pair}", f"{model},bert-base-cased").replace("{name}", letter)
-              for letter, model in (("a", "google/electra-base-generator"), ("b", "google/electra-base-discriminator"),
-                                    ("c", "microsoft/deberta-v3-base"))]),
-    _tmft("fig4", "Figure 4: parameters against test Spearman, best-dev and last layers of every model size "
-          "(the Pareto plot; Table 2's grid)", {"models": ",".join(BERT_SIZES + DISCRIMINATORS + GENERATORS)}, TABLE2),
-    _tmft("fig5", "Figure 5 (Appendix A): TMFT on MRPC (F1), the four base models", {**_BASE, "task": "mrpc"}),
-    _tmft("fig6", "Figure 6 (Appendix A): TMFT on SICK entailment (F1), the four base models", {**_BASE, "task": "sick"}),
-    _tmft("fig7", "Figure 7 (Appendix B): TMFT on KorSTS, the paper's Korean models", {"task": "korsts"}),
-    _tmft("fig8", "Figure 8 (Appendix B): TMFT on German STS-B, the paper's German models", {"task": "stsb-de"}),
-    _tmft("fig9", "Figure 9 (Appendix B): TMFT on Spanish STS-B, the paper's Spanish models", {"task": "stsb-es"}),
-    _tmft("fig10", "Figure 10 (Appendix C): TMFT on STS-B, ELECTRA generator small, base, large",
-          {"models": ",".join(GENERATORS)}),
-    _tmft("fig11", "Figure 11 (Appendix C): TMFT on STS-B, ELECTRA discriminator small, base, large",
-          {"models": ",".join(DISCRIMINATORS)}),
-    _tmft("fig12", "Figure 12 (Appendix C): TMFT on STS-B, BERT tiny, mini, small, medium, base, large",
-          {"models": ",".join(BERT_SIZES)}),
-    _tmft("fig13", "Figure 13 (Appendix E): TMFT on STS-B from randomly initialised weights, the four base models",
-          {**_BASE, "random_init": True}),
-)}
+PRESETS = {
+    p.name: p
+    for p in (
+        _improvements(
+            "table1", "Table 1: TMFT, WS+TMFT and DAPT+TMFT on STS-B, the four base models", "none,ws,dapt", TABLE1
+        ),
+        _tmft(
+            "table2",
+            "Table 2 (Appendix D): TMFT on STS-B over model sizes (BERT tiny-large, ELECTRA-D and -G small-large)",
+            {"models": ",".join(BERT_SIZES + DISCRIMINATORS + GENERATORS)},
+            TABLE2,
+        ),
+        _tmft(
+            "fig2a",
+            "Figure 2a: TMFT on STS-B at every layer, the four base models",
+            _BASE,
+            [r for r in TABLE1 if r.method == "tmft"],
+        ),
+        _improvements(
+            "fig2b",
+            "Figure 2b: WS+TMFT on STS-B at every layer, the four base models",
+            "ws",
+            [r for r in TABLE1 if r.method == "ws+tmft"],
+        ),
+        _improvements(
+            "fig2c",
+            "Figure 2c: DAPT+TMFT on STS-B at every layer, the four base models",
+            "dapt",
+            [r for r in TABLE1 if r.method == "dapt+tmft"],
+        ),
+        _tmft(
+            "fig3",
+            "Figure 3: CKA per layer between BERT and ELECTRA-G, ELECTRA-D and DeBERTa-v3, fine-tuned by TMFT "
+            "(the sweep, then the CKA commands it prints)",
+            _BASE,
+            follow_up=[
+                CKA_COMMAND.replace("{pair}", f"{model},bert-base-cased").replace("{name}", letter)
+                for letter, model in (
+                    ("a", "google/electra-base-generator"),
+                    ("b", "google/electra-base-discriminator"),
+                    ("c", "microsoft/deberta-v3-base"),
+                )
+            ],
+        ),
+        _tmft(
+            "fig4",
+            "Figure 4: parameters against test Spearman, best-dev and last layers of every model size "
+            "(the Pareto plot; Table 2's grid)",
+            {"models": ",".join(BERT_SIZES + DISCRIMINATORS + GENERATORS)},
+            TABLE2,
+        ),
+        _tmft("fig5", "Figure 5 (Appendix A): TMFT on MRPC (F1), the four base models", {**_BASE, "task": "mrpc"}),
+        _tmft(
+            "fig6",
+            "Figure 6 (Appendix A): TMFT on SICK entailment (F1), the four base models",
+            {**_BASE, "task": "sick"},
+        ),
+        _tmft("fig7", "Figure 7 (Appendix B): TMFT on KorSTS, the paper's Korean models", {"task": "korsts"}),
+        _tmft("fig8", "Figure 8 (Appendix B): TMFT on German STS-B, the paper's German models", {"task": "stsb-de"}),
+        _tmft("fig9", "Figure 9 (Appendix B): TMFT on Spanish STS-B, the paper's Spanish models", {"task": "stsb-es"}),
+        _tmft(
+            "fig10",
+            "Figure 10 (Appendix C): TMFT on STS-B, ELECTRA generator small, base, large",
+            {"models": ",".join(GENERATORS)},
+        ),
+        _tmft(
+            "fig11",
+            "Figure 11 (Appendix C): TMFT on STS-B, ELECTRA discriminator small, base, large",
+            {"models": ",".join(DISCRIMINATORS)},
+        ),
+        _tmft(
+            "fig12",
+            "Figure 12 (Appendix C): TMFT on STS-B, BERT tiny, mini, small, medium, base, large",
+            {"models": ",".join(BERT_SIZES)},
+        ),
+        _tmft(
+            "fig13",
+            "Figure 13 (Appendix E): TMFT on STS-B from randomly initialised weights, the four base models",
+            {**_BASE, "random_init": True},
+        ),
+    )
+}
 
 
 def estimate(args, models: list[str], stages: int = 1) -> Estimate:
@@ -162,8 +250,8 @@ def estimate(args, models: list[str], stages: int = 1) -> Estimate:
     variants), priced by the cost model (trainables/encoders/cost.py) from the public configs, on
     the task's training data tokenised with all-MiniLM-L6-v2's WordPiece where installed (else
     1.3 tokens per word). Upstream stages are not priced."""
-    from trainables.encoders import cost as encoder_cost
     from trainables.core.method import parse_int_list, parse_layers
+    from trainables.encoders import cost as encoder_cost
 
     seeds = len(parse_int_list(args.seeds, "--seeds"))
     layers = parse_layers(args.layers)
@@ -175,14 +263,23 @@ def estimate(args, models: list[str], stages: int = 1) -> Estimate:
         return Estimate(trials if layers is not None else 0, None, f"no public config here for {', '.join(unknown)}")
     task, how, proxy = _tokenised_task(args.task, str(args.data_dir))
     precision = "tf32" if args.precision == "auto" else args.precision
-    seconds = stages * seeds * sum(
-        encoder_cost.pair_task_cost(configs[m], task, layer, args.batch_size, args.epochs, args.gpu_tflops, precision)[1]
-        for m in models for layer in (layers if layers is not None else range(depth[m] + 1)))
+    seconds = (
+        stages
+        * seeds
+        * sum(
+            encoder_cost.pair_task_cost(
+                configs[m], task, layer, args.batch_size, args.epochs, args.gpu_tflops, precision
+            )[1]
+            for m in models
+            for layer in (layers if layers is not None else range(depth[m] + 1))
+        )
+    )
     notes = [proxy] if proxy else []
     if getattr(args, "improvement", None):
         notes.append("upstream stages not priced")
-    return Estimate(trials, seconds / 3600, "; ".join(notes),
-                    f"{precision} on an H100 (--gpu-tflops scales it), tokens {how}")
+    return Estimate(
+        trials, seconds / 3600, "; ".join(notes), f"{precision} on an H100 (--gpu-tflops scales it), tokens {how}"
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -195,8 +292,12 @@ def _tokenised_task(name: str, data_dir: str):
     examples, checksums = load_task(proxy, data_dir)
     tokenizer, how = _pricing_tokenizer()
     encode = lambda texts: tokenizer(texts, truncation=True, max_length=512)["input_ids"]
-    splits = {split: TokenizedPairs(s1=encode([r.sentence1 for r in rows]), s2=encode([r.sentence2 for r in rows]),
-                                    labels=[0.0] * len(rows)) for split, rows in examples.items()}
+    splits = {
+        split: TokenizedPairs(
+            s1=encode([r.sentence1 for r in rows]), s2=encode([r.sentence2 for r in rows]), labels=[0.0] * len(rows)
+        )
+        for split, rows in examples.items()
+    }
     task = TokenizedTask(proxy, "", 0, splits, dict(checksums))
     return task, how, "" if proxy == name else f"{name} priced as STS-B"
 

@@ -13,24 +13,34 @@ stage it starts from (`stage_key`), the stage settings as params and the stage's
 `--stage-dir`); the engine computes the missing ones before the trials (sweeps/engine/stages_plan.py)
 and fills each trial's `upstream_run_id`.
 """
+
 from __future__ import annotations
 
 import math
 
-from trainables.data.word_similarity import SPLIT_METHODS as WS_SPLITS
 from trainables.core.errors import SweepInputError
 from trainables.core.method import MethodPlan, MetricContract, register_method
-from trainables.training.precision import stage_precision
-from trainables.stages.store import stage_root
+from trainables.data.word_similarity import SPLIT_METHODS as WS_SPLITS
+from trainables.encoders.mlm import check_model
 from trainables.methods.tmft import dapt, word_similarity
 from trainables.methods.tmft.method import TMFT
+from trainables.stages.store import stage_root
 from trainables.stages.upstream import STAGES
+from trainables.training.precision import stage_precision
 
 IMPROVEMENTS = ("none", "ws", "dapt", "tsdae")  # none: plain TMFT, no stage
 ALIASES = {"both": ("ws", "dapt")}
 # --smoke-test also shrinks the stages.
-STAGE_SMOKE = {"ws_epochs": 2, "ws_max_train_samples": 256, "dapt_epochs": 1, "dapt_max_sentences": 384,
-               "dapt_batch_size": 16, "dapt_accumulation": 2, "tsdae_steps": 4, "tsdae_max_sentences": 64}
+STAGE_SMOKE = {
+    "ws_epochs": 2,
+    "ws_max_train_samples": 256,
+    "dapt_epochs": 1,
+    "dapt_max_sentences": 384,
+    "dapt_batch_size": 16,
+    "dapt_accumulation": 2,
+    "tsdae_steps": 4,
+    "tsdae_max_sentences": 64,
+}
 
 
 @register_method("improvements")
@@ -45,38 +55,91 @@ class Improvements(TMFT):
 
         super().add_arguments(parser, defaults)
         group = parser.add_argument_group("improvements (upstream stages)")
-        group.add_argument("--improvement", default="both",
-                           help="comma-separated: ws (word-similarity TMFT at layer l, then STS TMFT), dapt (MLM "
-                                "pre-training, then TMFT), none (plain TMFT beside them); both = ws,dapt")
+        group.add_argument(
+            "--improvement",
+            default="both",
+            help="comma-separated: ws (word-similarity TMFT at layer l, then STS TMFT), dapt (MLM "
+            "pre-training, then TMFT), none (plain TMFT beside them); both = ws,dapt",
+        )
         ws = word_similarity.STAGE_DEFAULTS
-        group.add_argument("--ws-epochs", type=int, default=ws["epochs"], help="word-similarity stage epochs (best dev epoch kept)")
+        group.add_argument(
+            "--ws-epochs", type=int, default=ws["epochs"], help="word-similarity stage epochs (best dev epoch kept)"
+        )
         group.add_argument("--ws-batch-size", type=int, default=ws["batch_size"])
         group.add_argument("--ws-lr", type=float, default=ws["lr"])
-        group.add_argument("--ws-selection", choices=word_similarity.SELECTIONS, default=ws["selection"],
-                           help="best-epoch rule: dev Spearman of the cosine (the paper), or the authors' max over cosine, Euclidean, Manhattan and dot")
-        group.add_argument("--ws-max-train-samples", type=int, default=None, help="train the WS stage on a deterministic subset of word pairs")
+        group.add_argument(
+            "--ws-selection",
+            choices=word_similarity.SELECTIONS,
+            default=ws["selection"],
+            help="best-epoch rule: dev Spearman of the cosine (the paper), or the authors' max over cosine, "
+            "Euclidean, Manhattan and dot",
+        )
+        group.add_argument(
+            "--ws-max-train-samples",
+            type=int,
+            default=None,
+            help="train the WS stage on a deterministic subset of word pairs",
+        )
         dp = dapt.STAGE_DEFAULTS
         group.add_argument("--dapt-epochs", type=int, default=dp["epochs"])
         group.add_argument("--dapt-batch-size", type=int, default=dp["batch_size"])
-        group.add_argument("--dapt-accumulation", type=int, default=dp["accumulation"], help="gradient accumulation steps (effective batch = batch x this)")
+        group.add_argument(
+            "--dapt-accumulation",
+            type=int,
+            default=dp["accumulation"],
+            help="gradient accumulation steps (effective batch = batch x this)",
+        )
         group.add_argument("--dapt-lr", type=float, default=dp["lr"])
-        group.add_argument("--dapt-corpus", default="sick,stsb-train,wiki",
-                           help="comma-separated sentence sources: sick, stsb-train, wiki, allnli (the paper's SNLI+MultiNLI), snli, multinli")
-        group.add_argument("--dapt-max-sentences", type=int, default=None, help="a deterministic subset of the corpus (quick runs)")
-        group.add_argument("--dapt-head", choices=dapt.HEADS, default=dp["head"],
-                           help="auto: the checkpoint's MLM head, or a new tied one if it has none; authors: always a new head, only its tied decoder trained")
-        group.add_argument("--dapt-schedule", choices=dapt.SCHEDULES, default=dp["schedule"],
-                           help="steps: warm-up over 10%% of the optimiser steps (the paper); authors: counted in batches, "
-                                "so the rate peaks at 80%% of training (the authors' code)")
-        group.add_argument("--dapt-clip", default="1.0",
-                           help="gradient clipping norm of the DAPT stage (the paper: 1.0), or 'none' (the authors' code)")
-        group.add_argument("--ws-split", choices=WS_SPLITS, default="numpy",
-                           help="word-pair split: numpy (seeded, this project's), sklearn-compat (the authors' "
-                                "train_test_split with np.random.seed(0))")
+        group.add_argument(
+            "--dapt-corpus",
+            default="sick,stsb-train,wiki",
+            help="comma-separated sentence sources: sick, stsb-train, wiki, allnli (the paper's SNLI+MultiNLI), "
+            "snli, multinli",
+        )
+        group.add_argument(
+            "--dapt-max-sentences", type=int, default=None, help="a deterministic subset of the corpus (quick runs)"
+        )
+        group.add_argument(
+            "--dapt-head",
+            choices=dapt.HEADS,
+            default=dp["head"],
+            help="auto: the checkpoint's MLM head, or a new tied one if it has none; "
+            "authors: always a new head, only its tied decoder trained",
+        )
+        group.add_argument(
+            "--dapt-schedule",
+            choices=dapt.SCHEDULES,
+            default=dp["schedule"],
+            help="steps: warm-up over 10%% of the optimiser steps (the paper); authors: counted in batches, "
+            "so the rate peaks at 80%% of training (the authors' code)",
+        )
+        group.add_argument(
+            "--dapt-clip",
+            default="1.0",
+            help="gradient clipping norm of the DAPT stage (the paper: 1.0), or 'none' (the authors' code)",
+        )
+        group.add_argument(
+            "--ws-split",
+            choices=WS_SPLITS,
+            default="numpy",
+            help="word-pair split: numpy (seeded, this project's), sklearn-compat (the authors' "
+            "train_test_split with np.random.seed(0))",
+        )
         STAGES.get("tsdae").add_arguments(group)
-        group.add_argument("--stage-dir", default=None, help="the stage store (default: <storage-path>/stages; must be a local or shared file system)")
-        group.add_argument("--stage-cpus", type=float, default=None, help="CPUs per stage task (default: --cpus-per-trial)")
-        group.add_argument("--stage-gpus", type=float, default=None, help="GPUs per stage task (default: 1 when trials use GPUs, else 0)")
+        group.add_argument(
+            "--stage-dir",
+            default=None,
+            help="the stage store (default: <storage-path>/stages; must be a local or shared file system)",
+        )
+        group.add_argument(
+            "--stage-cpus", type=float, default=None, help="CPUs per stage task (default: --cpus-per-trial)"
+        )
+        group.add_argument(
+            "--stage-gpus",
+            type=float,
+            default=None,
+            help="GPUs per stage task (default: 1 when trials use GPUs, else 0)",
+        )
 
     @classmethod
     def check(cls, args) -> None:
@@ -132,7 +195,7 @@ class Improvements(TMFT):
             sources = parse_sources(a["dapt_corpus"])
             checksums["dapt"] = dapt_corpus_checksum(data_dir, sources)
             for path in set(paths.values()):
-                dapt.check_model(path)
+                check_model(path)
         if "tsdae" in kinds:
             checksums["tsdae"] = STAGES.get("tsdae").prepare(a, paths, data_dir)
         specs, configs = {}, []
@@ -143,26 +206,46 @@ class Improvements(TMFT):
                     continue
                 if kind == "ws":
                     config = word_similarity.stage_config(
-                        base["layer"], epochs=a["ws_epochs"], batch_size=a["ws_batch_size"], lr=a["ws_lr"],
-                        selection=a["ws_selection"], random_init=a["random_init"],
-                        max_train_samples=a["ws_max_train_samples"], max_eval_samples=a["max_eval_samples"],
-                        split_method=a["ws_split"])
+                        base["layer"],
+                        epochs=a["ws_epochs"],
+                        batch_size=a["ws_batch_size"],
+                        lr=a["ws_lr"],
+                        selection=a["ws_selection"],
+                        random_init=a["random_init"],
+                        max_train_samples=a["ws_max_train_samples"],
+                        max_eval_samples=a["max_eval_samples"],
+                        split_method=a["ws_split"],
+                    )
                 elif kind == "tsdae":
                     config = STAGES.get("tsdae").config(a)
                 else:
                     config = dapt.stage_config(
-                        corpus="+".join(sources), epochs=a["dapt_epochs"], batch_size=a["dapt_batch_size"],
-                        accumulation=a["dapt_accumulation"], lr=a["dapt_lr"], head=a["dapt_head"],
-                        random_init=a["random_init"], max_sentences=a["dapt_max_sentences"],
-                        schedule=a["dapt_schedule"], clip=parse_clip(a["dapt_clip"]))
+                        corpus="+".join(sources),
+                        epochs=a["dapt_epochs"],
+                        batch_size=a["dapt_batch_size"],
+                        accumulation=a["dapt_accumulation"],
+                        lr=a["dapt_lr"],
+                        head=a["dapt_head"],
+                        random_init=a["random_init"],
+                        max_sentences=a["dapt_max_sentences"],
+                        schedule=a["dapt_schedule"],
+                        clip=parse_clip(a["dapt_clip"]),
+                    )
                 if kind != "tsdae":  # TSDAE's loop trains in fp32
                     config.update(stage_precision(args))
                 spec = make_spec(kind, base["model"], paths[base["model"]], root, data_dir, checksums[kind], config)
                 specs.setdefault(spec["key"], spec)
-                configs.append({
-                    **base, "method": STAGES.get(kind).downstream, "upstream_method": kind, "stage_key": spec["key"],
-                    "upstream_run_id": None, **downstream_params(kind, a), "_upstream_path": str(root / spec["key"]),
-                })
+                configs.append(
+                    {
+                        **base,
+                        "method": STAGES.get(kind).downstream,
+                        "upstream_method": kind,
+                        "stage_key": spec["key"],
+                        "upstream_run_id": None,
+                        **downstream_params(kind, a),
+                        "_upstream_path": str(root / spec["key"]),
+                    }
+                )
         planned.configs = configs
         planned.stages = specs
         planned.method_label = ",".join("tmft" if k == "none" else STAGES.get(k).downstream for k in kinds)
@@ -181,16 +264,29 @@ def parse_improvements(text: str) -> tuple[str, ...]:
 def downstream_params(kind: str, a: dict) -> dict:
     """Stage settings recorded in every downstream trial's params."""
     if kind == "ws":
-        return {"ws_selection": a["ws_selection"], "ws_epochs": a["ws_epochs"], "ws_batch_size": a["ws_batch_size"],
-                "ws_lr": a["ws_lr"], "ws_max_train_samples": a["ws_max_train_samples"], "ws_split": a["ws_split"]}
+        return {
+            "ws_selection": a["ws_selection"],
+            "ws_epochs": a["ws_epochs"],
+            "ws_batch_size": a["ws_batch_size"],
+            "ws_lr": a["ws_lr"],
+            "ws_max_train_samples": a["ws_max_train_samples"],
+            "ws_split": a["ws_split"],
+        }
     if kind == "tsdae":
         return STAGES.get("tsdae").downstream_params(a)
     from trainables.data.sentences import parse_sources
 
-    return {"dapt_corpus": "+".join(parse_sources(a["dapt_corpus"])), "dapt_epochs": a["dapt_epochs"],
-            "dapt_batch_size": a["dapt_batch_size"], "dapt_accumulation": a["dapt_accumulation"], "dapt_lr": a["dapt_lr"],
-            "dapt_max_sentences": a["dapt_max_sentences"], "dapt_head": a["dapt_head"],
-            "dapt_schedule": a["dapt_schedule"], "dapt_clip": a["dapt_clip"]}
+    return {
+        "dapt_corpus": "+".join(parse_sources(a["dapt_corpus"])),
+        "dapt_epochs": a["dapt_epochs"],
+        "dapt_batch_size": a["dapt_batch_size"],
+        "dapt_accumulation": a["dapt_accumulation"],
+        "dapt_lr": a["dapt_lr"],
+        "dapt_max_sentences": a["dapt_max_sentences"],
+        "dapt_head": a["dapt_head"],
+        "dapt_schedule": a["dapt_schedule"],
+        "dapt_clip": a["dapt_clip"],
+    }
 
 
 def parse_clip(text) -> float | None:

@@ -25,6 +25,7 @@ eval_batch_size, length_grouped, random_init, test_every_epoch, task (+ eval_set
 _upstream_path).
 The driver (`TMFT.plan`) tokenises each model's data once; it reaches trials as `TMFTData`.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,19 +37,33 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainables.methods.tmft import electra_paper
-
-from trainables.evaluation import layer_embeddings
-from trainables.training.trainable import EpochTrainable
-from trainables.encoders.loading import count_parameters, load_pretrained, paper_parameter_count, random_init, truncate
 from trainables.core.errors import SweepInputError
 from trainables.core.faults import maybe_inject_fault
-from trainables.encoders.loading import model_list
+from trainables.core.method import (
+    Estimate,
+    Method,
+    MethodPlan,
+    MetricContract,
+    TrialCost,
+    add_seeds_argument,
+    parse_int_list,
+    parse_layers,
+    register_method,
+)
+from trainables.encoders.loading import (
+    count_parameters,
+    load_pretrained,
+    model_list,
+    paper_parameter_count,
+    random_init,
+    truncate,
+)
+from trainables.evaluation import layer_embeddings
 from trainables.evaluation.sets import add_eval_sets_argument, parse_eval_sets
-from trainables.core.method import (Estimate, Method, MethodPlan, add_seeds_argument, MetricContract, TrialCost, parse_int_list,
-                               parse_layers, parse_names, register_method)
+from trainables.methods.tmft import electra_paper
 from trainables.training.pair_training import PairFineTuning
 from trainables.training.tasks import COMPANIONS, get_task, task_names
+from trainables.training.trainable import EpochTrainable
 
 # Full pretrained models kept in this worker between trials (actors are reused): loading is
 # done once per model per worker, each trial copies only the layers it needs.
@@ -69,8 +84,14 @@ def pretrained(path: str):
     return model
 
 
-def build_encoder(model_path: str, layer: int, seed: int, random_weights: bool = False,
-                  upstream_method: str | None = None, upstream_path: str | None = None):
+def build_encoder(
+    model_path: str,
+    layer: int,
+    seed: int,
+    random_weights: bool = False,
+    upstream_method: str | None = None,
+    upstream_path: str | None = None,
+):
     """The layer-`layer` encoder: pretrained (or random) weights, or an upstream stage's."""
     if upstream_method in ("dapt", "tsdae"):  # a whole encoder: start from the stage's weights
         return truncate(pretrained(str(Path(upstream_path) / STAGE_ENCODER_DIR)), layer)
@@ -81,8 +102,11 @@ def build_encoder(model_path: str, layer: int, seed: int, random_weights: bool =
         state = load_file(str(Path(upstream_path) / STAGE_ENCODER_DIR / "model.safetensors"))
         result = encoder.load_state_dict(state, strict=False)  # as the authors (METHODS.md M2)
         if result.missing_keys:
-            print(f"warning: {len(result.missing_keys)} encoder weights not in the WS stage {upstream_path} "
-                  f"(kept as they were): {result.missing_keys[:4]}", file=sys.stderr)
+            print(
+                f"warning: {len(result.missing_keys)} encoder weights not in the WS stage {upstream_path} "
+                f"(kept as they were): {result.missing_keys[:4]}",
+                file=sys.stderr,
+            )
     elif upstream_method not in (None, ZERO_SHOT_STAGE):
         raise ValueError(f"unknown upstream method {upstream_method!r}; expected 'ws', 'dapt' or 'tsdae'")
     return encoder
@@ -113,9 +137,14 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
         self.best_weights, self.best_weights_epoch, self.saved_epoch, self.best_head = None, None, None, None
         self.best_dev_outputs = None  # the best epoch's dev outputs: the test score at the end needs no dev pass
         self.test_each_epoch = bool(config.get("test_every_epoch", True)) or self.epochs == 0
-        encoder = build_encoder(task.model_path, int(config["layer"]), int(config["seed"]),
-                                bool(config.get("random_init", False)),
-                                config.get("upstream_method"), config.get("_upstream_path"))
+        encoder = build_encoder(
+            task.model_path,
+            int(config["layer"]),
+            int(config["seed"]),
+            bool(config.get("random_init", False)),
+            config.get("upstream_method"),
+            config.get("_upstream_path"),
+        )
         self.init_fine_tuning(encoder, task, config, self.device, self.epochs)
 
     def evaluate(self) -> dict:
@@ -124,10 +153,15 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
         zero-epoch sweep, the task's dev/test scores from the one-pass stage."""
         if self.zero_shot is None or self.epoch > 0:
             return super().evaluate(("dev", "test") if self.test_each_epoch else ("dev",))
-        embeddings, _ = layer_embeddings.load(self.trial_config["_upstream_path"], self.trial_config["layer"], self.pooling)
+        embeddings, _ = layer_embeddings.load(
+            self.trial_config["_upstream_path"], self.trial_config["layer"], self.pooling
+        )
         scores = self.zero_shot.score(embeddings)
-        return {f"{split}_{metric}": scores[f"{name}_{metric}"] for split, name in self.task_def.zero_shot_sets.items()
-                for metric in ("spearman", "pearson")}
+        return {
+            f"{split}_{metric}": scores[f"{name}_{metric}"]
+            for split, name in self.task_def.zero_shot_sets.items()
+            for metric in ("spearman", "pearson")
+        }
 
     # --- the best-dev weights -----------------------------------------------------------------
     def remember_best(self) -> None:
@@ -170,14 +204,20 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
         swap = self.best_weights_epoch != self.epoch  # the model holds the latest epoch's weights
         if swap:
             latest = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-            latest_head = None if self.head is None else {k: v.detach().to("cpu", copy=True) for k, v in self.head.state_dict().items()}
+            latest_head = (
+                None
+                if self.head is None
+                else {k: v.detach().to("cpu", copy=True) for k, v in self.head.state_dict().items()}
+            )
             self.model.load_state_dict(self.best_weights)
             if self.head is not None and self.best_head is not None:
                 self.head.load_state_dict(self.best_head)
         out = {}
         if not self.test_each_epoch:
             dev = self.best_dev_outputs if self.best_dev_outputs is not None else self.predict(self.task.splits["dev"])
-            scores = self.metrics_of({"dev": np.asarray(dev), "test": np.asarray(self.predict(self.task.splits["test"]))})
+            scores = self.metrics_of(
+                {"dev": np.asarray(dev), "test": np.asarray(self.predict(self.task.splits["test"]))}
+            )
             out.update({f"{name}_at_best_dev": value for name, value in scores.items() if name.startswith("test_")})
         if self.suite is not None:
             out.update(self._suite_scores())
@@ -194,9 +234,15 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
 
         tokenizer = AutoTokenizer.from_pretrained(self.task.model_path)
         with self.precision.autocast():
-            embeddings = encode_sentences(self.model, tokenizer, self.suite.sentences, self.pooling,
-                                          batch_size=self.eval_batch_size, max_length=default_max_length(self.task.model_path),
-                                          device=self.device)
+            embeddings = encode_sentences(
+                self.model,
+                tokenizer,
+                self.suite.sentences,
+                self.pooling,
+                batch_size=self.eval_batch_size,
+                max_length=default_max_length(self.task.model_path),
+                device=self.device,
+            )
         return self.suite.score(embeddings)
 
     def on_train_step(self, step: int, epoch: int) -> None:
@@ -214,10 +260,14 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
         e.g. for CKA); the task head, optimiser and scheduler into state.pt."""
         self.save_encoder(checkpoint_dir / "encoder")
         self.saved_epoch = self.epoch
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict(), "head": self.head.state_dict() if self.head is not None else None,
-                "best_head": self.best_head,
-                "best_dev_outputs": None if self.best_dev_outputs is None else torch.from_numpy(self.best_dev_outputs)}
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "head": self.head.state_dict() if self.head is not None else None,
+            "best_head": self.best_head,
+            "best_dev_outputs": None if self.best_dev_outputs is None else torch.from_numpy(self.best_dev_outputs),
+        }
 
     def load_method_state(self, state: dict, checkpoint_dir: Path) -> None:
         from safetensors.torch import load_file
@@ -244,7 +294,14 @@ class TMFT(Method):
 
     trainable = TMFTTrainable
     description = "TMFT: models x layers x seeds of truncated-model fine-tuning on a pair task"
-    smoke = {"layers": "0,2", "seeds": "0,1", "epochs": 1, "max_train_samples": 64, "max_eval_samples": 200, "batch_size": 16}
+    smoke = {
+        "layers": "0,2",
+        "seeds": "0,1",
+        "epochs": 1,
+        "max_train_samples": 64,
+        "max_eval_samples": 200,
+        "batch_size": 16,
+    }
     cost_axes = ("model", "layer")
     one_pass_zero_shot = True  # --epochs 0 reads every layer from one forward pass (not after a stage)
     presets = electra_paper.PRESETS
@@ -262,29 +319,74 @@ class TMFT(Method):
 
     @classmethod
     def add_arguments(cls, parser, defaults: dict) -> None:
-        d = {"models": PAPER_MODELS, "layers": "all", "seeds": "0,1,2,3,4", "epochs": 10, "batch_size": 32,
-             "lr": 2e-5, "task": "stsb", "eval_sets": "none", **defaults}
+        d = {
+            "models": PAPER_MODELS,
+            "layers": "all",
+            "seeds": "0,1,2,3,4",
+            "epochs": 10,
+            "batch_size": 32,
+            "lr": 2e-5,
+            "task": "stsb",
+            "eval_sets": "none",
+            **defaults,
+        }
         what = parser.add_argument_group("what to sweep")
         what.add_argument("--models", default=d["models"], help="comma-separated hub ids or local model directories")
-        what.add_argument("--layers", default=d["layers"], help="'all' (0..L of each model) or comma-separated layers, e.g. 0,3,6; 0 = embedding output")
+        what.add_argument(
+            "--layers",
+            default=d["layers"],
+            help="'all' (0..L of each model) or comma-separated layers, e.g. 0,3,6; 0 = embedding output",
+        )
         add_seeds_argument(what, d["seeds"])
-        what.add_argument("--task", default=d["task"], choices=task_names(),
-                          help="fine-tuning task: " + "; ".join(f"{n} ({get_task(n).description})" for n in task_names()))
-        what.add_argument("--random-init", action="store_true", help="start from randomly initialised weights of the same architecture (Appendix E control)")
+        what.add_argument(
+            "--task",
+            default=d["task"],
+            choices=task_names(),
+            help="fine-tuning task: " + "; ".join(f"{n} ({get_task(n).description})" for n in task_names()),
+        )
+        what.add_argument(
+            "--random-init",
+            action="store_true",
+            help="start from randomly initialised weights of the same architecture (Appendix E control)",
+        )
         train = parser.add_argument_group("training")
-        train.add_argument("--epochs", type=int, default=d["epochs"], help="epochs; 0 = evaluate the pretrained truncated encoder (zero-shot baseline)")
+        train.add_argument(
+            "--epochs",
+            type=int,
+            default=d["epochs"],
+            help="epochs; 0 = evaluate the pretrained truncated encoder (zero-shot baseline)",
+        )
         train.add_argument("--batch-size", type=int, default=d["batch_size"])
         train.add_argument("--lr", type=float, default=d["lr"], help="peak learning rate (AdamW)")
-        train.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on LayerNorm/bias)")
-        train.add_argument("--warmup-ratio", type=float, default=0.1, help="linear warm-up share of all steps, then linear decay")
+        train.add_argument(
+            "--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on LayerNorm/bias)"
+        )
+        train.add_argument(
+            "--warmup-ratio", type=float, default=0.1, help="linear warm-up share of all steps, then linear decay"
+        )
         train.add_argument("--eval-batch-size", type=int, default=64)
-        train.add_argument("--length-grouped", action="store_true", help="group training pairs of similar length into batches (faster; departs from the paper's random batches)")
-        train.add_argument("--test-every-epoch", action="store_true",
-                           help="score the test set after every epoch too (per-epoch test curves in MLflow); by default it "
-                                "is scored once, with the best-dev weights, at the end: the same reported numbers, less "
-                                "evaluation time (always on with --search optuna, whose scheduler stops trials early)")
-        train.add_argument("--max-train-samples", type=int, default=None, help="train on a deterministic subset of this many pairs")
-        train.add_argument("--max-eval-samples", type=int, default=None, help="evaluate on a deterministic subset of dev and test (quick runs only)")
+        train.add_argument(
+            "--length-grouped",
+            action="store_true",
+            help="group training pairs of similar length into batches (faster; departs from the paper's random "
+            "batches)",
+        )
+        train.add_argument(
+            "--test-every-epoch",
+            action="store_true",
+            help="score the test set after every epoch too (per-epoch test curves in MLflow); by default it "
+            "is scored once, with the best-dev weights, at the end: the same reported numbers, less "
+            "evaluation time (always on with --search optuna, whose scheduler stops trials early)",
+        )
+        train.add_argument(
+            "--max-train-samples", type=int, default=None, help="train on a deterministic subset of this many pairs"
+        )
+        train.add_argument(
+            "--max-eval-samples",
+            type=int,
+            default=None,
+            help="evaluate on a deterministic subset of dev and test (quick runs only)",
+        )
         add_eval_sets_argument(train, d["eval_sets"])
 
     @classmethod
@@ -293,7 +395,9 @@ class TMFT(Method):
             raise SweepInputError(f"--lr must be positive, got {args.lr}")
         for flag in ("batch_size", "eval_batch_size"):
             if getattr(args, flag) <= 0:
-                raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {getattr(args, flag)}")
+                raise SweepInputError(
+                    f"--{flag.replace('_', '-')} must be a positive integer, got {getattr(args, flag)}"
+                )
         if args.epochs < 0:
             raise SweepInputError(f"--epochs must be 0 or more, got {args.epochs}")
         if args.weight_decay < 0 or not 0 <= args.warmup_ratio < 1:
@@ -306,7 +410,9 @@ class TMFT(Method):
         parse_int_list(args.seeds, "--seeds")
         parse_eval_sets(args.eval_sets)
         if args.search == "optuna" and (layers is None or len(layers) != 1 or "," in args.models):
-            raise SweepInputError("--search optuna tunes one model at one layer: pass a single --models entry and a single --layers value")
+            raise SweepInputError(
+                "--search optuna tunes one model at one layer: pass a single --models entry and a single --layers value"
+            )
 
     @classmethod
     def metrics(cls, args) -> MetricContract:
@@ -314,20 +420,34 @@ class TMFT(Method):
         companion = COMPANIONS.get(primary, "")
         sets = parse_eval_sets(getattr(args, "eval_sets", "none"))
         return MetricContract(
-            primary=f"best_dev_{primary}", report=f"test_{primary}_at_best_dev",
-            companion=f"test_{companion}_at_best_dev" if companion else "", epoch=f"dev_{primary}",
-            axes=("model", "layer", "seed"), select="layer", seed="seed", label=LABELS.get(primary, primary),
-            columns=tuple(f"{name}_spearman" for name in sets), short={"layer": "L", "seed": "s"},
+            primary=f"best_dev_{primary}",
+            report=f"test_{primary}_at_best_dev",
+            companion=f"test_{companion}_at_best_dev" if companion else "",
+            epoch=f"dev_{primary}",
+            axes=("model", "layer", "seed"),
+            select="layer",
+            seed="seed",
+            label=LABELS.get(primary, primary),
+            columns=tuple(f"{name}_spearman" for name in sets),
+            short={"layer": "L", "seed": "s"},
         )
 
     @classmethod
     def base_config(cls, args) -> dict:
         config = {
-            "method": cls.name, "task": args.task, "epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size,
-            "weight_decay": args.weight_decay, "warmup_ratio": args.warmup_ratio, "eval_batch_size": args.eval_batch_size,
-            "length_grouped": bool(args.length_grouped), "random_init": bool(args.random_init),
+            "method": cls.name,
+            "task": args.task,
+            "epochs": args.epochs,
+            "lr": args.lr,
+            "batch_size": args.batch_size,
+            "weight_decay": args.weight_decay,
+            "warmup_ratio": args.warmup_ratio,
+            "eval_batch_size": args.eval_batch_size,
+            "length_grouped": bool(args.length_grouped),
+            "random_init": bool(args.random_init),
             "test_every_epoch": bool(args.test_every_epoch) or args.search == "optuna",
-            "max_train_samples": args.max_train_samples, "max_eval_samples": args.max_eval_samples,
+            "max_train_samples": args.max_train_samples,
+            "max_eval_samples": args.max_eval_samples,
         }
         sets = parse_eval_sets(args.eval_sets)
         if sets:  # only when asked, so configs (and their hashes) of plain sweeps stay as they were
@@ -350,10 +470,15 @@ class TMFT(Method):
             depths[model] = model_depth(load_config(paths[model]))
             for layer in layers or []:
                 if layer > depths[model]:
-                    raise SweepInputError(f"--layers: layer {layer} is beyond {model}'s depth ({depths[model]} layers; valid 0..{depths[model]})")
+                    raise SweepInputError(
+                        f"--layers: layer {layer} is beyond {model}'s depth ({depths[model]} layers; valid "
+                        f"0..{depths[model]})"
+                    )
         examples, checksums = load_task(args.task, args.data_dir)  # raises DataFormatError
         if args.max_eval_samples:
-            examples = {s: (rows if s == "train" else subset(rows, args.max_eval_samples)) for s, rows in examples.items()}
+            examples = {
+                s: (rows if s == "train" else subset(rows, args.max_eval_samples)) for s, rows in examples.items()
+            }
         suite = None
         sets = parse_eval_sets(args.eval_sets)
         if sets:
@@ -368,12 +493,29 @@ class TMFT(Method):
             for layer in (layers if layers is not None else range(depths[model] + 1))
             for seed in seeds
         ]
-        tasks = {model: tokenize_task(args.task, paths[model], examples, checksums, args.max_train_samples) for model in model_ids}
-        static = {f"model_path_{i}": str(paths[m]) for i, m in enumerate(model_ids) if str(paths[m]) != m and m.startswith("runs:/")}
-        planned = MethodPlan(configs=configs, data=TMFTData(tasks, suite), costs=cls.costs(tasks, args), checksums=checksums,
-                             static_params=static)
-        if cls.one_pass_zero_shot and args.epochs == 0 and not args.random_init and not args.max_eval_samples \
-                and get_task(args.task).zero_shot_sets:
+        tasks = {
+            model: tokenize_task(args.task, paths[model], examples, checksums, args.max_train_samples)
+            for model in model_ids
+        }
+        static = {
+            f"model_path_{i}": str(paths[m])
+            for i, m in enumerate(model_ids)
+            if str(paths[m]) != m and m.startswith("runs:/")
+        }
+        planned = MethodPlan(
+            configs=configs,
+            data=TMFTData(tasks, suite),
+            costs=cls.costs(tasks, args),
+            checksums=checksums,
+            static_params=static,
+        )
+        if (
+            cls.one_pass_zero_shot
+            and args.epochs == 0
+            and not args.random_init
+            and not args.max_eval_samples
+            and get_task(args.task).zero_shot_sets
+        ):
             cls.plan_one_pass(planned, paths, args, context)
         return planned
 
@@ -382,22 +524,38 @@ class TMFT(Method):
         """A zero-epoch sweep: one `embeddings` stage per model (all its layers from one forward
         pass over the task's dev and test sentences), read by every trial of that model."""
         from trainables.evaluation.sets import load_suite
-        from trainables.training.precision import stage_precision
-        from trainables.stages.store import stage_root
         from trainables.evaluation.zero_shot import default_max_length
+        from trainables.stages.store import stage_root
+        from trainables.training.precision import stage_precision
 
         sets = list(get_task(args.task).zero_shot_sets.values())
         suite = load_suite(sets, args.data_dir)
         root = stage_root(getattr(args, "stage_dir", None), context.storage_path)
         for model, path in paths.items():
             mine = [c for c in planned.configs if c["model"] == model]
-            spec = layer_embeddings.stage_spec(model, path, sorted({c["layer"] for c in mine}), [TMFTTrainable.pooling], sets,
-                                               default_max_length(path), args.eval_batch_size, root, args.data_dir, suite,
-                                               stage_precision(args))
+            spec = layer_embeddings.stage_spec(
+                model,
+                path,
+                sorted({c["layer"] for c in mine}),
+                [TMFTTrainable.pooling],
+                sets,
+                default_max_length(path),
+                args.eval_batch_size,
+                root,
+                args.data_dir,
+                suite,
+                stage_precision(args),
+            )
             planned.stages[spec["key"]] = spec
             for config in mine:
-                config.update({"upstream_method": ZERO_SHOT_STAGE, "stage_key": spec["key"], "upstream_run_id": None,
-                               "_upstream_path": str(root / spec["key"])})
+                config.update(
+                    {
+                        "upstream_method": ZERO_SHOT_STAGE,
+                        "stage_key": spec["key"],
+                        "upstream_run_id": None,
+                        "_upstream_path": str(root / spec["key"]),
+                    }
+                )
         planned.data.zero_shot = suite
         planned.static_params["stage_dir"] = str(root)
 
@@ -411,9 +569,16 @@ class TMFT(Method):
         for model, task in tasks.items():
             config = load_config(task.model_path)
             for layer in range(int(config.num_hidden_layers) + 1):
-                memory, seconds = encoder_cost.pair_task_cost(config, task, layer, int(args.batch_size), int(args.epochs),
-                                                              args.gpu_tflops, getattr(args, "precision", "auto"),
-                                                              int(args.eval_batch_size))
+                memory, seconds = encoder_cost.pair_task_cost(
+                    config,
+                    task,
+                    layer,
+                    int(args.batch_size),
+                    int(args.epochs),
+                    args.gpu_tflops,
+                    getattr(args, "precision", "auto"),
+                    int(args.eval_batch_size),
+                )
                 costs[(model, layer)] = TrialCost(memory, seconds)
         return costs
 
@@ -421,5 +586,9 @@ class TMFT(Method):
     def search_space(cls, args, base: dict) -> dict:
         from ray import tune
 
-        return {**base, "lr": tune.loguniform(1e-5, 1e-4), "batch_size": tune.choice([16, 32, 64]),
-                "warmup_ratio": tune.uniform(0.0, 0.2)}
+        return {
+            **base,
+            "lr": tune.loguniform(1e-5, 1e-4),
+            "batch_size": tune.choice([16, 32, 64]),
+            "warmup_ratio": tune.uniform(0.0, 0.2),
+        }

@@ -16,6 +16,7 @@ folder; the TMFT trial loads it with `strict=False`, as the authors did), and th
 returned to the stage store's manifest. Progress for the driver: optimiser steps done of
 `epochs x ceil(train pairs / batch size)` (trainables/stages/progress.py).
 """
+
 from __future__ import annotations
 
 import copy
@@ -26,45 +27,75 @@ from pathlib import Path
 from trainables.stages.upstream import STAGES, StageKind
 
 STAGE_DEFAULTS = {
-    "epochs": 50, "batch_size": 128, "lr": 2e-5, "weight_decay": 0.01, "warmup_ratio": 0.1, "eval_batch_size": 64,
-    "selection": "cosine", "seed": 0, "split_seed": 0, "split_method": "numpy",
+    "epochs": 50,
+    "batch_size": 128,
+    "lr": 2e-5,
+    "weight_decay": 0.01,
+    "warmup_ratio": 0.1,
+    "eval_batch_size": 64,
+    "selection": "cosine",
+    "seed": 0,
+    "split_seed": 0,
+    "split_method": "numpy",
 }
 SELECTIONS = ("cosine", "max4")
 
 
-def stage_config(layer: int, *, epochs: int, batch_size: int, lr: float, selection: str, random_init: bool,
-                 max_train_samples: int | None, max_eval_samples: int | None, split_method: str = "numpy",
-                 split_seed: int = 0) -> dict:
+def stage_config(
+    layer: int,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    selection: str,
+    random_init: bool,
+    max_train_samples: int | None,
+    max_eval_samples: int | None,
+    split_method: str = "numpy",
+    split_seed: int = 0,
+) -> dict:
     """The stage config that, with the model and the data checksum, keys a WS stage."""
     if selection not in SELECTIONS:
         raise ValueError(f"unknown word-similarity selection {selection!r}; valid: {', '.join(SELECTIONS)}")
     return {
-        **STAGE_DEFAULTS, "stage": "ws", "layer": int(layer), "epochs": int(epochs), "batch_size": int(batch_size),
-        "lr": float(lr), "selection": selection, "random_init": bool(random_init),
-        "max_train_samples": max_train_samples, "max_eval_samples": max_eval_samples,
-        "split_method": split_method, "split_seed": int(split_seed),
+        **STAGE_DEFAULTS,
+        "stage": "ws",
+        "layer": int(layer),
+        "epochs": int(epochs),
+        "batch_size": int(batch_size),
+        "lr": float(lr),
+        "selection": selection,
+        "random_init": bool(random_init),
+        "max_train_samples": max_train_samples,
+        "max_eval_samples": max_eval_samples,
+        "split_method": split_method,
+        "split_seed": int(split_seed),
     }
 
 
 def compute(spec: dict, out_dir: Path) -> dict:
     """Train the WS stage of `spec` (model_path, data_dir, config) and write `out_dir/encoder/`."""
-    from trainables.training.trainable import pick_device, seed_everything
     from trainables.encoders.loading import count_parameters
     from trainables.evaluation.metrics import BestTracker
-    from trainables.stages.progress import StageProgress
-    from trainables.training.tasks import get_task
-    from trainables.training.pair_training import PairFineTuning
     from trainables.methods.tmft.method import build_encoder
+    from trainables.stages.progress import StageProgress
+    from trainables.training.pair_training import PairFineTuning
+    from trainables.training.tasks import get_task
     from trainables.training.tokenized import subset, tokenize_task
+    from trainables.training.trainable import pick_device, seed_everything
 
     started = time.perf_counter()
     config = spec["config"]
     seed = int(config["seed"])
     seed_everything(seed)
     task = get_task("wordsim")
-    examples, checksums = task.load(spec["data_dir"], seed=int(config["split_seed"]), split_method=config["split_method"])
+    examples, checksums = task.load(
+        spec["data_dir"], seed=int(config["split_seed"]), split_method=config["split_method"]
+    )
     if config.get("max_eval_samples"):
-        examples = {s: (rows if s == "train" else subset(rows, config["max_eval_samples"])) for s, rows in examples.items()}
+        examples = {
+            s: (rows if s == "train" else subset(rows, config["max_eval_samples"])) for s, rows in examples.items()
+        }
     data = tokenize_task("wordsim", spec["model_path"], examples, checksums, config.get("max_train_samples"))
     device = pick_device()
     encoder = build_encoder(spec["model_path"], int(config["layer"]), seed, bool(config.get("random_init")))

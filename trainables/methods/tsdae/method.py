@@ -26,6 +26,7 @@ one trial "epoch" = `--eval-steps` steps followed by STS-B dev Spearman (best ke
 sentence-transformers folder); the evaluation suite (`--eval-sets`) is scored with the best weights
 at the end. Each objective's optimizer, schedule, batch, clipping and dropout are trial params.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,15 +35,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainables.training.trainable import EpochTrainable
 from trainables.core.errors import SweepInputError
+from trainables.core.method import (
+    Method,
+    MethodPlan,
+    MetricContract,
+    TrialCost,
+    parse_int_list,
+    parse_names,
+    register_method,
+)
 from trainables.encoders.loading import model_list
 from trainables.evaluation.sets import parse_eval_sets
-from trainables.core.method import (Method, MethodPlan, MetricContract, TrialCost, parse_int_list, parse_names,
-                               register_method)
-from trainables.training.precision import adamw
-
 from trainables.stages.upstream import STAGES, StageKind
+from trainables.training.precision import adamw
+from trainables.training.trainable import EpochTrainable
+
 OBJECTIVES = ("none", "tsdae", "mlm", "simcse", "ct")
 CT_VARIANTS = ("official", "in-batch")
 NOISES = ("delete", "keep")
@@ -55,9 +63,11 @@ def check_decoder(model_path, model: str) -> None:
 
     config = AutoConfig.from_pretrained(str(model_path))
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
-        raise SweepInputError(f"TSDAE: {model} is a {config.model_type!r} model, and transformers has no causal-LM decoder "
-                              f"with cross-attention for {config.model_type!r}; use a BERT/RoBERTa/ELECTRA-family model "
-                              "for --method tsdae, or --method mlm,simcse,ct for this one")
+        raise SweepInputError(
+            f"TSDAE: {model} is a {config.model_type!r} model, and transformers has no causal-LM decoder "
+            f"with cross-attention for {config.model_type!r}; use a BERT/RoBERTa/ELECTRA-family model "
+            "for --method tsdae, or --method mlm,simcse,ct for this one"
+        )
 
 
 def sentence_model(model_path: str, pooling: str, max_length: int):
@@ -100,8 +110,8 @@ def _rng_state_back(state: list) -> tuple:
     return name, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss
 
 
-CT_GROUP = 8                      # M5: groups of 8 pairs, 1 positive and 7 negatives
-CT_BATCH_PAIRS = 16               # M5: a batch is 16 pairs
+CT_GROUP = 8  # M5: groups of 8 pairs, 1 positive and 7 negatives
+CT_BATCH_PAIRS = 16  # M5: a batch is 16 pairs
 CT_BOUNDARIES = (500, 1000, 1500, 2000)
 CT_RATES = (1e-5, 8e-6, 6e-6, 4e-6, 2e-6)
 
@@ -111,11 +121,24 @@ def objective_settings(objective: str, args) -> dict:
     or for CT (official) M5's RMSprop schedule, 16 pairs a batch, no dropout and no clipping."""
     if objective == "none":
         return {"steps": 0, "epochs": 0, "optimizer": "none", "schedule": "none", "dropout": False}
-    common = {"steps": args.steps, "epochs": math.ceil(args.steps / args.eval_steps), "batch_size": args.batch_size,
-              "optimizer": "adamw", "schedule": "constant", "clip": 1.0, "dropout": True}
+    common = {
+        "steps": args.steps,
+        "epochs": math.ceil(args.steps / args.eval_steps),
+        "batch_size": args.batch_size,
+        "optimizer": "adamw",
+        "schedule": "constant",
+        "clip": 1.0,
+        "dropout": True,
+    }
     if objective == "ct" and args.ct_variant == "official":
-        return {**common, "batch_size": CT_BATCH_PAIRS, "optimizer": "rmsprop", "schedule": "ct-piecewise",
-                "clip": None, "dropout": False}
+        return {
+            **common,
+            "batch_size": CT_BATCH_PAIRS,
+            "optimizer": "rmsprop",
+            "schedule": "ct-piecewise",
+            "clip": None,
+            "dropout": False,
+        }
     return common
 
 
@@ -204,9 +227,13 @@ class Training:
         return float(total) / max(1, steps)
 
     def state_dict(self) -> dict:
-        return {"model": self.loss.state_dict() if self.loss is not None else self.st.state_dict(),
-                "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
-                "generator": self.generator.get_state(), "noise_rng": _rng_state(self.noise_rng), "steps": self.step_count}
+        return {
+            "model": self.loss.state_dict() if self.loss is not None else self.st.state_dict(),
+            "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+            "generator": self.generator.get_state(),
+            "noise_rng": _rng_state(self.noise_rng),
+            "steps": self.step_count,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         (self.loss if self.loss is not None else self.st).load_state_dict(state["model"])
@@ -287,12 +314,17 @@ class _MLMLoss(torch.nn.Module):
         setattr(self.mlm, self.mlm.base_model_prefix, encoder)
         self.mlm.tie_weights()
         self.collator = DataCollatorForLanguageModeling(
-            st.tokenizer, mlm=True, mlm_probability=MLM_PROBABILITY, seed=seed)
+            st.tokenizer, mlm=True, mlm_probability=MLM_PROBABILITY, seed=seed
+        )
 
     def forward(self, features: list[dict], labels=None):
         ids = features[0]["input_ids"]
-        batch = self.collator([{"input_ids": row[mask.bool()].tolist()} for row, mask
-                               in zip(ids.cpu(), features[0]["attention_mask"].cpu())])
+        batch = self.collator(
+            [
+                {"input_ids": row[mask.bool()].tolist()}
+                for row, mask in zip(ids.cpu(), features[0]["attention_mask"].cpu())
+            ]
+        )
         batch = {k: v.to(ids.device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "labels")}
         return self.mlm(**batch).loss
 
@@ -321,7 +353,9 @@ def check_corpus(corpus: str, flag: str = "--corpus") -> None:
         raise SweepInputError(f"{flag} {corpus}: no such file; pass a text file (one sentence a line) or 'wiki'")
 
 
-def trial_cost(model_path: str, settings: dict, args, sentences: list[str], dev_pairs: int, suite_pairs: int) -> TrialCost:
+def trial_cost(
+    model_path: str, settings: dict, args, sentences: list[str], dev_pairs: int, suite_pairs: int
+) -> TrialCost:
     """The encoder cost model (trainables/encoders/cost.py) of one trial: the whole encoder trained
     for `steps` batches of the corpus's mean sentence length (TSDAE: the noisy input, ~40 % of
     the words, plus a decoder pass of the clean sentence; CT official: two models), dev every
@@ -336,14 +370,23 @@ def trial_cost(model_path: str, settings: dict, args, sentences: list[str], dev_
     tokens = min(int(args.max_length), math.ceil(1.3 * words) + 2)  # ~1.3 WordPiece tokens a word, [CLS] [SEP]
     batch = int(settings.get("batch_size", args.batch_size))
     shape = encoder_cost.shape_from_config(config, config.num_hidden_layers, batch, tokens)
-    passes = {"tsdae": 0.4 + 1.5, "ct": 2.0, "simcse": 2.0}.get(settings.get("objective", ""), 1.0)  # decoder: + cross-attention
+    passes = {"tsdae": 0.4 + 1.5, "ct": 2.0, "simcse": 2.0}.get(
+        settings.get("objective", ""), 1.0
+    )  # decoder: + cross-attention
     steps, epochs = int(settings["steps"]), int(settings["epochs"])
     train_tokens = int(passes * batch * tokens * steps / max(1, epochs))
     eval_tokens = 2 * tokens * (dev_pairs + suite_pairs / max(1, epochs))
     eval_batches = math.ceil(2 * (dev_pairs + suite_pairs / max(1, epochs)) / 64)
     memory = encoder_cost.trial_memory_bytes(shape) * (2 if settings.get("objective") in ("tsdae", "ct") else 1)
-    seconds = encoder_cost.trial_seconds(shape, train_tokens, int(eval_tokens), epochs, args.gpu_tflops,
-                                         train_steps=math.ceil(passes * steps / max(1, epochs)), eval_batches=eval_batches)
+    seconds = encoder_cost.trial_seconds(
+        shape,
+        train_tokens,
+        int(eval_tokens),
+        epochs,
+        args.gpu_tflops,
+        train_steps=math.ceil(passes * steps / max(1, epochs)),
+        eval_batches=eval_batches,
+    )
     return TrialCost(memory_bytes=memory, seconds=seconds)
 
 
@@ -351,8 +394,14 @@ def trial_cost(model_path: str, settings: dict, args, sentences: list[str], dev_
 class TSDAE(Method):
     trainable = TSDAETrainable
     description = "TSDAE and its unsupervised baselines (MLM, SimCSE, CT) on an unlabelled corpus"
-    smoke = {"steps": 4, "eval_steps": 2, "method": "none,tsdae,mlm,simcse,ct", "seeds": "0", "eval_sets": "none",
-             "max_sentences": 64}
+    smoke = {
+        "steps": 4,
+        "eval_steps": 2,
+        "method": "none,tsdae,mlm,simcse,ct",
+        "seeds": "0",
+        "eval_sets": "none",
+        "max_sentences": 64,
+    }
     cost_axes = ("model", "objective")
 
     @classmethod
@@ -360,18 +409,32 @@ class TSDAE(Method):
         d = {"models": "sentence-transformers/all-MiniLM-L6-v2", **defaults}
         what = parser.add_argument_group("what to sweep")
         what.add_argument("--models", default=d["models"], help="comma-separated hub ids or local model directories")
-        what.add_argument("--method", default="tsdae",
-                          help=f"comma-separated objectives: {', '.join(OBJECTIVES)} (none: the untrained encoder, one run per model)")
+        what.add_argument(
+            "--method",
+            default="tsdae",
+            help=f"comma-separated objectives: {', '.join(OBJECTIVES)} (none: the untrained encoder, one run "
+            "per model)",
+        )
         what.add_argument("--seeds", default="0", help="comma-separated seeds, or a range like 0-2")
-        what.add_argument("--corpus", default="wiki", help="'wiki' (the Wikipedia sample) or a text file, one sentence per line")
+        what.add_argument(
+            "--corpus", default="wiki", help="'wiki' (the Wikipedia sample) or a text file, one sentence per line"
+        )
         what.add_argument("--max-sentences", type=int, default=None, help="use the first N sentences of the corpus")
         train = parser.add_argument_group("training")
         add_training_flags(train, "")
-        train.add_argument("--eval-steps", type=int, default=1_000, help="STS-B dev evaluation every N steps (best kept)")
-        train.add_argument("--ct-variant", default="official", choices=CT_VARIANTS,
-                           help="official: M5's two copies, 16 pairs in groups of 8 (1 positive), dot-product BCE, RMSprop "
-                                "piecewise lr, dropout off; in-batch: ContrastiveTensionLossInBatchNegatives with the AdamW settings")
-        train.add_argument("--eval-sets", default="stsb,sickr", help="sets scored with the best-dev weights at the end, or 'none'")
+        train.add_argument(
+            "--eval-steps", type=int, default=1_000, help="STS-B dev evaluation every N steps (best kept)"
+        )
+        train.add_argument(
+            "--ct-variant",
+            default="official",
+            choices=CT_VARIANTS,
+            help="official: M5's two copies, 16 pairs in groups of 8 (1 positive), dot-product BCE, RMSprop "
+            "piecewise lr, dropout off; in-batch: ContrastiveTensionLossInBatchNegatives with the AdamW settings",
+        )
+        train.add_argument(
+            "--eval-sets", default="stsb,sickr", help="sets scored with the best-dev weights at the end, or 'none'"
+        )
 
     @classmethod
     def check(cls, args) -> None:
@@ -387,11 +450,19 @@ class TSDAE(Method):
     @classmethod
     def metrics(cls, args) -> MetricContract:
 
-        return MetricContract(primary="best_dev_spearman", report="best_dev_spearman", epoch="dev_spearman",
-                              axes=("corpus", "model", "objective", "seed"), select=None, seed="seed", label="Spearman",
-                              columns=tuple(f"{n}_spearman" for n in parse_eval_sets(args.eval_sets)),
-                              short={"seed": "s", "objective": "", "corpus": ""}, reference=("objective", "none"),
-                              reference_by=("corpus", "model"))
+        return MetricContract(
+            primary="best_dev_spearman",
+            report="best_dev_spearman",
+            epoch="dev_spearman",
+            axes=("corpus", "model", "objective", "seed"),
+            select=None,
+            seed="seed",
+            label="Spearman",
+            columns=tuple(f"{n}_spearman" for n in parse_eval_sets(args.eval_sets)),
+            short={"seed": "s", "objective": "", "corpus": ""},
+            reference=("objective", "none"),
+            reference_by=("corpus", "model"),
+        )
 
     @classmethod
     def plan(cls, args, context) -> MethodPlan:
@@ -409,21 +480,44 @@ class TSDAE(Method):
         sets = parse_eval_sets(args.eval_sets)
         dev = load_suite(["stsb_dev"], args.data_dir)
         suite = load_suite(sets, args.data_dir) if sets else None
-        base = {"method": cls.name, "corpus": corpus, "eval_steps": args.eval_steps, "lr": args.lr, "weight_decay": 0.0,
-                "batch_size": args.batch_size, "clip": 1.0, "pooling": args.pooling, "noise": args.noise,
-                "delete_ratio": DELETE_RATIOS[args.noise], "tied_decoder": True, "max_length": args.max_length,
-                "max_sentences": args.max_sentences, "ct_variant": args.ct_variant}
+        base = {
+            "method": cls.name,
+            "corpus": corpus,
+            "eval_steps": args.eval_steps,
+            "lr": args.lr,
+            "weight_decay": 0.0,
+            "batch_size": args.batch_size,
+            "clip": 1.0,
+            "pooling": args.pooling,
+            "noise": args.noise,
+            "delete_ratio": DELETE_RATIOS[args.noise],
+            "tied_decoder": True,
+            "max_length": args.max_length,
+            "max_sentences": args.max_sentences,
+            "ct_variant": args.ct_variant,
+        }
         configs, costs = [], {}
         for m in models:
             for o in objectives:
                 settings = objective_settings(o, args)
                 # the untrained encoder is the same whatever the seed: one run per model
-                for s in (seeds[:1] if o == "none" else seeds):
+                for s in seeds[:1] if o == "none" else seeds:
                     configs.append({**base, **settings, "model": m, "objective": o, "seed": s, "_model_path": paths[m]})
-                costs[(m, o)] = trial_cost(paths[m], {**settings, "objective": o}, args, sentences, len(dev.sentences) // 2,
-                                           len(suite.sentences) // 2 if suite else 0)
-        return MethodPlan(configs=configs, data=TSDAEData(sentences, dev, suite), costs=costs,
-                          checksums={f"eval_{k}": v for k, v in dev.checksums.items()}, static_params={"corpus": corpus})
+                costs[(m, o)] = trial_cost(
+                    paths[m],
+                    {**settings, "objective": o},
+                    args,
+                    sentences,
+                    len(dev.sentences) // 2,
+                    len(suite.sentences) // 2 if suite else 0,
+                )
+        return MethodPlan(
+            configs=configs,
+            data=TSDAEData(sentences, dev, suite),
+            costs=costs,
+            checksums={f"eval_{k}": v for k, v in dev.checksums.items()},
+            static_params={"corpus": corpus},
+        )
 
 
 def add_training_flags(group, prefix: str) -> None:
@@ -432,8 +526,12 @@ def add_training_flags(group, prefix: str) -> None:
     group.add_argument(f"--{prefix}batch-size", type=int, default=8)
     group.add_argument(f"--{prefix}lr", type=float, default=3e-5, help="AdamW, constant, weight decay 0, clipping 1")
     group.add_argument(f"--{prefix}pooling", default="cls", choices=("cls", "mean"))
-    group.add_argument(f"--{prefix}noise", default="delete", choices=NOISES,
-                       help="delete: the paper's deletion p=0.6 drawn every time; keep: the ST v3 examples' keep-0.6 variant")
+    group.add_argument(
+        f"--{prefix}noise",
+        default="delete",
+        choices=NOISES,
+        help="delete: the paper's deletion p=0.6 drawn every time; keep: the ST v3 examples' keep-0.6 variant",
+    )
     group.add_argument(f"--{prefix}max-length", type=int, default=128)
 
 
@@ -447,13 +545,35 @@ def check_training_flags(a: dict, prefix: str) -> None:
 
 
 # --- the `tsdae` upstream stage (trainables/stages/upstream.py): TSDAE once per model, then TMFT ----------
-def stage_config(*, corpus: str, steps: int, batch_size: int, lr: float, pooling: str, noise: str, max_length: int,
-                 max_sentences: int | None) -> dict:
+def stage_config(
+    *,
+    corpus: str,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    pooling: str,
+    noise: str,
+    max_length: int,
+    max_sentences: int | None,
+) -> dict:
     """The stage config that, with the model and the corpus checksum, keys a TSDAE stage."""
-    return {"stage": "tsdae", "objective": "tsdae", "corpus": corpus, "steps": int(steps), "batch_size": int(batch_size),
-            "lr": float(lr), "pooling": pooling, "noise": noise, "max_length": int(max_length),
-            "max_sentences": max_sentences, "seed": 0, "optimizer": "adamw", "schedule": "constant", "clip": 1.0,
-            "dropout": True}
+    return {
+        "stage": "tsdae",
+        "objective": "tsdae",
+        "corpus": corpus,
+        "steps": int(steps),
+        "batch_size": int(batch_size),
+        "lr": float(lr),
+        "pooling": pooling,
+        "noise": noise,
+        "max_length": int(max_length),
+        "max_sentences": max_sentences,
+        "seed": 0,
+        "optimizer": "adamw",
+        "schedule": "constant",
+        "clip": 1.0,
+        "dropout": True,
+    }
 
 
 def compute(spec: dict, out_dir: Path) -> dict:
@@ -461,8 +581,8 @@ def compute(spec: dict, out_dir: Path) -> dict:
     and write `out_dir/encoder/` (a transformers model folder TMFT starts from)."""
     import time
 
-    from trainables.training.trainable import pick_device, seed_everything
     from trainables.stages.progress import StageProgress
+    from trainables.training.trainable import pick_device, seed_everything
 
     started = time.perf_counter()
     config = spec["config"]
@@ -476,9 +596,14 @@ def compute(spec: dict, out_dir: Path) -> dict:
     encoder_dir = Path(out_dir) / "encoder"
     training.st[0].auto_model.save_pretrained(str(encoder_dir))
     training.st.tokenizer.save_pretrained(str(encoder_dir))
-    return {"history": [{"epoch": 1, "train_loss": loss}], "final": {"wall_time_s": time.perf_counter() - started,
-                                                                      "final_train_loss": loss},
-            "sentences": len(sentences), "corpus": corpus, "optimizer_steps": int(config["steps"]), "device": str(device)}
+    return {
+        "history": [{"epoch": 1, "train_loss": loss}],
+        "final": {"wall_time_s": time.perf_counter() - started, "final_train_loss": loss},
+        "sentences": len(sentences),
+        "corpus": corpus,
+        "optimizer_steps": int(config["steps"]),
+        "device": str(device),
+    }
 
 
 @STAGES.register("tsdae")
@@ -496,10 +621,14 @@ class TsdaeStage(StageKind):
     @staticmethod
     def add_arguments(group) -> None:
         add_training_flags(group, "tsdae-")
-        group.add_argument("--tsdae-corpus", default="wiki",
-                           help="TSDAE stage: 'wiki' (the Wikipedia sample) or a text file, one sentence a line")
-        group.add_argument("--tsdae-max-sentences", type=int, default=None,
-                           help="TSDAE stage: the first N sentences of the corpus")
+        group.add_argument(
+            "--tsdae-corpus",
+            default="wiki",
+            help="TSDAE stage: 'wiki' (the Wikipedia sample) or a text file, one sentence a line",
+        )
+        group.add_argument(
+            "--tsdae-max-sentences", type=int, default=None, help="TSDAE stage: the first N sentences of the corpus"
+        )
 
     @staticmethod
     def check(a: dict) -> None:
@@ -516,12 +645,21 @@ class TsdaeStage(StageKind):
 
     @staticmethod
     def config(a: dict) -> dict:
-        return stage_config(corpus=a["tsdae_corpus"], steps=a["tsdae_steps"], batch_size=a["tsdae_batch_size"],
-                            lr=a["tsdae_lr"], pooling=a["tsdae_pooling"], noise=a["tsdae_noise"],
-                            max_length=a["tsdae_max_length"], max_sentences=a["tsdae_max_sentences"])
+        return stage_config(
+            corpus=a["tsdae_corpus"],
+            steps=a["tsdae_steps"],
+            batch_size=a["tsdae_batch_size"],
+            lr=a["tsdae_lr"],
+            pooling=a["tsdae_pooling"],
+            noise=a["tsdae_noise"],
+            max_length=a["tsdae_max_length"],
+            max_sentences=a["tsdae_max_sentences"],
+        )
 
     @staticmethod
     def downstream_params(a: dict) -> dict:
         """The stage settings recorded in every downstream trial's params."""
-        return {f"tsdae_{k}": a[f"tsdae_{k}"]
-                for k in ("corpus", "steps", "batch_size", "lr", "pooling", "noise", "max_length", "max_sentences")}
+        return {
+            f"tsdae_{k}": a[f"tsdae_{k}"]
+            for k in ("corpus", "steps", "batch_size", "lr", "pooling", "noise", "max_length", "max_sentences")
+        }
