@@ -41,6 +41,7 @@ import re
 import pandas as pd
 
 from analysis.loader import COMPANION
+from trainables.core.method import best_value
 
 CONTRACT_KEYS = (
     "sweep_axes",
@@ -258,11 +259,9 @@ def _mark_selection(out: pd.DataFrame, keys: list[str], select: str, mode: str) 
     out["is_best"] = out["is_last_layer"] = False
     if select:
         for _, group in out.groupby([k for k in keys if k != select], sort=False):
-            ranked = group[group["dev_mean"].notna()].sort_values(
-                ["dev_mean", select], ascending=[mode == "min", True], kind="stable"
-            )
-            if not ranked.empty:
-                out.loc[ranked.index[0], "is_best"] = True
+            best = best_value(dict(zip(group[select], group["dev_mean"])), mode)
+            if best is not None:
+                out.loc[group.index[group[select] == best][0], "is_best"] = True
             if select == "layer":
                 out.loc[group["layer"].idxmax(), "is_last_layer"] = True
     out["is_best_layer"] = out["is_best"] & (select == "layer")

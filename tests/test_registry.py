@@ -35,3 +35,18 @@ def test_cli_choices_come_from_the_registries():
     assert list(task_action.choices) == task_names() == ["stsb", "korsts", "stsb-de", "stsb-es", "mrpc", "sick"]
     with pytest.raises(SweepInputError, match="unknown method 'nope'"):
         parser_for("nope")
+
+
+def test_best_value_is_the_best_mean_ties_to_the_lower_value_and_skips_nan():
+    """The one selection rule of the end-of-sweep table and the analysis, against pandas."""
+    import math
+
+    import pandas as pd
+
+    from trainables.core.method import best_value
+
+    means = pd.Series({3: 80.0, 1: 82.5, 2: math.nan, 6: 82.5, 0: 10.0})
+    assert best_value(means.to_dict(), "max") == 1 == means.dropna().idxmax()
+    assert best_value(means.to_dict(), "min") == 0 == means.dropna().idxmin()
+    assert best_value({4: 1.0, 2: 1.0}, "min") == 2
+    assert best_value({1: math.nan}, "max") is None

@@ -22,7 +22,7 @@ from sweeps.engine import presets, storage
 from sweeps.engine.cli import build_parser, check_name, check_numbers, default_name
 from trainables.core import endpoints
 from trainables.core.errors import SweepInputError
-from trainables.core.method import MetricContract, PlanContext
+from trainables.core.method import Method, MetricContract, PlanContext
 from trainables.core.paths import PROJECT_ROOT
 from trainables.core.schema import config_hash
 from trainables.encoders.cost import CUDA_ALLOCATOR_ENV
@@ -71,6 +71,7 @@ class SweepPlan:
     stages: dict = field(default_factory=dict)  # upstream stage specs by key (sweeps/engine/stages_plan.py)
     failed_stages: dict = field(default_factory=dict)
     failed_trials: list = field(default_factory=list)
+    method_cls: type[Method] | None = None  # the class registered as `method`, resolved once by plan_sweep
 
 
 def git_commit() -> str:
@@ -145,17 +146,22 @@ def _refuse_changed_flags(args: Namespace, defaults: dict, saved: dict) -> None:
         )
 
 
-def plan_sweep(args: Namespace, method: str, prog: str = "sweep") -> SweepPlan:
-    """Validate everything and prepare the shared data; raises SweepInputError on bad input."""
+def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep") -> SweepPlan:
+    """Validate everything and prepare the shared data; raises SweepInputError on bad input.
+    `method`: a registered method's name or class (a resumed sweep's own method wins)."""
+    method_cls = method if isinstance(method, type) else None
+    method = method_cls.name if method_cls else method
     saved = None
     if args.resume:
         sweep_dir, saved = _resolve_resume(args)
         kept = {k: getattr(args, k) for k in RESUME_KEEPS}
-        method = saved.get("method_class", method)
-        defaults = vars(build_parser("x", "", get_method(method)).parse_args([]))  # flags added since it started
+        if saved.get("method_class", method) != method:
+            method, method_cls = saved["method_class"], None
+    method_cls = method_cls or get_method(method)
+    if saved is not None:
+        defaults = vars(build_parser("x", "", method_cls).parse_args([]))  # flags added since it started
         _refuse_changed_flags(args, defaults, saved["args"])
         args = Namespace(**{**defaults, **saved["args"], **kept})
-    method_cls = get_method(method)
     if args.smoke_test:
         for key, value in method_cls.smoke.items():
             setattr(args, key, value)
@@ -199,6 +205,7 @@ def plan_sweep(args: Namespace, method: str, prog: str = "sweep") -> SweepPlan:
     plan = SweepPlan(
         name=name,
         method=method,
+        method_cls=method_cls,
         sweep_dir=sweep_dir,
         storage_path=storage_path,
         mlflow_uri=mlflow_uri,
@@ -322,7 +329,7 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
         from ray.tune.search import ConcurrencyLimiter
         from ray.tune.search.optuna import OptunaSearch
 
-        space = get_method(plan.method).search_space(Namespace(**args), plan.configs[0])
+        space = plan.method_cls.search_space(Namespace(**args), plan.configs[0])
         tune_config = tune.TuneConfig(
             metric=contract.epoch,
             mode=contract.mode,
@@ -446,7 +453,7 @@ def resolve_resources(plan: SweepPlan) -> TrialResources:
         float(plan.resources["cpu"]),
         fixed,
         plan.costs,
-        get_method(plan.method).cost_axes,
+        plan.method_cls.cost_axes,
         args["gpu_memory_gb"],
         args["max_trials_per_gpu"],
     )
@@ -455,7 +462,7 @@ def resolve_resources(plan: SweepPlan) -> TrialResources:
 def wrapped_trainable(plan: SweepPlan, resources: TrialResources):
     from ray import tune
 
-    cls = get_method(plan.method).trainable_class()
+    cls = plan.method_cls.trainable_class()
     return tune.with_resources(tune.with_parameters(cls, data=plan.data), resources)
 
 
@@ -554,7 +561,7 @@ def _finish(plan: SweepPlan, results) -> None:
         f"Report:  python -m analysis report --mlflow-uri {shlex.quote(ui_uri)} --out "
         f"{shlex.quote(storage.join(plan.sweep_dir, 'report'))}"
     )
-    preset = get_method(plan.method).presets.get(plan.args.get("preset") or "")
+    preset = plan.method_cls.presets.get(plan.args.get("preset") or "")
     for command in presets.follow_up(preset, shlex.quote(str(plan.sweep_dir)), shlex.quote(ui_uri)):
         print(f"Then:    {command}")
     if failures:
@@ -578,14 +585,15 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
     from sweeps.engine.stages_plan import StageError
 
     quiet()
-    parser = parser_for(method, prog, description, defaults)
+    method_cls = get_method(method)
+    parser = build_parser(prog, description, method_cls, defaults)
     args = parser.parse_args(argv)
     try:
         if getattr(args, "list_presets", False):
-            print(presets.listing(get_method(method), build_parser, args.data_dir))
+            print(presets.listing(method_cls, build_parser, args.data_dir))
             return 0
-        args = presets.apply(parser, argv, args, get_method(method))
-        plan = plan_sweep(args, method=method, prog=prog)
+        args = presets.apply(parser, argv, args, method_cls)
+        plan = plan_sweep(args, method=method_cls, prog=prog)
         run_sweep(plan)
     except SweepInputError as error:
         print(f"error: {error}", file=sys.stderr)

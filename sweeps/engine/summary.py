@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from trainables.core.method import MetricContract
+from trainables.core.method import MetricContract, best_value
 
 LABEL_WIDTH = 45
 WORDS = {"spearman": "Spearman", "pearson": "Pearson", "f1": "F1"}
@@ -55,10 +55,9 @@ def summary_table(frame: pd.DataFrame, contract: MetricContract) -> str:
     for key, rows in groups:
         key = key if isinstance(key, tuple) else (key,)
         if select:
-            means = rows.groupby(config[select])[contract.primary].mean().dropna()
-            if means.empty:
+            best = best_value(rows.groupby(config[select])[contract.primary].mean().to_dict(), contract.mode)
+            if best is None:
                 continue
-            best = means.idxmax() if contract.mode == "max" else means.idxmin()
             picks = [(best, rows[rows[config[select]] == best])]
         elif contract.seed:
             others = [config[a] for a in contract.axes if a not in contract.groups and a != contract.seed]

@@ -49,6 +49,14 @@ class TrialCost:
     gpu: bool = True
 
 
+def best_value(means: dict, mode: str):
+    """The value (e.g. a layer) whose mean primary metric over seeds is best: the highest for mode
+    "max", the lowest for "min"; ties go to the lower value; NaN means are skipped (None: none left).
+    The one rule by which the end-of-sweep table and the analysis select."""
+    ranked = [(mean if mode == "min" else -mean, value) for value, mean in means.items() if mean == mean]
+    return min(ranked)[1] if ranked else None
+
+
 @dataclass(frozen=True)
 class MetricContract:
     """How a method's runs are scored, selected and labelled.

@@ -1,0 +1,215 @@
+"""Adding a method is one new package under trainables/methods/ and one script under sweeps/, with no
+edit elsewhere: a toy method is written into a copy of the code, which then finds it by name, gives
+its script the engine's flags plus its own, plans its grid, and (slow) runs a whole sweep of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TOY_PACKAGE = '''\
+"""A toy regression method, to show what a method package holds."""
+from trainables.methods.toy import method  # noqa: F401  (registration)
+'''
+
+TOY_METHOD = '''\
+"""Toy: fit y = w x + b by gradient descent; the grid is learning rates x seeds."""
+import numpy as np
+import torch
+
+from trainables.core.method import Method, MethodPlan, MetricContract, TrialCost, parse_int_list, register_method
+from trainables.training.trainable import EpochTrainable
+
+
+def r2(pred, y):
+    return float(100 * (1 - ((pred - y) ** 2).sum() / ((y - y.mean()) ** 2).sum()))
+
+
+class ToyTrainable(EpochTrainable):
+    primary_metric = "r2"
+
+    def build(self, config, data):
+        x, y = (torch.tensor(a, dtype=torch.float32) for a in data)
+        self.splits = {"train": (x[:80], y[:80]), "dev": (x[80:90], y[80:90]), "test": (x[90:], y[90:])}
+        self.w = torch.zeros(2, requires_grad=True)
+        self.optimizer = torch.optim.SGD([self.w], lr=float(config["lr"]))
+
+    def predict(self, x):
+        return self.w[0] * x + self.w[1]
+
+    def train_epoch(self, epoch):
+        x, y = self.splits["train"]
+        loss = ((self.predict(x) - y) ** 2).mean()
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return {"train_loss": float(loss)}
+
+    def evaluate(self):
+        with torch.no_grad():
+            return {f"{s}_r2": r2(self.predict(self.splits[s][0]), self.splits[s][1]) for s in ("dev", "test")}
+
+    def parameter_count(self):
+        return 2
+
+    def method_state(self, checkpoint_dir):
+        return {"w": self.w.detach().clone(), "optimizer": self.optimizer.state_dict()}
+
+    def load_method_state(self, state, checkpoint_dir):
+        with torch.no_grad():
+            self.w.copy_(state["w"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+@register_method("toy")
+class Toy(Method):
+    trainable = ToyTrainable
+    description = "a toy regression"
+    smoke = {"epochs": 2, "lrs": "0.1"}
+
+    @classmethod
+    def add_arguments(cls, parser, defaults):
+        group = parser.add_argument_group("toy")
+        group.add_argument("--lrs", default="0.1,0.3", help="comma-separated learning rates")
+        group.add_argument("--seeds", default="0,1")
+        group.add_argument("--epochs", type=int, default=5)
+
+    @classmethod
+    def metrics(cls, args):
+        return MetricContract(primary="best_dev_r2", report="test_r2_at_best_dev", epoch="dev_r2",
+                              axes=("lr", "seed"), select="lr", label="R2")
+
+    @classmethod
+    def plan(cls, args, context):
+        x = np.random.default_rng(0).normal(size=100)
+        y = 2 * x + 1 + 0.1 * np.random.default_rng(1).normal(size=100)
+        configs = [{"lr": float(lr), "seed": seed, "epochs": args.epochs}
+                   for lr in args.lrs.split(",") for seed in parse_int_list(args.seeds, "--seeds")]
+        return MethodPlan(configs=configs, data=(x, y), costs={(): TrialCost(0, 1.0, gpu=False)})
+'''
+
+TOY_SCRIPT = '''\
+"""Toy sweeps: learning rates x seeds of a toy regression."""
+import functools
+import sys
+
+from sweeps.engine import runner
+
+main = functools.partial(runner.main, prog="toy", description=__doc__, method="toy")
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+@pytest.fixture
+def project_with_toy(tmp_path):
+    """A copy of the project's code with the toy method's package and script added, nothing edited."""
+    copy = tmp_path / "project"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for part in ("trainables", "sweeps", "analysis"):
+        shutil.copytree(ROOT / part, copy / part, ignore=ignore)
+    before = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*.py")}
+    (copy / "trainables/methods/toy").mkdir()
+    (copy / "trainables/methods/toy/__init__.py").write_text(TOY_PACKAGE)
+    (copy / "trainables/methods/toy/method.py").write_text(TOY_METHOD)
+    (copy / "sweeps/toy.py").write_text(TOY_SCRIPT)
+    after = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*.py")}
+    assert {k: v for k, v in after.items() if k in before} == before  # no existing file changed
+    assert sorted(map(str, set(after) - set(before))) == [
+        "sweeps/toy.py",
+        "trainables/methods/toy/__init__.py",
+        "trainables/methods/toy/method.py",
+    ]
+    return copy
+
+
+def run_in(copy: Path, code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=copy, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_a_new_package_and_script_are_a_method_the_engine_finds_and_plans(project_with_toy, tmp_path):
+    done = run_in(
+        project_with_toy,
+        f"""
+        import json
+        import trainables
+        from trainables.methods import get_method
+        from sweeps.engine.runner import parser_for, plan_sweep
+
+        assert trainables.__file__.startswith({str(project_with_toy)!r}), trainables.__file__
+        toy = get_method("toy")
+        args = parser_for("toy").parse_args(["--storage-path", {str(tmp_path / "runs")!r},
+                                             "--mlflow-uri", "sqlite:///{tmp_path / "mlflow.db"}"])
+        plan = plan_sweep(args, method="toy", prog="toy")
+        print(json.dumps({{"class": toy.__name__, "trials": [[c["lr"], c["seed"]] for c in plan.configs],
+                          "select": plan.contract.select, "cpu": plan.resources["cpu"]}}))
+    """,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["class"] == "Toy" and out["select"] == "lr"
+    assert out["trials"] == [[0.1, 0], [0.1, 1], [0.3, 0], [0.3, 1]]
+
+    shown = subprocess.run(
+        [sys.executable, "sweeps/toy.py", "--help"],
+        cwd=project_with_toy,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(project_with_toy)},
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "--lrs" in shown.stdout and "--storage-path" in shown.stdout and "--resume" in shown.stdout
+
+
+@pytest.mark.slow
+def test_the_toy_method_runs_a_whole_sweep_into_mlflow(project_with_toy, tmp_path, data_dir):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "PYTHONPATH": str(project_with_toy)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "sweeps/toy.py",
+            "--storage-path",
+            str(tmp_path / "runs"),
+            "--mlflow-uri",
+            uri,
+            "--name",
+            "toy",
+            "--cpus-per-trial",
+            "1",
+            "--gpus-per-trial",
+            "0",
+            "--data-dir",
+            str(data_dir),
+        ],
+        cwd=project_with_toy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    import mlflow
+
+    runs = mlflow.MlflowClient(uri).search_runs(
+        [e.experiment_id for e in mlflow.MlflowClient(uri).search_experiments()],
+        "tags.`mlflow.parentRunId` != ''",
+        max_results=100,
+    )
+    finished = [r for r in runs if "best_dev_r2" in r.data.metrics]
+    assert len(finished) == 4
+    assert max(r.data.metrics["best_dev_r2"] for r in finished) > 90  # it learned y = 2x + 1
