@@ -18,6 +18,37 @@ if "EMBSWEEP_CACHE_DIR" not in os.environ:  # the tokenised-data cache of this t
 
 from trainables.core.paths import default_data_dir  # noqa: E402
 
+# End-to-end sweeps that take 9 s or more on two cores (measured with --durations): each runs in the
+# `sweep` step (`pytest -m sweep`), not in the fast default run; every behaviour they check keeps a
+# quicker test in the default run or is only visible in a whole sweep.
+SWEEP_TESTS = {
+    "test_improvements.py::test_stages_are_computed_once_and_shared_across_seeds_layers_and_sweeps",
+    "test_sweep_scripts.py::test_smoke_test_runs_end_to_end[meta_embeddings]",
+    "test_sweep_scripts.py::test_smoke_test_runs_end_to_end[improvements]",
+    "test_sweep_scripts.py::test_smoke_test_runs_end_to_end[sed]",
+    "test_sweep_scripts.py::test_smoke_test_runs_end_to_end[tsdae]",
+    "test_mlflow_server.py::test_server_outage_mid_sweep_loses_no_metric",
+    "test_mlflow_server.py::test_smoke_sweep_against_a_real_tracking_server",
+    "test_packing.py::test_auto_packing_on_logical_gpus",
+    "test_sweep_tmft.py::test_four_half_gpu_trials_share_two_logical_gpus",
+    "test_sweep_tmft.py::test_zero_epochs_score_every_layer_from_one_forward_pass",
+    "test_sweep_tmft.py::test_deberta_sweeps_from_layer_zero_pretrained_and_random",
+    "test_sweep_tmft.py::test_optuna_search_tunes_lr_batch_and_warmup",
+    "test_sweep_tmft.py::test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_duplicate_run[kill]",
+    "test_driver_killed.py::test_killed_driver_resumes_without_rerunning_or_duplicating",
+    "test_analysis_contracts.py::test_report_of_a_real_evaluation_sweep_beside_a_one_seed_layer_sweep",
+    "test_speed.py::test_the_costliest_trials_start_first",
+    "test_presets.py::test_a_preset_sweep_records_its_name_and_the_report_names_the_figure",
+    "test_precision.py::test_sweep_records_precision",
+    "test_sweep_tasks.py::test_mrpc_sweep_logs_f1_and_random_init_differs_from_pretrained",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.removeprefix("tests/") in SWEEP_TESTS:
+            item.add_marker(pytest.mark.sweep)
+
 
 @pytest.fixture(scope="session")
 def data_dir():

@@ -175,7 +175,7 @@ def test_a_new_package_and_script_are_a_method_the_engine_finds_and_plans(projec
     assert "--lrs" in shown.stdout and "--storage-path" in shown.stdout and "--resume" in shown.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.sweep
 def test_the_toy_method_runs_a_whole_sweep_into_mlflow(project_with_toy, tmp_path, data_dir):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "PYTHONPATH": str(project_with_toy)}

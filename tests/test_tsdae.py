@@ -24,7 +24,7 @@ def _flags(sweep_env):
     ]
 
 
-@pytest.mark.slow  # the default run has the script's --smoke-test in tests/test_sweep_scripts.py
+@pytest.mark.slow  # the sweep step runs the script's --smoke-test (tests/test_sweep_scripts.py)
 def test_every_objective_runs_through_the_sweep_script(sweep_env):
     from sweeps import tsdae
 
