@@ -34,7 +34,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 from benchmarks.truncation import make_trial  # noqa: E402
 from trainables.core.paths import default_data_dir  # noqa: E402
 from trainables.encoders.loading import load_config, model_depth, resolve_model  # noqa: E402
-from trainables.methods.tmft.method import TMFTData  # noqa: E402
+from trainables.methods.tmft.trainable import TMFTData
 from trainables.training.tokenized import load_task, tokenize_task  # noqa: E402
 
 

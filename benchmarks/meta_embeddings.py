@@ -32,7 +32,8 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 from sweeps.engine.runner import parser_for  # noqa: E402
 from trainables.core.method import PlanContext  # noqa: E402
 from trainables.methods.meta_embeddings import token_embeddings as te  # noqa: E402
-from trainables.methods.meta_embeddings.method import DEFAULT_SOURCES, MetaEmbeddings, MetaEmbeddingTrainable  # noqa: E402
+from trainables.methods.meta_embeddings.method import DEFAULT_SOURCES, MetaEmbeddings
+from trainables.methods.meta_embeddings.trainable import MetaEmbeddingTrainable
 from trainables.stages.upstream import execute  # noqa: E402
 
 

@@ -24,7 +24,9 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from sweeps.engine.runner import parser_for  # noqa: E402
 from trainables.core.method import PlanContext  # noqa: E402
-from trainables.methods.sed.method import SED, SEDTrainable, compute  # noqa: E402
+from trainables.methods.sed.method import SED
+from trainables.methods.sed.targets import compute
+from trainables.methods.sed.trainable import SEDTrainable
 
 
 def train_student(config: dict, data) -> float:

@@ -27,7 +27,8 @@ import torch  # noqa: E402
 
 from trainables.core.paths import default_data_dir  # noqa: E402
 from trainables.encoders.loading import load_config, mean_pool, model_depth, resolve_model  # noqa: E402
-from trainables.methods.tmft.method import TMFTData, TMFTTrainable, pretrained  # noqa: E402
+from trainables.methods.tmft.encoder import pretrained
+from trainables.methods.tmft.trainable import TMFTData, TMFTTrainable
 from trainables.training.tokenized import load_task, subset, tokenize_task  # noqa: E402
 
 

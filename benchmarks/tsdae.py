@@ -56,7 +56,7 @@ def ours(model_path: str, sentences: list[str], args, device) -> tuple[float, fl
     """Seconds of `Training.run(warmup)`, then of `Training.run(steps)`."""
     import torch
 
-    from trainables.methods.tsdae.method import Training
+    from trainables.methods.tsdae.training import Training
 
     torch.manual_seed(0)
     training = Training(_config(model_path, args), sentences, device)
@@ -77,7 +77,7 @@ def theirs(model_path: str, sentences: list[str], args, device) -> tuple[float, 
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
 
-    from trainables.methods.tsdae.method import DELETE_RATIOS, noisy, sentence_model
+    from trainables.methods.tsdae.training import DELETE_RATIOS, noisy, sentence_model
 
     torch.manual_seed(0)
     model = sentence_model(model_path, "cls", args.max_length).to(device)
@@ -144,8 +144,8 @@ def main(argv=None) -> int:
 
     from trainables.core.paths import default_data_dir
     from trainables.encoders.loading import resolve_model
-    from trainables.methods.tsdae.method import read_corpus
-    from trainables.training.trainable import pick_device
+    from trainables.methods.tsdae.training import read_corpus
+    from trainables.training.device import pick_device
 
     data_dir = args.data_dir or default_data_dir()
     corpus, _, _ = read_corpus("wiki", data_dir, None)

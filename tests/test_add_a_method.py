@@ -18,7 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 TOY_PACKAGE = '''\
 """A toy regression method, to show what a method package holds."""
-from trainables.methods.toy import method  # noqa: F401  (registration)
 '''
 
 TOY_METHOD = '''\

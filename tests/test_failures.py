@@ -194,7 +194,7 @@ def test_summary_survives_nan_metrics():
 
 def test_damaged_checkpoint_restarts_the_trial(tmp_path, tiny_task_data, capsys):
     """A truncated state.pt is named in a warning and the trial starts again from epoch 1."""
-    from trainables.methods.tmft.method import TMFTData
+    from trainables.methods.tmft.trainable import TMFTData
 
     config = {
         "model": "m",
@@ -221,7 +221,7 @@ def test_damaged_checkpoint_restarts_the_trial(tmp_path, tiny_task_data, capsys)
 
 
 def test_checkpoints_load_without_unpickling_code(tmp_path, tiny_task_data):
-    from trainables.methods.tmft.method import TMFTData
+    from trainables.methods.tmft.trainable import TMFTData
 
     config = {
         "model": "m",
@@ -247,7 +247,7 @@ def test_checkpoints_load_without_unpickling_code(tmp_path, tiny_task_data):
 
 def _bound(data):
     """The TMFT Trainable with its shared data, as tune.with_parameters gives it (no Ray needed)."""
-    from trainables.methods.tmft.method import TMFTTrainable
+    from trainables.methods.tmft.trainable import TMFTTrainable
 
     class Bound(TMFTTrainable):
         def setup(self, config):

@@ -256,7 +256,7 @@ def test_authors_dapt_schedule_peaks_at_80_percent_of_training():
         scheduler.step()
         rates.append(optimizer.param_groups[0]["lr"])
     assert max(range(steps), key=rates.__getitem__) == 79  # the peak after 80 of 100 optimiser steps
-    assert rates[-1] > 0.95  # and it ends near the peak (METHODS.md: ~97%)
+    assert rates[-1] > 0.95  # and it ends near the peak (docs/methods.md: ~97%)
 
 
 @pytest.mark.slow  # the default run has the plan and stage-compute tests below
@@ -366,8 +366,8 @@ def test_tsdae_stage_trains_the_encoder_tmft_starts_from(tmp_path, data_dir, tin
     import torch
     from transformers import AutoModel
 
-    from trainables.methods.tmft.method import build_encoder
-    from trainables.methods.tsdae import method as tsdae
+    from trainables.methods.tmft.encoder import build_encoder
+    from trainables.methods.tsdae import stage as tsdae
 
     config = tsdae.stage_config(
         corpus="wiki", steps=3, batch_size=4, lr=1e-3, pooling="cls", noise="delete", max_length=32, max_sentences=40

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from trainables.methods.meta_embeddings import method as me
+from trainables.methods.meta_embeddings import models as me
 from trainables.methods.meta_embeddings import token_embeddings as te
+from trainables.methods.meta_embeddings import trainable as mt
 
 
 # --- word merging -----------------------------------------------------------------------------------
@@ -299,14 +300,14 @@ def small_stages(tmp_path_factory, data_dir):
             np.array([e.score for e in examples], dtype=np.float32),
         )
 
-    data = me.MetaData(pairs(train), pairs(dev), np.array([row[s] for s in suite.sentences]), suite, len(sentences))
+    data = mt.MetaData(pairs(train), pairs(dev), np.array([row[s] for s in suite.sentences]), suite, len(sentences))
     return {"paths": paths, "data": data, "models": models, "sentences": sentences}
 
 
 def _trainable(config, data):
     """The Trainable with its shared data, as tune.with_parameters gives it (no Ray needed)."""
 
-    class Bound(me.MetaEmbeddingTrainable):
+    class Bound(mt.MetaEmbeddingTrainable):
         def setup(self, config):
             super().setup(config, data)
 

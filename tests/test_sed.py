@@ -141,7 +141,7 @@ def test_the_targets_are_the_mean_of_the_teachers_pooled_embeddings(tmp_path, ti
     from transformers import AutoModel, AutoTokenizer
 
     from trainables.encoders.loading import mean_pool
-    from trainables.methods.sed import method as sed_method
+    from trainables.methods.sed import targets as sed_method
 
     teachers = [("a", tiny_models["bert"]), ("b", tiny_models["electra-discriminator"])]
     corpus = tmp_path / "corpus.txt"

@@ -52,7 +52,7 @@ def test_every_objective_runs_through_the_sweep_script(sweep_env):
 
 @pytest.mark.parametrize("kind", ["mpnet"])
 def test_encoders_without_a_causal_decoder_are_refused(kind, tiny_models):
-    from trainables.methods.tsdae.method import check_decoder
+    from trainables.methods.tsdae.training import check_decoder
 
     with pytest.raises(SweepInputError, match="no causal-LM decoder.*--method mlm,simcse,ct"):
         check_decoder(tiny_models[kind], "my-mpnet")
@@ -63,7 +63,7 @@ def test_decoder_weights_are_tied_after_a_step(tiny_models):
     import torch
     from sentence_transformers import losses
 
-    from trainables.methods.tsdae.method import sentence_model
+    from trainables.methods.tsdae.training import sentence_model
 
     model = sentence_model(tiny_models["bert"], "cls", 32)
     loss = losses.DenoisingAutoEncoderLoss(model, tie_encoder_decoder=True)
@@ -93,7 +93,7 @@ def test_deletion_noise_is_sentence_transformers_own(monkeypatch, stsb_sentences
     import numpy as np
     from sentence_transformers.sentence_transformer.datasets import DenoisingAutoEncoderDataset
 
-    from trainables.methods.tsdae.method import DELETE_RATIOS, noisy
+    from trainables.methods.tsdae.training import DELETE_RATIOS, noisy
 
     monkeypatch.setattr(nltk, "word_tokenize", functools.partial(nltk.word_tokenize, preserve_line=True))
     sentences = [*stsb_sentences[:300], 'He said "don\'t go." Then (really) he left, e.g. at 5 p.m.', "one", ""]
@@ -109,7 +109,7 @@ def test_deletion_noise_is_sentence_transformers_own(monkeypatch, stsb_sentences
 def test_deletion_noise_drops_the_ratio_and_keeps_a_word():
     import numpy as np
 
-    from trainables.methods.tsdae.method import DELETE_RATIOS, noisy
+    from trainables.methods.tsdae.training import DELETE_RATIOS, noisy
 
     rng = np.random.RandomState(0)
     words = " ".join(f"w{i}" for i in range(1000))
@@ -180,7 +180,7 @@ def test_report_table_has_method_by_model_per_corpus_with_gains_over_the_untrain
 def _training(model_path, objective, sentences, lr=1e-3, max_length=32, **flags):
     from argparse import Namespace
 
-    from trainables.methods.tsdae.method import Training, objective_settings
+    from trainables.methods.tsdae.training import Training, objective_settings
 
     args = Namespace(**{"steps": 4, "eval_steps": 2, "batch_size": 8, "ct_variant": "official", **flags})
     config = {
@@ -201,7 +201,7 @@ def test_official_ct_is_two_models_groups_of_8_pairs_rmsprop_schedule_and_no_dro
     import torch
     from sentence_transformers import losses
 
-    from trainables.methods.tsdae.method import CT_RATES, ct_rate
+    from trainables.methods.tsdae.training import CT_RATES, ct_rate
 
     training = _training(tiny_models["bert"], "ct", stsb_sentences[:200])
     assert isinstance(training.loss, losses.ContrastiveTensionLoss) and isinstance(
@@ -231,7 +231,8 @@ def test_official_ct_is_two_models_groups_of_8_pairs_rmsprop_schedule_and_no_dro
 def test_cost_grows_with_steps_and_tsdae_costs_more_than_mlm(tiny_models, stsb_sentences):
     from argparse import Namespace
 
-    from trainables.methods.tsdae.method import objective_settings, trial_cost
+    from trainables.methods.tsdae.method import trial_cost
+    from trainables.methods.tsdae.training import objective_settings
 
     def cost(objective, steps):
         args = Namespace(
@@ -273,7 +274,7 @@ def test_tsdae_raises_stsb_dev_spearman_of_a_tiny_random_bert_above_the_untraine
     128-wide, 2-layer BERT at lr 1e-3 passes the untrained score by ~2,500 steps (57.7 after 4,000 in a scratch run)."""
     from trainables.encoders.tiny import build_tiny_model
     from trainables.evaluation.sets import load_suite
-    from trainables.training.trainable import seed_everything
+    from trainables.training.device import seed_everything
 
     corpus = _stsb_corpus(data_dir)
     seed_everything(0)
@@ -295,7 +296,7 @@ def test_tsdae_learns_to_reconstruct_held_out_sentences_through_the_tied_decoder
     import torch
 
     from trainables.encoders.tiny import build_tiny_model
-    from trainables.methods.tsdae.method import noisy
+    from trainables.methods.tsdae.training import noisy
 
     model = build_tiny_model("bert", tmp_path / "bert", sentences=stsb_sentences)
     corpus = _stsb_corpus(data_dir)

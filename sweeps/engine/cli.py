@@ -80,8 +80,8 @@ def build_parser(prog: str, description: str, method, defaults: dict | None = No
         "--precision",
         default="auto",
         choices=PRECISIONS,
-        help="training and evaluation precision: auto = bf16 autocast on GPUs that have it, else fp16 with a "
-        "gradient scaler, fp32 on the CPU (table in trainables/training/precision.py)",
+        help="training and evaluation precision: auto = tf32 on Ampere and newer GPUs, fp16 with a "
+        "gradient scaler on older ones, fp32 on the CPU (table in trainables/training/precision.py)",
     )
     run.add_argument("--cpus-per-trial", type=float, default=1.0)
     run.add_argument(

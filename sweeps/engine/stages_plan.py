@@ -197,8 +197,10 @@ def _stage_resources(plan) -> tuple[float, float]:
 def execute_stage(spec: dict, run_id: str, mlflow_uri: str) -> dict:
     """`trainables.stages.upstream.execute` in a Ray worker, once the methods (which register the
     stage kinds they own) are imported there."""
-    import trainables.methods  # noqa: F401
+    from trainables.methods import load
     from trainables.stages.upstream import execute
+
+    load()
 
     return execute(spec, run_id, mlflow_uri)
 

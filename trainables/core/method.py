@@ -1,9 +1,9 @@
 """The method contract: what a method declares so that the sweep engine (sweeps/engine/) can plan,
 pack, run, track, report and analyse it without knowing anything else about it.
 
-A method is one registered subclass of `Method` (`@register_method("name")`) in one file under
-`trainables/` (found there by `import_methods`); its sweep script in `sweeps/` calls
-`sweeps.engine.runner.main(method="name")`.
+A method is one registered subclass of `Method` (`@register_method("name")`) in its own package
+under `trainables/methods/` (importing `trainables.methods` imports every such package, which
+registers it); its sweep script in `sweeps/` calls `sweeps.engine.runner.main(method="name")`.
 It declares:
 
 - `add_arguments(parser)`: its command-line flags (the engine adds the shared ones: storage,

@@ -17,30 +17,19 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from ray import tune
 
 from trainables.core.errors import SweepInputError, TrialFailure
 from trainables.core.faults import maybe_hold
 from trainables.evaluation.metrics import BestTracker
+from trainables.training.device import pick_device, seed_everything
 
 BEST_DIR = "best"  # the best-dev model folder inside every checkpoint
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def pick_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _assigned_cpus() -> int:

@@ -17,13 +17,6 @@ Metrics: `<set>_spearman`, `<set>_pearson`, `<set>_spearman_mean`, `<set>_<subse
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import dataclass
-from pathlib import Path
-
-from ray import tune
-
 from trainables.core.errors import SweepInputError
 from trainables.core.method import (
     Method,
@@ -38,45 +31,8 @@ from trainables.encoders.loading import model_list
 from trainables.evaluation import layer_embeddings
 from trainables.evaluation.sets import PAPER_SETS, suite_sets
 from trainables.evaluation.zero_shot import POOLINGS
+from trainables.methods.evaluate.trainable import EvaluateData, EvaluateTrainable
 from trainables.training.precision import stage_precision
-
-
-@dataclass
-class EvaluateData:
-    """What every evaluation trial reads: the loaded suite (its sentences and gold scores)."""
-
-    suite: object
-
-
-class EvaluateTrainable(tune.Trainable):
-    """One step: read this (layer, pooling)'s embeddings from the stage, score them, done."""
-
-    def setup(self, config: dict, data: EvaluateData = None):
-        self.suite = data.suite
-        self.trial_config = dict(config)
-
-    def reset_config(self, new_config: dict) -> bool:
-        self.trial_config = dict(new_config)
-        return True
-
-    def step(self) -> dict:
-        started = time.perf_counter()
-        config = self.trial_config
-        embeddings, params = layer_embeddings.load(config["_upstream_path"], config["layer"], config["pooling"])
-        return {
-            **self.suite.score(embeddings),
-            "epoch": 0,
-            "params_truncated": params,
-            "wall_time_s": time.perf_counter() - started,
-            "device": "cpu",
-            "done": True,
-        }
-
-    def save_checkpoint(self, checkpoint_dir: str):
-        (Path(checkpoint_dir) / "trial.json").write_text(json.dumps(self.trial_config, indent=2, default=str))
-
-    def load_checkpoint(self, checkpoint_dir: str):
-        """Nothing to restore: a trial is one deterministic step."""
 
 
 @register_method("evaluate")

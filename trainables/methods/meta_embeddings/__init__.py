@@ -1,3 +1,2 @@
-"""Sentence meta-embeddings: UNSUP and its baselines SSE, CONC, AVG, SVD, GCCA, SUP."""
-
-from trainables.methods.meta_embeddings import method  # noqa: F401  (registration)
+"""Sentence meta-embeddings: UNSUP and its baselines SSE, CONC, AVG, SVD, GCCA, SUP, and the
+`token-embeddings` stage kind."""

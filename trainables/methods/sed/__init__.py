@@ -1,3 +1,1 @@
-"""SED: sentence ensemble distillation."""
-
-from trainables.methods.sed import method  # noqa: F401  (registration)
+"""SED: sentence ensemble distillation, and the `sed-targets` stage kind."""

@@ -1,5 +1,3 @@
 """TMFT: truncated-model fine-tuning at every layer (the ELECTRA sentence-embedding paper), with
 its variants that start from an upstream stage (WS+TMFT, DAPT+TMFT, TSDAE+TMFT) and the stage kinds
 it owns (`ws`, `dapt`)."""
-
-from trainables.methods.tmft import dapt, improvements, method, word_similarity  # noqa: F401  (registration)

@@ -1,4 +1,4 @@
-"""The word-similarity stage of WS+TMFT (ELECTRA paper; METHODS.md M2).
+"""The word-similarity stage of WS+TMFT (ELECTRA paper; docs/methods.md M2).
 
 Inputs: a model, a layer l, the combined word-pair set (RG-65 / 4, SimLex-999 / 10,
 SimVerb-3500 / 10, WordSim-353-sim / 10; unordered duplicates dropped; a seeded 70/15/15 split,
@@ -77,12 +77,12 @@ def compute(spec: dict, out_dir: Path) -> dict:
     """Train the WS stage of `spec` (model_path, data_dir, config) and write `out_dir/encoder/`."""
     from trainables.encoders.loading import count_parameters
     from trainables.evaluation.metrics import BestTracker
-    from trainables.methods.tmft.method import build_encoder
+    from trainables.methods.tmft.encoder import build_encoder
     from trainables.stages.progress import StageProgress
+    from trainables.training.device import pick_device, seed_everything
     from trainables.training.pair_training import PairFineTuning
     from trainables.training.tasks import get_task
     from trainables.training.tokenized import subset, tokenize_task
-    from trainables.training.trainable import pick_device, seed_everything
 
     started = time.perf_counter()
     config = spec["config"]

@@ -1,3 +1,1 @@
-"""TSDAE and its unsupervised baselines (MLM, SimCSE, CT)."""
-
-from trainables.methods.tsdae import method  # noqa: F401  (registration)
+"""TSDAE and its unsupervised baselines (MLM, SimCSE, CT), and the `tsdae` stage kind."""

@@ -1,0 +1,69 @@
+"""The layout's rules, checked on the code itself: a method package never imports another method's
+modules, shared code never imports a method, and each method's losses and models (and the shared
+training loop) import without Ray."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+METHODS = ROOT / "trainables" / "methods"
+
+RAY_FREE = [
+    "trainables.methods.tmft.encoder",
+    "trainables.methods.tmft.word_similarity",
+    "trainables.methods.tmft.dapt",
+    "trainables.methods.tsdae.training",
+    "trainables.methods.tsdae.stage",
+    "trainables.methods.sed.targets",
+    "trainables.methods.meta_embeddings.models",
+    "trainables.methods.meta_embeddings.token_embeddings",
+    "trainables.training.pair_training",
+    "trainables.encoders.loading",
+    "trainables.evaluation.sets",
+]
+
+
+def imported_modules(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return found
+
+
+def test_no_method_imports_another_method():
+    packages = sorted(p.name for p in METHODS.iterdir() if (p / "__init__.py").is_file())
+    assert {"tmft", "tsdae", "sed", "meta_embeddings", "evaluate"} <= set(packages)
+    crossings = []
+    for package in packages:
+        for path in (METHODS / package).glob("*.py"):
+            for module in imported_modules(path):
+                other = module.split(".")[2] if module.startswith("trainables.methods.") else None
+                if other and other != package:
+                    crossings.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert crossings == []
+
+
+def test_shared_code_imports_no_method():
+    upward = []
+    for path in (ROOT / "trainables").rglob("*.py"):
+        if METHODS in path.parents or path.parent == METHODS:
+            continue
+        upward += [
+            f"{path.relative_to(ROOT)} imports {m}"
+            for m in imported_modules(path)
+            if m.startswith("trainables.methods")
+        ]
+    assert upward == []
+
+
+def test_losses_models_and_the_training_loop_import_without_ray():
+    code = "import sys\nsys.modules['ray'] = None\n" + "".join(f"import {m}\n" for m in RAY_FREE)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -1,0 +1,268 @@
+"""SED's teachers and the `sed-targets` stage, without Ray: the teachers a `--teachers` list names
+(models, folders, `runs:/` and `sweep:` references), their pooled embeddings, and the ensemble's
+targets (the mean of the teachers' embeddings of every corpus sentence) computed once in the stage
+store with the teachers' and the ensemble's embeddings of the evaluation sentences."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from trainables.core.errors import SweepInputError
+from trainables.core.method import (
+    parse_names,
+)
+from trainables.stages.upstream import STAGES, StageKind
+
+DEV_SET = "stsb_dev"
+
+
+TARGETS_FILE = "targets.npy"
+
+
+SWEEP_PREFIX = "sweep:"
+
+
+# --- teachers, corpus --------------------------------------------------------------------------
+def resolve_teachers(spec: str, mlflow_uri: str) -> list[tuple[str, Path]]:
+    """(label, local model folder) of every teacher of `--teachers`."""
+    from trainables.encoders.loading import resolve_model
+
+    spec = str(spec).strip()
+    if spec.startswith(SWEEP_PREFIX):
+        return _sweep_teachers(spec, mlflow_uri)
+    names = parse_names(spec, "--teachers")
+    if len(names) < 2:
+        raise SweepInputError(f"--teachers {spec!r}: an ensemble needs at least two teachers")
+    return [(name, resolve_model(name, mlflow_uri)) for name in names]
+
+
+def _sweep_teachers(spec: str, mlflow_uri: str) -> list[tuple[str, Path]]:
+    from mlflow import MlflowClient
+
+    from trainables.core.schema import TAG_CHECKPOINT, TAG_PARENT, TAG_ROLE, TAG_SWEEP
+    from trainables.encoders.run_refs import resolve_run
+
+    body = spec[len(SWEEP_PREFIX) :]
+    sweep, _, option = body.partition(":")
+    layer = None
+    if option:
+        key, _, value = option.partition("=")
+        if key != "layer" or not value.strip().isdigit():
+            raise SweepInputError(f"--teachers {spec!r}: after the sweep, only :layer=<l> is understood")
+        layer = value.strip()
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    parents = (
+        [
+            r.info.run_id
+            for r in client.search_runs(experiments, f"tags.`{TAG_SWEEP}` = '{sweep}'")
+            if r.data.tags.get(TAG_ROLE) == "sweep"
+        ]
+        if experiments
+        else []
+    )
+    if not parents:
+        try:
+            parents = [client.get_run(sweep).info.run_id]
+        except Exception:
+            raise SweepInputError(
+                f"--teachers {spec!r}: no sweep named {sweep!r} (nor a parent run with that id) in the "
+                f"MLflow store {mlflow_uri}; pass --mlflow-uri of the sweep that trained them"
+            ) from None
+    runs = [
+        r
+        for parent in parents
+        for r in client.search_runs(experiments, f"tags.`{TAG_PARENT}` = '{parent}'")
+        if r.data.tags.get(TAG_ROLE) == "trial" and r.info.status == "FINISHED" and r.data.tags.get(TAG_CHECKPOINT)
+    ]
+    layers = sorted({r.data.params.get("layer") for r in runs} - {None}, key=int)
+    if layer is not None:
+        runs = [r for r in runs if r.data.params.get("layer") == layer]
+    elif len(layers) > 1:
+        raise SweepInputError(
+            f"--teachers {spec!r}: the sweep's trials are at layers {', '.join(layers)}; "
+            f"pick one, e.g. {spec}:layer={layers[-1]}"
+        )
+    if len(runs) < 2:
+        raise SweepInputError(
+            f"--teachers {spec!r}: {len(runs)} finished trial(s) with a checkpoint found; an ensemble "
+            "needs at least two (e.g. the seeds of one layer)"
+        )
+    runs.sort(key=lambda r: (r.data.params.get("model", ""), int(r.data.params.get("seed", 0) or 0), r.info.run_id))
+    return [
+        (f"{r.info.run_name} (runs:/{r.info.run_id})", resolve_run(f"runs:/{r.info.run_id}", mlflow_uri)) for r in runs
+    ]
+
+
+def embedding_size(path) -> int:
+    from trainables.encoders.loading import load_config
+
+    return int(load_config(path).hidden_size)
+
+
+def check_sizes(teachers: list[tuple[str, Path]], student: tuple[str, Path]) -> int:
+    sizes = {label: embedding_size(path) for label, path in [*teachers, student]}
+    if len(set(sizes.values())) > 1:
+        listed = "; ".join(f"{label}: {size}" for label, size in sizes.items())
+        raise SweepInputError(
+            f"SED needs teachers and a student of one embedding size (the loss compares the vectors); "
+            f"got {listed}. Pick teachers and a student of the same size."
+        )
+    return next(iter(sizes.values()))
+
+
+def read_corpus(corpus: str, data_dir, max_sentences: int | None) -> tuple[list[str], str]:
+    """(sentences, checksum): `wiki` or a text file, one sentence a line (blank lines skipped)."""
+    from trainables.data.sentences import WIKI_FILE, read_sentence_lines
+    from trainables.training.tokenized import subset
+
+    if corpus == "wiki":
+        sentences = read_sentence_lines(Path(data_dir) / WIKI_FILE)
+    else:
+        path = Path(corpus).expanduser()
+        if not path.is_file():
+            raise SweepInputError(
+                f"--corpus {corpus!r}: no such file; pass a text file with one sentence a line, or 'wiki'"
+            )
+        sentences = [
+            line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()
+        ]
+    if not sentences:
+        raise SweepInputError(f"--corpus {corpus!r} holds no sentences")
+    sentences = subset(sentences, max_sentences)
+    return sentences, hashlib.sha256("\n".join(sentences).encode()).hexdigest()[:32]
+
+
+def eval_sentences(suite, dev) -> list[str]:
+    """The sentences teachers are scored on: the suite's, then STS-B dev's not among them."""
+    known = set(suite.sentences)
+    return [*suite.sentences, *(s for s in dev.sentences if s not in known)]
+
+
+# --- pooling ----------------------------------------------------------------------------------
+def pooled(model, input_ids, attention_mask, layers: int) -> torch.Tensor:
+    """The mean over the last `layers` layers of the masked mean over tokens."""
+    from trainables.encoders.loading import mean_pool
+
+    output = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=layers > 1)
+    states = output.hidden_states[-layers:] if layers > 1 else (output.last_hidden_state,)
+    return torch.stack([mean_pool(state, attention_mask) for state in states]).mean(0)
+
+
+def encode(
+    model,
+    tokenizer,
+    sentences: list[str],
+    layers: int,
+    batch_size: int = 64,
+    device="cpu",
+    max_length: int | None = None,
+    on_batch=None,
+) -> np.ndarray:
+    """float32 [n, hidden]: the mean over the last `layers` layers of their mean pooling, from one
+    forward pass per batch (trainables/zero_shot.pooled_layers), rows in the order of `sentences`."""
+    from trainables.encoders.loading import model_depth
+    from trainables.evaluation.zero_shot import pooled_layers
+
+    depth = model_depth(model.config)
+    chosen = list(range(max(0, depth - layers + 1), depth + 1))
+    pooled_by_layer = pooled_layers(
+        model,
+        tokenizer,
+        sentences,
+        chosen,
+        ["mean"],
+        batch_size=batch_size,
+        max_length=max_length,
+        device=device,
+        on_batch=on_batch,
+    )
+    return np.mean([pooled_by_layer[(layer, "mean")] for layer in chosen], axis=0).astype(np.float32)
+
+
+# --- the targets stage ------------------------------------------------------------------------
+def stage_config(
+    teachers: list[tuple[str, Path]],
+    corpus: str,
+    corpus_checksum: str,
+    max_sentences: int | None,
+    train_layers: int,
+    eval_layers: int,
+    sets: list[str],
+    batch_size: int = 64,
+) -> dict:
+    from trainables.stages.store import model_fingerprint
+
+    return {
+        "stage": "sed-targets",
+        "teachers": [f"{label}@{model_fingerprint(path)}" for label, path in teachers],
+        "corpus": corpus,
+        "corpus_checksum": corpus_checksum,
+        "max_sentences": max_sentences,
+        "train_pool_layers": int(train_layers),
+        "eval_pool_layers": int(eval_layers),
+        "sets": list(sets),
+        "batch_size": int(batch_size),
+    }
+
+
+def compute(spec: dict, out_dir: Path) -> dict:
+    """Targets and evaluation embeddings of the ensemble (see the module docstring)."""
+    from transformers import AutoTokenizer
+
+    from trainables.encoders.loading import load_pretrained
+    from trainables.evaluation.sets import load_suite
+    from trainables.stages.progress import StageProgress
+
+    config = spec["config"]
+    started = time.time()
+    sentences, _ = read_corpus(spec["corpus_path"], spec["data_dir"], config["max_sentences"])
+    suite, dev = load_suite(config["sets"], spec["data_dir"]), load_suite([DEV_SET], spec["data_dir"])
+    scored = eval_sentences(suite, dev)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    batch = int(config["batch_size"])
+    steps = math.ceil(len(sentences) / batch) + math.ceil(len(scored) / batch)
+    progress = StageProgress(spec, len(spec["teacher_paths"]) * steps)
+    total, evals = None, []
+    for index, path in enumerate(spec["teacher_paths"]):
+        model = load_pretrained(path).to(device)
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        targets = encode(
+            model, tokenizer, sentences, config["train_pool_layers"], batch, device, on_batch=progress.step
+        )
+        total = targets.astype(np.float64) if total is None else total + targets
+        evals.append(
+            encode(model, tokenizer, scored, config["eval_pool_layers"], batch, device, on_batch=progress.step)
+        )
+        np.save(Path(out_dir) / f"eval_teacher{index}.npy", evals[-1].astype(np.float16))
+    progress.finish()
+    np.save(Path(out_dir) / TARGETS_FILE, (total / len(spec["teacher_paths"])).astype(np.float16))
+    np.save(Path(out_dir) / "eval_ensemble.npy", np.mean(evals, axis=0).astype(np.float16))
+    return {
+        "sentences": len(sentences),
+        "teachers": len(evals),
+        "device": str(device),
+        "history": [],
+        "final": {"encode_seconds": time.time() - started},
+    }
+
+
+@STAGES.register("sed-targets")
+class SedTargetsStage(StageKind):
+    downstream, task = "sed", "distillation"
+    compute = staticmethod(compute)
+
+    @staticmethod
+    def params(config: dict) -> dict:
+        return {
+            "sed_corpus": config["corpus"],
+            "sed_teachers": len(config["teachers"]),
+            "train_pool_layers": config["train_pool_layers"],
+            "eval_pool_layers": config["eval_pool_layers"],
+        }

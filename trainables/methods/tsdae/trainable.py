@@ -1,0 +1,72 @@
+"""The Ray Tune trial of a TSDAE sweep: `--eval-steps` steps of `Training` an epoch, STS-B dev after each,
+the evaluation suite with the best-dev weights at the end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainables.methods.tsdae.training import (
+    Training,
+)
+from trainables.training.trainable import EpochTrainable
+
+
+class TSDAETrainable(EpochTrainable):
+    def build(self, config: dict, data) -> None:
+        self.dev, self.suite = data.dev, data.suite
+        self.training = Training(config, data.sentences, self.device)
+        self.st = self.training.st
+        self.best_weights = None
+
+    def train_epoch(self, epoch: int) -> dict:
+        config = self.trial_config
+        steps = min(int(config["eval_steps"]), int(config["steps"]) - (epoch - 1) * int(config["eval_steps"]))
+        return {"train_loss": self.training.run(steps)}
+
+    def _scores(self, suite) -> dict:
+        self.st.eval()
+        embeddings = self.st.encode(suite.sentences, batch_size=64, convert_to_numpy=True)
+        return suite.score(embeddings)
+
+    def evaluate(self) -> dict:
+        scores = self._scores(self.dev)
+        return {"dev_spearman": scores["stsb_dev_spearman"], "dev_pearson": scores["stsb_dev_pearson"]}
+
+    def remember_best(self) -> None:
+        self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.st.state_dict().items()}
+
+    def _with_best(self, action):
+        latest = {k: v.detach().to("cpu", copy=True) for k, v in self.st.state_dict().items()}
+        self.st.load_state_dict(self.best_weights)
+        try:
+            return action()
+        finally:
+            self.st.load_state_dict(latest)
+
+    def save_best(self, target: Path) -> None:
+        if self.best_weights is not None:
+            self._with_best(lambda: self.st.save(str(target)))
+
+    def load_best(self, source: Path) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.best_weights = SentenceTransformer(str(source), device="cpu").state_dict()
+
+    def final_metrics(self) -> dict:
+        if self.suite is None or self.best_weights is None:
+            return {}
+        return self._with_best(lambda: self._scores(self.suite))
+
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.st.parameters())
+
+    def method_state(self, checkpoint_dir: Path) -> dict:
+        return self.training.state_dict()
+
+    def load_method_state(self, state: dict, checkpoint_dir: Path) -> None:
+        self.training.load_state_dict(state)
+
+
+class TSDAEData:
+    def __init__(self, sentences, dev, suite):
+        self.sentences, self.dev, self.suite = sentences, dev, suite

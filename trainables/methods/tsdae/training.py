@@ -1,0 +1,264 @@
+"""TSDAE's training loop and its objectives' losses (TSDAE, MLM, SimCSE, CT), the deletion noise and the
+corpus, without Ray: the trials (trainable.py) and the `tsdae` stage (stage.py) both train through
+`Training`. The objectives and their settings are described in method.py."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from trainables.core.errors import SweepInputError
+from trainables.training.precision import adamw
+
+OBJECTIVES = ("none", "tsdae", "mlm", "simcse", "ct")
+
+
+CT_VARIANTS = ("official", "in-batch")
+
+
+NOISES = ("delete", "keep")
+
+
+def check_decoder(model_path, model: str) -> None:
+    """Refuse an architecture that transformers has no causal LM (with cross-attention) for."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    config = AutoConfig.from_pretrained(str(model_path))
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        raise SweepInputError(
+            f"TSDAE: {model} is a {config.model_type!r} model, and transformers has no causal-LM decoder "
+            f"with cross-attention for {config.model_type!r}; use a BERT/RoBERTa/ELECTRA-family model "
+            "for --method tsdae, or --method mlm,simcse,ct for this one"
+        )
+
+
+def sentence_model(model_path: str, pooling: str, max_length: int):
+    from sentence_transformers import SentenceTransformer, models
+
+    transformer = models.Transformer(str(model_path), max_seq_length=max_length)
+    pool = models.Pooling(transformer.get_embedding_dimension(), pooling)
+    return SentenceTransformer(modules=[transformer, pool])
+
+
+DELETE_RATIOS = {"delete": 0.6, "keep": 0.4}
+
+
+def noisy(sentence: str, del_ratio: float, rng: np.random.RandomState) -> str:
+    """`DenoisingAutoEncoderDataset.delete` (NLTK words, each dropped with `del_ratio`, one kept if
+    none is, Treebank detokenised), drawing from `rng` where theirs draws from numpy's global state.
+    Words come from NLTK's Treebank tokenizer without its punkt sentence splitter (`preserve_line`),
+    whose data cannot be installed offline; on one sentence the two agree (tests/test_tsdae.py)."""
+    from nltk import word_tokenize
+    from nltk.tokenize.treebank import TreebankWordDetokenizer
+
+    words = word_tokenize(sentence, preserve_line=True)
+    n = len(words)
+    if n == 0:
+        return sentence
+    keep = rng.rand(n) > del_ratio
+    if sum(keep) == 0:
+        keep[rng.choice(n)] = True
+    return TreebankWordDetokenizer().detokenize(np.array(words)[keep])
+
+
+def _rng_state(rng: np.random.RandomState) -> list:
+    """The state as plain lists (a checkpoint is read back with torch.load(weights_only=True))."""
+    name, keys, pos, has_gauss, gauss = rng.get_state()
+    return [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)]
+
+
+def _rng_state_back(state: list) -> tuple:
+    name, keys, pos, has_gauss, gauss = state
+    return name, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss
+
+
+CT_GROUP = 8  # M5: groups of 8 pairs, 1 positive and 7 negatives
+
+
+CT_BATCH_PAIRS = 16  # M5: a batch is 16 pairs
+
+
+CT_BOUNDARIES = (500, 1000, 1500, 2000)
+
+
+CT_RATES = (1e-5, 8e-6, 6e-6, 4e-6, 2e-6)
+
+
+def objective_settings(objective: str, args) -> dict:
+    """What an objective trains with, recorded in every trial's params: the paper's AdamW settings,
+    or for CT (official) M5's RMSprop schedule, 16 pairs a batch, no dropout and no clipping."""
+    if objective == "none":
+        return {"steps": 0, "epochs": 0, "optimizer": "none", "schedule": "none", "dropout": False}
+    common = {
+        "steps": args.steps,
+        "epochs": math.ceil(args.steps / args.eval_steps),
+        "batch_size": args.batch_size,
+        "optimizer": "adamw",
+        "schedule": "constant",
+        "clip": 1.0,
+        "dropout": True,
+    }
+    if objective == "ct" and args.ct_variant == "official":
+        return {
+            **common,
+            "batch_size": CT_BATCH_PAIRS,
+            "optimizer": "rmsprop",
+            "schedule": "ct-piecewise",
+            "clip": None,
+            "dropout": False,
+        }
+    return common
+
+
+def ct_rate(step: int) -> float:
+    """M5's piecewise-constant learning rate at optimiser step `step` (0-based)."""
+    return CT_RATES[sum(step >= b for b in CT_BOUNDARIES)]
+
+
+class Training:
+    """One objective's training loop on a sentence-transformers model: the trial (`TSDAETrainable`)
+    and the `tsdae` upstream stage (`compute`) both run it. Sentences are drawn at random (with
+    replacement, a seeded generator); `run(steps)` takes that many optimiser steps."""
+
+    def __init__(self, config: dict, sentences: list[str], device):
+        from sentence_transformers import losses
+
+        self.config, self.sentences, self.device = config, sentences, device
+        self.objective = config["objective"]
+        seed = int(config["seed"])
+        self.st = sentence_model(config["_model_path"], config["pooling"], int(config["max_length"])).to(device)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.noise_rng = np.random.RandomState(seed)
+        self.del_ratio = DELETE_RATIOS[config["noise"]]
+        self.step_count = 0
+        self.loss = self.optimizer = None
+        if self.objective == "none":
+            return
+        if self.objective == "tsdae":
+            self.loss = losses.DenoisingAutoEncoderLoss(self.st, tie_encoder_decoder=True)
+        elif self.objective == "simcse":
+            self.loss = losses.MultipleNegativesRankingLoss(self.st, scale=20.0)
+        elif self.objective == "ct" and config["ct_variant"] == "official":
+            self.loss = losses.ContrastiveTensionLoss(self.st)
+        elif self.objective == "ct":
+            self.loss = losses.ContrastiveTensionLossInBatchNegatives(self.st)
+        else:
+            self.loss = _MLMLoss(self.st, config["_model_path"], seed)
+        self.loss.to(device)
+        if config["optimizer"] == "rmsprop":  # TF2 Keras RMSprop defaults (rho 0.9, epsilon 1e-7), as the CT code
+            self.optimizer = torch.optim.RMSprop(self.loss.parameters(), lr=CT_RATES[0], alpha=0.9, eps=1e-7)
+        else:
+            self.optimizer = adamw(list(self.loss.parameters()), float(config["lr"]), device, weight_decay=0.0)
+
+    def _draw(self, n: int) -> list[str]:
+        rows = torch.randint(len(self.sentences), (n,), generator=self.generator)
+        return [self.sentences[i] for i in rows.tolist()]
+
+    def features(self) -> list[dict]:
+        """One batch's inputs to the loss."""
+        batch = self._draw(int(self.config["batch_size"]))
+        if self.objective == "tsdae":
+            return [self._tokenize([noisy(s, self.del_ratio, self.noise_rng) for s in batch]), self._tokenize(batch)]
+        if self.objective == "ct" and self.config["ct_variant"] == "official":
+            # ContrastiveTensionDataLoader's rule: the first pair of every group of 8 is positive
+            others = self._draw(len(batch))
+            pairs = [s if i % CT_GROUP == 0 else o for i, (s, o) in enumerate(zip(batch, others))]
+            return [self._tokenize(batch), self._tokenize(pairs)]
+        if self.objective in ("simcse", "ct"):
+            return [self._tokenize(batch), self._tokenize(batch)]
+        return [self._tokenize(batch)]
+
+    def _tokenize(self, texts: list[str]) -> dict:
+        return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in self.st.preprocess(texts).items()}
+
+    def run(self, steps: int, progress=None) -> float:
+        """`steps` optimiser steps; the mean training loss."""
+        self.loss.train(bool(self.config["dropout"]))
+        if self.objective == "tsdae":
+            self.loss.decoder.eval()  # as sentence-transformers' trainer, which puts only the encoder in train mode
+        clip = self.config.get("clip")
+        total = torch.zeros((), device=self.device)
+        for _ in range(steps):
+            if self.config["schedule"] == "ct-piecewise":
+                for group in self.optimizer.param_groups:
+                    group["lr"] = ct_rate(self.step_count)
+            loss = self.loss(self.features(), None)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(self.loss.parameters(), float(clip))
+            self.optimizer.step()
+            total += loss.detach()
+            self.step_count += 1
+            if progress is not None:
+                progress.step()
+        return float(total) / max(1, steps)
+
+    def state_dict(self) -> dict:
+        return {
+            "model": self.loss.state_dict() if self.loss is not None else self.st.state_dict(),
+            "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+            "generator": self.generator.get_state(),
+            "noise_rng": _rng_state(self.noise_rng),
+            "steps": self.step_count,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        (self.loss if self.loss is not None else self.st).load_state_dict(state["model"])
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.noise_rng.set_state(_rng_state_back(state["noise_rng"]))
+        self.step_count = int(state["steps"])
+
+
+class _MLMLoss(torch.nn.Module):
+    """The DAPT objective on the trial's encoder: an MLM model sharing the encoder's weights."""
+
+    def __init__(self, st, model_path: str, seed: int):
+        super().__init__()
+        from transformers import DataCollatorForLanguageModeling
+
+        from trainables.encoders.mlm import MLM_PROBABILITY, mlm_model
+
+        self.mlm, _ = mlm_model(model_path, "auto", False, seed)
+        encoder = st[0].auto_model
+        setattr(self.mlm, self.mlm.base_model_prefix, encoder)
+        self.mlm.tie_weights()
+        self.collator = DataCollatorForLanguageModeling(
+            st.tokenizer, mlm=True, mlm_probability=MLM_PROBABILITY, seed=seed
+        )
+
+    def forward(self, features: list[dict], labels=None):
+        ids = features[0]["input_ids"]
+        batch = self.collator(
+            [
+                {"input_ids": row[mask.bool()].tolist()}
+                for row, mask in zip(ids.cpu(), features[0]["attention_mask"].cpu())
+            ]
+        )
+        batch = {k: v.to(ids.device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "labels")}
+        return self.mlm(**batch).loss
+
+
+def read_corpus(corpus: str, data_dir, max_sentences: int | None) -> tuple[list[str], str, str]:
+    """(sentences, corpus name, checksum) of --corpus: 'wiki' (the Wikipedia sample) or a text file."""
+    from trainables.data._io import file_checksum
+    from trainables.data.sentences import dapt_corpus, dapt_corpus_checksum, read_sentence_lines
+    from trainables.training.tokenized import subset
+
+    if corpus == "wiki":
+        sentences, name = dapt_corpus(data_dir, ("wiki",))
+        checksum = dapt_corpus_checksum(data_dir, ("wiki",))
+    else:
+        sentences, name, checksum = read_sentence_lines(corpus), Path(corpus).name, file_checksum(Path(corpus))
+    return subset(sentences, max_sentences), name, checksum
+
+
+def check_corpus(corpus: str, flag: str = "--corpus") -> None:
+    if corpus != "wiki" and not Path(corpus).is_file():
+        raise SweepInputError(f"{flag} {corpus}: no such file; pass a text file (one sentence a line) or 'wiki'")
