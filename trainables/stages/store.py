@@ -158,11 +158,7 @@ class StageStore:
             shutil.rmtree(final, ignore_errors=True)
 
     def get_or_compute(
-        self,
-        key: str,
-        compute_fn: Callable[[Path], Any],
-        metadata: dict | None = None,
-        timeout: float | None = None,
+        self, key: str, compute_fn: Callable[[Path], Any], metadata: dict | None = None, timeout: float | None = None
     ) -> Path:
         """Return `root/<key>`, computing it with `compute_fn(tmp_dir)` unless it already exists.
 

@@ -93,11 +93,7 @@ from trainables.core.method import (
     register_method,
 )
 from trainables.methods.meta_embeddings import token_embeddings
-from trainables.methods.meta_embeddings.models import (
-    POOLINGS,
-    TRAINED,
-    VARIANTS,
-)
+from trainables.methods.meta_embeddings.models import POOLINGS, TRAINED, VARIANTS
 from trainables.methods.meta_embeddings.trainable import MetaData, MetaEmbeddingTrainable
 
 DEFAULT_SOURCES = "sentence-transformers/all-MiniLM-L6-v2,sentence-transformers/all-mpnet-base-v2"

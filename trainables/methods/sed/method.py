@@ -50,13 +50,7 @@ from trainables.core.method import (
     parse_names,
     register_method,
 )
-from trainables.methods.sed.targets import (
-    DEV_SET,
-    check_sizes,
-    read_corpus,
-    resolve_teachers,
-    stage_config,
-)
+from trainables.methods.sed.targets import DEV_SET, check_sizes, read_corpus, resolve_teachers, stage_config
 from trainables.methods.sed.trainable import SEDData, SEDTrainable
 
 MEMBERS = ("teacher", "ensemble", "student")

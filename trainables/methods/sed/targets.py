@@ -14,9 +14,7 @@ import numpy as np
 import torch
 
 from trainables.core.errors import SweepInputError
-from trainables.core.method import (
-    parse_names,
-)
+from trainables.core.method import parse_names
 from trainables.stages.upstream import STAGES, StageKind
 
 DEV_SET = "stsb_dev"

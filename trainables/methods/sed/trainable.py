@@ -11,13 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainables.methods.sed.targets import (
-    DEV_SET,
-    TARGETS_FILE,
-    encode,
-    eval_sentences,
-    pooled,
-)
+from trainables.methods.sed.targets import DEV_SET, TARGETS_FILE, encode, eval_sentences, pooled
 from trainables.training.trainable import EpochTrainable
 
 

@@ -9,11 +9,7 @@ import sys
 from collections import OrderedDict
 from pathlib import Path
 
-from trainables.encoders.loading import (
-    load_pretrained,
-    random_init,
-    truncate,
-)
+from trainables.encoders.loading import load_pretrained, random_init, truncate
 
 # Full pretrained models kept in this worker between trials (actors are reused): loading is
 # done once per model per worker, each trial copies only the layers it needs.

@@ -40,15 +40,11 @@ from trainables.core.method import (
     parse_layers,
     register_method,
 )
-from trainables.encoders.loading import (
-    model_list,
-)
+from trainables.encoders.loading import model_list
 from trainables.evaluation import layer_embeddings
 from trainables.evaluation.sets import add_eval_sets_argument, parse_eval_sets
 from trainables.methods.tmft import electra_paper
-from trainables.methods.tmft.encoder import (
-    ZERO_SHOT_STAGE,
-)
+from trainables.methods.tmft.encoder import ZERO_SHOT_STAGE
 from trainables.methods.tmft.trainable import TMFTData, TMFTTrainable
 from trainables.training.tasks import COMPANIONS, get_task, task_names
 

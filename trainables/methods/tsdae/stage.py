@@ -6,13 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainables.core.errors import SweepInputError
-from trainables.methods.tsdae.training import (
-    NOISES,
-    Training,
-    check_corpus,
-    check_decoder,
-    read_corpus,
-)
+from trainables.methods.tsdae.training import NOISES, Training, check_corpus, check_decoder, read_corpus
 from trainables.stages.upstream import STAGES, StageKind
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainables.methods.tsdae.training import (
-    Training,
-)
+from trainables.methods.tsdae.training import Training
 from trainables.training.trainable import EpochTrainable
 
 
