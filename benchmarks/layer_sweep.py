@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from benchmarks.truncation import make_trial  # noqa: E402
+from benchmarks.truncation import make_trial, stsb_config  # noqa: E402
 from trainables.core.paths import default_data_dir  # noqa: E402
 from trainables.encoders.loading import load_config, model_depth, resolve_model  # noqa: E402
 from trainables.methods.tmft.trainable import TMFTData
@@ -44,18 +44,7 @@ def authors_sweep(args, layers, seeds) -> tuple[float, dict]:
     examples, checksums = load_task("stsb", args.data_dir)
     path = resolve_model(args.model)
     data = TMFTData({args.model: tokenize_task("stsb", path, examples, checksums, args.train_samples)})
-    base = {
-        "method": "tmft",
-        "task": "stsb",
-        "model": args.model,
-        "epochs": args.epochs,
-        "lr": 2e-5,
-        "batch_size": 32,
-        "weight_decay": 0.01,
-        "warmup_ratio": 0.1,
-        "eval_batch_size": 64,
-        "test_every_epoch": True,
-    }
+    base = stsb_config(args.model, epochs=args.epochs, batch_size=32, test_every_epoch=True)
     scores = {}
     for layer in layers:
         for seed in seeds:

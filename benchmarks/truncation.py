@@ -44,6 +44,13 @@ class _Slicing(torch.nn.Module):
         return type("Out", (), {"last_hidden_state": out.hidden_states[self.layer]})()
 
 
+def stsb_config(model: str, **settings) -> dict:
+    """A TMFT trial config of `model` on STS-B: the paper's optimiser settings, evaluation batches of 64, and
+    `settings` (the layer, seed, epochs, ...)."""
+    paper = {"lr": 2e-5, "weight_decay": 0.01, "warmup_ratio": 0.1, "eval_batch_size": 64}
+    return {"method": "tmft", "task": "stsb", "model": model, **paper, **settings}
+
+
 def make_trial(variant: str, data, config):
     """A TMFT trial outside Ray: 'authors', 'truncated' or 'truncated+grouped'."""
 
@@ -101,18 +108,7 @@ def main(argv=None):
     examples, checksums = load_task("stsb", args.data_dir)
     examples = {s: (r if s == "train" else subset(r, args.eval_samples)) for s, r in examples.items()}
     data = TMFTData({args.model: tokenize_task("stsb", path, examples, checksums, args.train_samples)})
-    base = {
-        "method": "tmft",
-        "task": "stsb",
-        "model": args.model,
-        "seed": args.seed,
-        "epochs": 1,
-        "lr": 2e-5,
-        "batch_size": args.batch_size,
-        "weight_decay": 0.01,
-        "warmup_ratio": 0.1,
-        "eval_batch_size": 64,
-    }
+    base = stsb_config(args.model, seed=args.seed, epochs=1, batch_size=args.batch_size)
     variants = ("authors", "truncated", "truncated+grouped")
     print(
         f"model {args.model} ({depth} layers), {args.train_samples} train pairs, {args.eval_samples} dev + test pairs, "

@@ -88,30 +88,14 @@ def ray_session():
 
 @pytest.fixture
 def sweep_env(tmp_path, ray_session, data_dir):
-    """Common flags for a fast sweep into a fresh storage path and MLflow store."""
+    """Common flags for a fast sweep into a fresh storage path and MLflow store: `flags`, and `base`, the
+    same without the sample and batch-size limits (for scripts and methods that set their own)."""
     storage = tmp_path / "runs"
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    flags = [
-        "--storage-path",
-        str(storage),
-        "--mlflow-uri",
-        uri,
-        "--experiment",
-        "test",
-        "--data-dir",
-        str(data_dir),
-        "--max-train-samples",
-        "48",
-        "--max-eval-samples",
-        "60",
-        "--batch-size",
-        "16",
-        "--cpus-per-trial",
-        "0.5",
-        "--gpus-per-trial",
-        "0",
-    ]
-    return {"storage": storage, "uri": uri, "flags": flags, "tmp": tmp_path}
+    base = ["--storage-path", str(storage), "--mlflow-uri", uri, "--experiment", "test", "--data-dir", str(data_dir)]
+    base += ["--cpus-per-trial", "0.5", "--gpus-per-trial", "0"]
+    limits = ["--max-train-samples", "48", "--max-eval-samples", "60", "--batch-size", "16"]
+    return {"storage": storage, "uri": uri, "flags": [*base, *limits], "base": base, "tmp": tmp_path}
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from sweep_helpers import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -178,30 +179,9 @@ def test_a_new_package_and_script_are_a_method_the_engine_finds_and_plans(projec
 def test_the_toy_method_runs_a_whole_sweep_into_mlflow(project_with_toy, tmp_path, data_dir):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "PYTHONPATH": str(project_with_toy)}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "sweeps/toy.py",
-            "--storage-path",
-            str(tmp_path / "runs"),
-            "--mlflow-uri",
-            uri,
-            "--name",
-            "toy",
-            "--cpus-per-trial",
-            "1",
-            "--gpus-per-trial",
-            "0",
-            "--data-dir",
-            str(data_dir),
-        ],
-        cwd=project_with_toy,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    store = ["--storage-path", str(tmp_path / "runs"), "--mlflow-uri", uri, "--data-dir", str(data_dir)]
+    flags = "--name toy --cpus-per-trial 1 --gpus-per-trial 0".split()
+    run_script(["sweeps/toy.py", *store, *flags], project_with_toy, env)
     import mlflow
 
     runs = mlflow.MlflowClient(uri).search_runs(

@@ -12,6 +12,20 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 import pytest
+from analysis_helpers import (
+    BERT,
+    ELECTRA_D,
+    EVAL_LAYERS,
+    EVAL_SETS,
+    LAYERS,
+    MODELS,
+    POOLINGS,
+    evaluation_scores,
+    evaluation_store,
+    log_runs,
+    paper_summary,
+    shared_store,
+)
 from matplotlib.text import Text
 
 from analysis.loader import AnalysisError, load_runs
@@ -22,37 +36,6 @@ from analysis.report import build_report
 from analysis.summary import LAYER_FAMILY, TABLE_FAMILY, split_runs, summarize
 from analysis.tables import table1, table1_markdown, table2, table2_markdown
 from trainables.core.schema import EPOCH_METRICS, FINAL_METRICS, PARAMS
-
-try:
-    from tests.analysis_helpers import (
-        BERT,
-        ELECTRA_D,
-        EVAL_LAYERS,
-        EVAL_SETS,
-        LAYERS,
-        MODELS,
-        POOLINGS,
-        evaluation_scores,
-        evaluation_store,
-        log_runs,
-        paper_summary,
-        shared_store,
-    )
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from analysis_helpers import (
-        BERT,
-        ELECTRA_D,
-        EVAL_LAYERS,
-        EVAL_SETS,
-        LAYERS,
-        MODELS,
-        POOLINGS,
-        evaluation_scores,
-        evaluation_store,
-        log_runs,
-        paper_summary,
-        shared_store,
-    )
 
 
 @pytest.fixture(scope="module")

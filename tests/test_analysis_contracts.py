@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
+from sweep_helpers import sweep_args
 
 from analysis.loader import load_runs
 from analysis.report import build_report
@@ -91,47 +92,10 @@ def test_runs_without_seed_or_task_are_analysed_and_missing_axes_named(tmp_path)
 def test_report_of_a_real_evaluation_sweep_beside_a_one_seed_layer_sweep(sweep_env, tiny_models, tmp_path):
     from sweeps.electra_layers import main as tmft_main
 
-    assert (
-        tmft_main(
-            [
-                "--models",
-                tiny_models["bert"],
-                "--layers",
-                "0,2",
-                "--seeds",
-                "0",
-                "--epochs",
-                "1",
-                "--name",
-                "one-seed",
-                *sweep_env["flags"],
-            ]
-        )
-        == 0
-    )
-    flags = [
-        f
-        for f in sweep_env["flags"]
-        if f not in ("--max-train-samples", "48", "--max-eval-samples", "60", "--batch-size", "16")
-    ]
-    assert (
-        evaluate_main(
-            [
-                "--models",
-                tiny_models["bert"],
-                "--layers",
-                "all",
-                "--pooling",
-                "mean,cls",
-                "--sets",
-                "stsb,sts12",
-                "--name",
-                "zero-shot",
-                *flags,
-            ]
-        )
-        == 0
-    )
+    sweep = "--layers 0,2 --seeds 0 --epochs 1 --name one-seed"
+    assert tmft_main(sweep_args(tiny_models["bert"], sweep, *sweep_env["flags"])) == 0
+    evaluation = "--layers all --pooling mean,cls --sets stsb,sts12 --name zero-shot"
+    assert evaluate_main(sweep_args(tiny_models["bert"], evaluation, *sweep_env["base"])) == 0
     runs = load_runs(sweep_env["uri"], "test")
     assert len(runs[runs["method"] == "evaluate"]) == 10 and runs.loc[runs["method"] == "evaluate", "seed"].isna().all()
     report = build_report(sweep_env["uri"], tmp_path / "report", "test")

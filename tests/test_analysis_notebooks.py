@@ -6,13 +6,9 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from analysis_helpers import shared_store
 
 from analysis.nbrun import NOTEBOOKS, parameter_cell, run_notebook
-
-try:
-    from tests.analysis_helpers import shared_store
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from analysis_helpers import shared_store
 
 
 def _outputs(nb, kind):

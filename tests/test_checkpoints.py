@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 from mlflow_helpers import runs_by_role
+from sweep_helpers import sweep_args
 
 from sweeps.electra_layers import main as tmft_main
 from sweeps.evaluate import main as evaluate_main
@@ -19,28 +20,8 @@ from trainables.core.errors import SweepInputError
 def finished_trial(sweep_env, tiny_models):
     flags = list(sweep_env["flags"])
     flags[flags.index("--max-eval-samples") : flags.index("--max-eval-samples") + 2] = []  # the full STS-B dev
-    assert (
-        tmft_main(
-            [
-                "--models",
-                tiny_models["bert"],
-                "--layers",
-                "2",
-                "--seeds",
-                "0",
-                "--epochs",
-                "3",
-                "--lr",
-                "1e-4",
-                "--eval-sets",
-                "stsb_dev,sts12",
-                "--name",
-                "trained",
-                *flags,
-            ]
-        )
-        == 0
-    )
+    sweep = "--layers 2 --seeds 0 --epochs 3 --lr 1e-4 --eval-sets stsb_dev,sts12 --name trained"
+    assert tmft_main(sweep_args(tiny_models["bert"], sweep, *flags)) == 0
     _, children = runs_by_role(sweep_env["uri"])
     return children[0]
 
@@ -64,24 +45,7 @@ def test_best_dev_checkpoint_is_a_sentence_transformer_and_evaluates_as_in_the_t
     theirs = SentenceTransformer(str(best), device="cpu").encode(sentences, convert_to_numpy=True)
     np.testing.assert_allclose(theirs, ours, atol=1e-5)
 
-    assert (
-        evaluate_main(
-            [
-                "--models",
-                f"runs:/{run_id}",
-                "--sets",
-                "stsb_dev",
-                "--name",
-                "of-run",
-                *[
-                    f
-                    for f in sweep_env["flags"]
-                    if f not in ("--max-train-samples", "48", "--max-eval-samples", "60", "--batch-size", "16")
-                ],
-            ]
-        )
-        == 0
-    )
+    assert evaluate_main(sweep_args(f"runs:/{run_id}", "--sets stsb_dev --name of-run", *sweep_env["base"])) == 0
     client = MlflowClient(sweep_env["uri"])
     evaluated = [c for c in runs_by_role(sweep_env["uri"])[1] if c.data.params["method"] == "evaluate"]
     assert len(evaluated) == 1 and evaluated[0].data.params["evaluated_run_id"] == run_id

@@ -12,6 +12,7 @@ import time
 import pytest
 from mlflow import MlflowClient
 from mlflow_helpers import metric_steps, runs_by_role
+from sweep_helpers import sweep_args
 
 from sweeps.electra_layers import main
 from trainables.core.paths import PROJECT_ROOT
@@ -35,21 +36,8 @@ def _wait_for(predicate, driver, log, timeout=240, what="condition"):
 def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_models, ray_session):
     address = ray_session.get_runtime_context().gcs_address
     MlflowClient(sweep_env["uri"]).search_experiments()  # the store exists before the driver starts: this test polls it
-    sweep = [
-        "--models",
-        tiny_models["bert"],
-        "--layers",
-        "1,2",
-        "--seeds",
-        "0,1",
-        "--epochs",
-        "4",
-        "--max-concurrent",
-        "1",
-        "--max-train-samples",
-        "320",
-        *sweep_env["flags"],
-    ]
+    settings = "--layers 1,2 --seeds 0,1 --epochs 4 --max-concurrent 1 --max-train-samples 320"
+    sweep = sweep_args(tiny_models["bert"], settings, *sweep_env["flags"])
     log = sweep_env["tmp"] / "driver.log"
     with open(log, "w") as out:
         driver = subprocess.Popen(

@@ -95,12 +95,13 @@ def test_hub_id_maps_to_installed_local_copy(monkeypatch, tmp_path, tiny_models)
     assert resolve_model("org/model") == tmp_path / "org" / "model"
 
 
-# The public configs of the paper's models (vocabulary, hidden, layers, heads, intermediate, embedding size).
+# The public configs of the paper's models: the kind, then hidden, layers, heads, intermediate, embedding size and
+# vocabulary (electra_paper.SHAPE_FIELDS).
 PAPER_CONFIGS = {
-    "electra-base-generator": ("electra", 30522, 256, 12, 4, 1024, 768),
-    "electra-large-generator": ("electra", 30522, 256, 24, 4, 1024, 1024),
-    "electra-small-discriminator": ("electra", 30522, 256, 12, 4, 1024, 128),
-    "deberta-v3-base": ("deberta-v2", 128100, 768, 12, 12, 3072, 768),
+    "electra-base-generator": ("electra", 256, 12, 4, 1024, 768, 30522),
+    "electra-large-generator": ("electra", 256, 24, 4, 1024, 1024, 30522),
+    "electra-small-discriminator": ("electra", 256, 12, 4, 1024, 128, 30522),
+    "deberta-v3-base": ("deberta-v2", 768, 12, 12, 3072, 768, 128100),
 }
 
 
@@ -118,29 +119,15 @@ def test_paper_parameter_counts_match_the_published_ones(model, layer, published
     """Table 1-2 of the ELECTRA paper count the embeddings and the first l layers only."""
     from transformers import AutoModel, DebertaV2Config, ElectraConfig
 
-    kind, vocab, hidden, layers, heads, inter, embedding = PAPER_CONFIGS[model]
-    common = dict(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=inter,
-        max_position_embeddings=512,
-    )
+    from trainables.encoders.tiny import DEBERTA_V3
+    from trainables.methods.tmft.electra_paper import SHAPE_FIELDS
+
+    kind, *shape = PAPER_CONFIGS[model]
+    common = dict(zip(SHAPE_FIELDS, shape), max_position_embeddings=512)
     if kind == "electra":
-        config = ElectraConfig(embedding_size=embedding, **common)
+        config = ElectraConfig(**common)
     else:
-        config = DebertaV2Config(
-            **common,
-            type_vocab_size=0,
-            relative_attention=True,
-            position_biased_input=False,
-            pos_att_type=["p2c", "c2p"],
-            max_relative_positions=-1,
-            position_buckets=256,
-            norm_rel_ebd="layer_norm",
-            share_att_key=True,
-        )
+        config = DebertaV2Config(**common, **DEBERTA_V3, position_buckets=256)
     with torch.device("meta"):  # shapes only: nothing is allocated or initialised
         full = AutoModel.from_config(config)
     truncated = truncate(full, layer)

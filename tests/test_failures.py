@@ -13,9 +13,15 @@ import pandas as pd
 import pytest
 import torch
 from mlflow_helpers import runs_by_role
+from sweep_helpers import sweep_args
 
 from sweeps.electra_layers import main
 from trainables.core import schema
+
+# The config of a 2-epoch TMFT trial on the `tiny_task_data` fixture's model "m".
+TRIAL = dict(
+    model="m", layer=1, seed=0, epochs=2, lr=2e-5, batch_size=16, weight_decay=0.01, warmup_ratio=0.1, task="stsb"
+)
 
 
 def _copy_model(source: str, target: Path, keep=("config.json", "model.safetensors")) -> Path:
@@ -129,23 +135,8 @@ def test_credentials_stay_out_of_what_is_written(monkeypatch):
 
 
 def test_diverged_training_fails_its_trial_once_with_the_reason(sweep_env, tiny_models, capsys):
-    flags = [
-        "--models",
-        tiny_models["bert"],
-        "--layers",
-        "1",
-        "--seeds",
-        "0",
-        "--epochs",
-        "2",
-        "--lr",
-        "1e30",
-        "--max-failures",
-        "2",
-        "--name",
-        "nan",
-        *sweep_env["flags"],
-    ]
+    sweep = "--layers 1 --seeds 0 --epochs 2 --lr 1e30 --max-failures 2 --name nan"
+    flags = sweep_args(tiny_models["bert"], sweep, *sweep_env["flags"])
     assert main(flags) == 1
     out = capsys.readouterr().out
     assert "1 trial(s) failed:" in out and "training diverged: the mean loss of epoch 1 is nan" in out
@@ -196,24 +187,13 @@ def test_damaged_checkpoint_restarts_the_trial(tmp_path, tiny_task_data, capsys)
     """A truncated state.pt is named in a warning and the trial starts again from epoch 1."""
     from trainables.methods.tmft.trainable import TMFTData
 
-    config = {
-        "model": "m",
-        "layer": 1,
-        "seed": 0,
-        "epochs": 2,
-        "lr": 2e-5,
-        "batch_size": 16,
-        "weight_decay": 0.01,
-        "warmup_ratio": 0.1,
-        "task": "stsb",
-    }
-    trial = _bound(TMFTData({"m": tiny_task_data}))(config=config)
+    trial = _bound(TMFTData({"m": tiny_task_data}))(config=TRIAL)
     trial.train()
     trial.save_checkpoint(str(tmp_path))
     trial.stop()
     state = tmp_path / "state.pt"
     state.write_bytes(state.read_bytes()[:100])
-    again = _bound(TMFTData({"m": tiny_task_data}))(config=config)
+    again = _bound(TMFTData({"m": tiny_task_data}))(config=TRIAL)
     again.load_checkpoint(str(tmp_path))
     assert again.epoch == 0 and "state.pt cannot be read" in capsys.readouterr().err
     assert again.train()["epoch"] == 1
@@ -223,23 +203,12 @@ def test_damaged_checkpoint_restarts_the_trial(tmp_path, tiny_task_data, capsys)
 def test_checkpoints_load_without_unpickling_code(tmp_path, tiny_task_data):
     from trainables.methods.tmft.trainable import TMFTData
 
-    config = {
-        "model": "m",
-        "layer": 1,
-        "seed": 0,
-        "epochs": 2,
-        "lr": 2e-5,
-        "batch_size": 16,
-        "weight_decay": 0.01,
-        "warmup_ratio": 0.1,
-        "task": "stsb",
-    }
-    trial = _bound(TMFTData({"m": tiny_task_data}))(config=config)
+    trial = _bound(TMFTData({"m": tiny_task_data}))(config=TRIAL)
     trial.train()
     trial.save_checkpoint(str(tmp_path))
     state = torch.load(tmp_path / "state.pt", weights_only=True)  # raises if anything needs arbitrary unpickling
     assert state["epoch"] == 1
-    again = _bound(TMFTData({"m": tiny_task_data}))(config=config)
+    again = _bound(TMFTData({"m": tiny_task_data}))(config=TRIAL)
     again.load_checkpoint(str(tmp_path))
     assert again.epoch == 1
     trial.stop(), again.stop()
@@ -266,24 +235,7 @@ def tiny_task_data(tiny_models, data_dir):
 
 
 def test_resume_refuses_changed_flags(sweep_env, tiny_models, capsys):
-    assert (
-        main(
-            [
-                "--models",
-                tiny_models["bert"],
-                "--layers",
-                "1",
-                "--seeds",
-                "0",
-                "--epochs",
-                "1",
-                "--name",
-                "r",
-                *sweep_env["flags"],
-            ]
-        )
-        == 0
-    )
+    assert main(sweep_args(tiny_models["bert"], "--layers 1 --seeds 0 --epochs 1 --name r", *sweep_env["flags"])) == 0
     capsys.readouterr()
     code = main(["--resume", str(Path(sweep_env["storage"], "r")), "--lr", "1e-3"])
     assert code == 2 and "--lr 0.001 (the sweep has 2e-05)" in capsys.readouterr().err

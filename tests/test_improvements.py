@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 from mlflow_helpers import runs_by_role
+from sweep_helpers import sweep_args
 
 from sweeps.engine.stages_plan import ROLE_STAGE, TAG_STAGE_KEY
 from sweeps.improvements import main
@@ -21,20 +22,10 @@ from trainables.core import schema
 from trainables.stages.store import stage_root
 from trainables.stages.upstream import read_executions
 
-STAGE_FLAGS = [
-    "--ws-epochs",
-    "1",
-    "--ws-max-train-samples",
-    "64",
-    "--dapt-epochs",
-    "1",
-    "--dapt-max-sentences",
-    "48",
-    "--dapt-batch-size",
-    "16",
-    "--dapt-accumulation",
-    "2",
-]
+STAGE_FLAGS = (  # small WS and DAPT stages
+    "--ws-epochs 1 --ws-max-train-samples 64 --dapt-epochs 1 --dapt-max-sentences 48 --dapt-batch-size 16 "
+    "--dapt-accumulation 2"
+)
 
 
 def _stage_runs(uri: str, experiment: str = "test") -> list:
@@ -47,21 +38,8 @@ def _stage_runs(uri: str, experiment: str = "test") -> list:
 
 def test_stages_are_computed_once_and_shared_across_seeds_layers_and_sweeps(sweep_env, tiny_models):
     models = [tiny_models["bert"], tiny_models["electra-generator"]]
-    flags = [
-        "--models",
-        ",".join(models),
-        "--layers",
-        "0,1,2",
-        "--seeds",
-        "0,1",
-        "--epochs",
-        "1",
-        "--improvement",
-        "both",
-        *STAGE_FLAGS,
-        *sweep_env["flags"],
-    ]
-    assert main([*flags, "--name", "first"]) == 0
+    sweep = f"--layers 0,1,2 --seeds 0,1 --epochs 1 --improvement both {STAGE_FLAGS} --name first"
+    assert main(sweep_args(",".join(models), sweep, *sweep_env["flags"])) == 0
     stages = Path(sweep_env["storage"]) / "stages"
     executions = read_executions(stages)
     kinds = Counter((e["kind"], e["model"]) for e in executions)
@@ -108,27 +86,8 @@ def test_stages_are_computed_once_and_shared_across_seeds_layers_and_sweeps(swee
     )
 
     # A second sweep with the same storage path reuses every stage: no new execution, same runs.
-    assert (
-        main(
-            [
-                "--models",
-                ",".join(models),
-                "--layers",
-                "2",
-                "--seeds",
-                "0",
-                "--epochs",
-                "0",
-                "--improvement",
-                "both",
-                *STAGE_FLAGS,
-                *sweep_env["flags"],
-                "--name",
-                "second",
-            ]
-        )
-        == 0
-    )
+    sweep = f"--layers 2 --seeds 0 --epochs 0 --improvement both {STAGE_FLAGS} --name second"
+    assert main(sweep_args(",".join(models), sweep, *sweep_env["flags"])) == 0
     assert len(read_executions(stages)) == len(executions)
     parents, trials = runs_by_role(sweep_env["uri"])
     assert len(parents) == 2 and len(_stage_runs(sweep_env["uri"])) == 8
@@ -147,7 +106,7 @@ def test_stages_are_computed_once_and_shared_across_seeds_layers_and_sweeps(swee
 def test_bad_stage_flags_stop_before_anything_runs(sweep_env, tiny_models, capsys):
     from trainables.core.errors import SweepInputError
 
-    flags = ["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", *sweep_env["flags"]]
+    flags = sweep_args(tiny_models["bert"], "--layers 1 --seeds 0", *sweep_env["flags"])
     assert main([*flags, "--ws-batch-size", "0"]) == 2
     assert "--ws-batch-size must be a positive integer" in capsys.readouterr().err
     assert main([*flags, "--dapt-corpus", "sick,nope"]) == 2
@@ -164,39 +123,13 @@ def test_ws_selection_is_recorded_and_keys_the_stage(sweep_env, tiny_models):
     parser = functools.partial(parser_for, "improvements")
     plan_improvements = functools.partial(plan_sweep, method="improvements")
 
-    args = parser().parse_args(
-        [
-            "--models",
-            tiny_models["bert"],
-            "--layers",
-            "1",
-            "--seeds",
-            "0,1",
-            "--improvement",
-            "ws",
-            "--ws-selection",
-            "max4",
-            *STAGE_FLAGS,
-            *sweep_env["flags"],
-        ]
-    )
+    sweep = f"--layers 1 --seeds 0,1 --improvement ws --ws-selection max4 {STAGE_FLAGS}"
+    args = parser().parse_args(sweep_args(tiny_models["bert"], sweep, *sweep_env["flags"]))
     plan = plan_improvements(args)
     assert {c["ws_selection"] for c in plan.configs} == {"max4"}
     assert len({c["stage_key"] for c in plan.configs}) == 1  # both seeds share the layer's stage
-    args = parser().parse_args(
-        [
-            "--models",
-            tiny_models["bert"],
-            "--layers",
-            "1",
-            "--seeds",
-            "0",
-            "--improvement",
-            "ws",
-            *STAGE_FLAGS,
-            *sweep_env["flags"],
-        ]
-    )
+    sweep = f"--layers 1 --seeds 0 --improvement ws {STAGE_FLAGS}"
+    args = parser().parse_args(sweep_args(tiny_models["bert"], sweep, *sweep_env["flags"]))
     assert plan_improvements(args).configs[0]["stage_key"] != plan.configs[0]["stage_key"]  # the rule is in the key
 
 
@@ -206,18 +139,9 @@ def test_authors_variants_of_the_stages_are_flags_recorded_in_params_and_keys(sw
     from sweeps.engine.runner import parser_for, plan_sweep
 
     def plan(*flags):
+        sweep = f"--layers 1 --seeds 0 {STAGE_FLAGS}"
         args = parser_for("improvements").parse_args(
-            [
-                "--models",
-                tiny_models["bert"],
-                "--layers",
-                "1",
-                "--seeds",
-                "0",
-                *STAGE_FLAGS,
-                *sweep_env["flags"],
-                *flags,
-            ]
+            sweep_args(tiny_models["bert"], sweep, *sweep_env["flags"], *flags)
         )
         return plan_sweep(args, method="improvements")
 
@@ -268,26 +192,9 @@ def test_tsdae_stage_is_computed_once_per_model_and_tmft_starts_from_it(sweep_en
     from transformers import AutoModel
 
     model = tiny_models["bert"]
-    flags = [
-        "--models",
-        model,
-        "--layers",
-        "1,2",
-        "--seeds",
-        "0,1",
-        "--epochs",
-        "1",
-        "--improvement",
-        "none,tsdae",
-        "--tsdae-steps",
-        "3",
-        "--tsdae-max-sentences",
-        "40",
-        "--tsdae-lr",
-        "1e-3",
-        *sweep_env["flags"],
-    ]
-    assert main([*flags, "--name", "tsdae"]) == 0
+    sweep = "--layers 1,2 --seeds 0,1 --epochs 1 --improvement none,tsdae --name tsdae"
+    stage = "--tsdae-steps 3 --tsdae-max-sentences 40 --tsdae-lr 1e-3"
+    assert main(sweep_args(model, f"{sweep} {stage}", *sweep_env["flags"])) == 0
     stages = Path(sweep_env["storage"]) / "stages"
     executions = read_executions(stages)
     assert [(e["kind"], e["model"]) for e in executions] == [("tsdae", model)]
@@ -314,39 +221,17 @@ def test_tsdae_stage_is_computed_once_per_model_and_tmft_starts_from_it(sweep_en
 
 
 def _plan_flags(tmp_path, data_dir):
-    return [
-        "--storage-path",
-        str(tmp_path / "runs"),
-        "--mlflow-uri",
-        f"sqlite:///{tmp_path / 'mlflow.db'}",
-        "--data-dir",
-        str(data_dir),
-        "--max-train-samples",
-        "48",
-        "--max-eval-samples",
-        "60",
-    ]
+    """Where a sweep of these tests (planned, not run) would write, and the data it would read."""
+    store = ["--storage-path", str(tmp_path / "runs"), "--mlflow-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]
+    return [*store, "--data-dir", str(data_dir), "--max-train-samples", "48", "--max-eval-samples", "60"]
 
 
 def test_tsdae_stage_is_planned_once_per_model_with_its_settings_in_every_trial(tmp_path, data_dir, tiny_models):
     from sweeps.engine.runner import parser_for, plan_sweep
 
+    sweep = "--layers 1,2 --seeds 0,1 --improvement tsdae,none --tsdae-steps 5 --tsdae-noise keep"
     args = parser_for("improvements").parse_args(
-        [
-            "--models",
-            tiny_models["bert"],
-            "--layers",
-            "1,2",
-            "--seeds",
-            "0,1",
-            "--improvement",
-            "tsdae,none",
-            "--tsdae-steps",
-            "5",
-            "--tsdae-noise",
-            "keep",
-            *_plan_flags(tmp_path, data_dir),
-        ]
+        sweep_args(tiny_models["bert"], sweep, *_plan_flags(tmp_path, data_dir))
     )
     plan = plan_sweep(args, method="improvements")
     assert [s["kind"] for s in plan.stages.values()] == ["tsdae"]
@@ -396,19 +281,7 @@ def test_tsdae_stage_trains_the_encoder_tmft_starts_from(tmp_path, data_dir, tin
 
 
 def test_tsdae_stage_refuses_an_encoder_without_a_decoder(tmp_path, data_dir, tiny_models, capsys):
-    flags = [
-        "--models",
-        tiny_models["mpnet"],
-        "--layers",
-        "1",
-        "--seeds",
-        "0",
-        "--improvement",
-        "tsdae",
-        *_plan_flags(tmp_path, data_dir),
-        "--experiment",
-        "test",
-    ]
-    assert main(flags) == 2
+    sweep = "--layers 1 --seeds 0 --improvement tsdae"
+    assert main(sweep_args(tiny_models["mpnet"], sweep, *_plan_flags(tmp_path, data_dir), "--experiment", "test")) == 2
     assert "no causal-LM decoder" in capsys.readouterr().err
     assert not (tmp_path / "runs" / "stages").exists()

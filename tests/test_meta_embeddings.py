@@ -441,33 +441,10 @@ def _sweep_flags(sweep_env, tiny_models, tmp_path, stsb_sentences, data_dir, tra
     from trainables.encoders.tiny import build_tiny_model
 
     wide = build_tiny_model("bert", tmp_path / "bert48", layers=2, hidden=48, sentences=stsb_sentences, seed=7)
-    flags = [
-        "--storage-path",
-        str(sweep_env["storage"]),
-        "--mlflow-uri",
-        sweep_env["uri"],
-        "--experiment",
-        "meta",
-        "--data-dir",
-        str(data_dir),
-        "--gpus-per-trial",
-        "0",
-        "--cpus-per-trial",
-        "0.5",
-        "--sources",
-        f"{tiny_models['bert']},{wide}",
-        "--sets",
-        "stsb",
-        "--max-train-samples",
-        str(train_pairs),
-        "--epochs",
-        "1",
-        "--width",
-        "8",
-        "--seeds",
-        "0",
-    ]
-    return flags, str(wide)
+    store = ["--storage-path", str(sweep_env["storage"]), "--mlflow-uri", sweep_env["uri"], "--data-dir", str(data_dir)]
+    settings = "--experiment meta --gpus-per-trial 0 --cpus-per-trial 0.5 --sets stsb --epochs 1 --width 8 --seeds 0"
+    sources = ["--sources", f"{tiny_models['bert']},{wide}", "--max-train-samples", str(train_pairs)]
+    return [*store, *settings.split(), *sources], str(wide)
 
 
 def _stage_runs_of_trials(uri: str) -> set[str]:

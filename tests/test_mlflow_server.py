@@ -10,6 +10,7 @@ import time
 
 import pytest
 from server_helpers import MlflowServer, free_port, metrics, params, tags
+from sweep_helpers import sweep_args
 
 from sweeps import mlflow_server, mlflow_sync
 from sweeps.electra_layers import main
@@ -55,21 +56,8 @@ def test_server_command_binds_to_localhost_on_the_storage_paths_store(tmp_path, 
 
 def test_smoke_sweep_against_a_real_tracking_server(sweep_env, tiny_models, server, capsys):
     server.start()
-    code = main(
-        [
-            "--models",
-            tiny_models["bert"],
-            "--layers",
-            "0,2",
-            "--seeds",
-            "0",
-            "--epochs",
-            "1",
-            "--name",
-            "served",
-            *with_uri(sweep_env["flags"], server.uri),
-        ]
-    )
+    sweep = "--layers 0,2 --seeds 0 --epochs 1 --name served"
+    code = main(sweep_args(tiny_models["bert"], sweep, *with_uri(sweep_env["flags"], server.uri)))
     assert code == 0
     parents, children = server.runs()
     assert len(parents) == 1 and len(children) == 2
@@ -88,21 +76,8 @@ def test_smoke_sweep_against_a_real_tracking_server(sweep_env, tiny_models, serv
 
 def test_an_unreachable_server_stops_the_sweep_before_it_starts(sweep_env, tiny_models, capsys):
     dead = f"http://127.0.0.1:{free_port()}"
-    code = main(
-        [
-            "--models",
-            tiny_models["bert"],
-            "--layers",
-            "0",
-            "--seeds",
-            "0",
-            "--epochs",
-            "1",
-            "--name",
-            "nobody",
-            *with_uri(sweep_env["flags"], dead),
-        ]
-    )
+    sweep = "--layers 0 --seeds 0 --epochs 1 --name nobody"
+    code = main(sweep_args(tiny_models["bert"], sweep, *with_uri(sweep_env["flags"], dead)))
     assert code == 2
     err = capsys.readouterr().err
     assert f"--mlflow-uri {dead}: the MLflow store is unreachable" in err and "python -m sweeps.mlflow_server" in err
@@ -191,21 +166,8 @@ def test_server_outage_mid_sweep_loses_no_metric(sweep_env, tiny_models, server,
 
     monkeypatch.setattr(tracking.MlflowSweepCallback, "on_trial_result", outage_script)
     server.start()
-    code = main(
-        [
-            "--models",
-            tiny_models["bert"],
-            "--layers",
-            "0,1",
-            "--seeds",
-            "0",
-            "--epochs",
-            "3",
-            "--name",
-            "outage",
-            *with_uri(sweep_env["flags"], server.uri),
-        ]
-    )
+    sweep = "--layers 0,1 --seeds 0 --epochs 3 --name outage"
+    code = main(sweep_args(tiny_models["bert"], sweep, *with_uri(sweep_env["flags"], server.uri)))
     out, err = capsys.readouterr()
     assert code == 0
     assert len(reported) == 6

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow_helpers import runs_by_role
 from server_helpers import MlflowServer
+from sweep_helpers import sweep_args
 
 from sweeps.electra_layers import main
 from trainables.core.paths import PROJECT_ROOT
@@ -39,24 +40,8 @@ def test_mlflow_ui_shows_the_sweep_with_its_child_runs_and_their_metrics(sweep_e
         )
     from playwright.sync_api import expect, sync_playwright
 
-    assert (
-        main(
-            [
-                "--models",
-                tiny_models["bert"],
-                "--layers",
-                "0,2",
-                "--seeds",
-                "0",
-                "--epochs",
-                "1",
-                "--name",
-                "ui-sweep",
-                *sweep_env["flags"],
-            ]
-        )
-        == 0
-    )
+    sweep = "--layers 0,2 --seeds 0 --epochs 1 --name ui-sweep"
+    assert main(sweep_args(tiny_models["bert"], sweep, *sweep_env["flags"])) == 0
     (parent,), children = runs_by_role(sweep_env["uri"])
     assert len(children) == 2
     ARTIFACTS.mkdir(exist_ok=True)

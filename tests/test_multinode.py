@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from mlflow_helpers import runs_by_role
+from sweep_helpers import run_script, sweep_args
 
 from trainables.core.paths import PROJECT_ROOT
 
@@ -105,33 +106,8 @@ def test_sweep_runs_on_both_nodes(two_nodes, sweep_env, tiny_models):
     # With actor reuse, Tune hands a trial whose actor is still starting on the worker node to the
     # head's finished actor; on a loaded machine every tiny trial can then run on the head.
     flags.append("--no-reuse-actors")
-    code = subprocess.run(
-        [
-            sys.executable,
-            "sweeps/electra_layers.py",
-            "--models",
-            tiny_models["bert"],
-            "--layers",
-            "0,1",
-            "--seeds",
-            "0,1",
-            "--epochs",
-            "2",
-            "--max-train-samples",
-            "400",
-            "--name",
-            "two-nodes",
-            "--address",
-            address,
-            *flags,
-        ],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert code.returncode == 0, code.stdout[-3000:] + code.stderr[-3000:]
+    sweep = f"--layers 0,1 --seeds 0,1 --epochs 2 --max-train-samples 400 --name two-nodes --address {address}"
+    run_script(["sweeps/electra_layers.py", *sweep_args(tiny_models["bert"], sweep, *flags)], PROJECT_ROOT, env)
     _, children = runs_by_role(sweep_env["uri"])
     assert len(children) == 4 and all(c.info.status == "FINISHED" for c in children)
     nodes = {c.data.tags["node_id"] for c in children}

@@ -2,7 +2,7 @@
 
 import pytest
 from mlflow_helpers import runs_by_role
-from sweep_helpers import hold_all
+from sweep_helpers import hold_all, sweep_args
 from transformers import BertConfig
 
 from sweeps.electra_layers import main
@@ -61,23 +61,8 @@ def test_auto_packing_on_logical_gpus(sweep_env, tiny_models, edit_trials, capsy
     flags = list(sweep_env["flags"])
     flags[flags.index("--gpus-per-trial") + 1] = "auto"
     flags[flags.index("--cpus-per-trial") + 1] = "0.25"
-    code = main(
-        [
-            "--models",
-            tiny_models["bert"],
-            "--layers",
-            "0,1",
-            "--seeds",
-            "0,1",
-            "--epochs",
-            "1",
-            "--max-trials-per-gpu",
-            "2",
-            "--name",
-            "auto",
-            *flags,
-        ]
-    )
+    sweep = "--layers 0,1 --seeds 0,1 --epochs 1 --max-trials-per-gpu 2 --name auto"
+    code = main(sweep_args(tiny_models["bert"], sweep, *flags))
     assert code == 0
     out = capsys.readouterr().out
     assert "4 trials at 0.5 GPU (2 per GPU)" in out and "GPU-hours" in out

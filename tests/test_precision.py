@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from sweep_helpers import sweep_args
 
 from trainables.training.precision import PRECISIONS, PrecisionError, adamw, check_request, resolve, stage_precision
 
@@ -125,24 +126,8 @@ def test_sweep_refuses_fp16_on_cpu_before_anything_is_written(tmp_path, tiny_mod
     from sweeps.electra_layers import main
 
     storage = tmp_path / "runs"
-    code = main(
-        [
-            "--models",
-            tiny_models["bert"],
-            "--layers",
-            "1",
-            "--seeds",
-            "0",
-            "--epochs",
-            "1",
-            "--precision",
-            "fp16",
-            "--storage-path",
-            str(storage),
-            "--data-dir",
-            str(data_dir),
-        ]
-    )
+    sweep = "--layers 1 --seeds 0 --epochs 1 --precision fp16"
+    code = main(sweep_args(tiny_models["bert"], sweep, "--storage-path", str(storage), "--data-dir", str(data_dir)))
     err = capsys.readouterr().err
     assert code == 2 and "--precision fp16 needs a CUDA GPU" in err
     assert not storage.exists() or not any(storage.rglob("*.db"))
@@ -153,23 +138,8 @@ def test_sweep_records_precision(sweep_env, tiny_models):
 
     from sweeps.electra_layers import main
 
-    code = main(
-        [
-            "--models",
-            tiny_models["bert"],
-            "--layers",
-            "1",
-            "--seeds",
-            "0",
-            "--epochs",
-            "1",
-            "--precision",
-            "bf16",
-            "--name",
-            "bf16",
-            *sweep_env["flags"],
-        ]
-    )
+    sweep = "--layers 1 --seeds 0 --epochs 1 --precision bf16 --name bf16"
+    code = main(sweep_args(tiny_models["bert"], sweep, *sweep_env["flags"]))
     assert code == 0
     client = MlflowClient(sweep_env["uri"])
     runs = [

@@ -7,6 +7,7 @@ from argparse import Namespace
 import pandas as pd
 import pytest
 from analysis_helpers import log_runs
+from sweep_helpers import sweep_args
 
 from analysis import published
 from analysis.report import build_report
@@ -115,22 +116,8 @@ def test_improvements_runs_plain_tmft_beside_the_stages_for_table1(sweep_env, ti
 def test_a_preset_sweep_records_its_name_and_the_report_names_the_figure(sweep_env, tiny_models):
     from mlflow_helpers import runs_by_role
 
-    argv = [
-        "--preset",
-        "fig13",
-        "--models",
-        tiny_models["bert"],
-        "--layers",
-        "0,1",
-        "--seeds",
-        "0",
-        "--epochs",
-        "1",
-        *sweep_env["flags"],
-        "--name",
-        "random",
-    ]
-    assert electra_layers.main(argv) == 0
+    sweep = sweep_args(tiny_models["bert"], "--layers 0,1 --seeds 0 --epochs 1 --name random", *sweep_env["flags"])
+    assert electra_layers.main(["--preset", "fig13", *sweep]) == 0
     _, children = runs_by_role(sweep_env["uri"])
     assert {c.data.params["preset"] for c in children} == {"fig13"}
     assert {c.data.params["random_init"] for c in children} == {"True"}

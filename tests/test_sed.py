@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from mlflow import MlflowClient
+from sweep_helpers import sweep_args
 
 from sweeps import electra_layers, sed
 from trainables.core import schema
@@ -15,50 +16,15 @@ from trainables.stages.upstream import read_executions
 @pytest.fixture
 def teacher_sweep(sweep_env, tiny_models):
     """Three seeds of a tiny TMFT sweep at layer 2 (and layer 1, to be told apart)."""
-    flags = [f for f in sweep_env["flags"]]
-    assert (
-        electra_layers.main(
-            [
-                "--models",
-                tiny_models["bert"],
-                "--layers",
-                "1,2",
-                "--seeds",
-                "0,1,2",
-                "--epochs",
-                "1",
-                "--name",
-                "teachers",
-                *flags,
-            ]
-        )
-        == 0
-    )
+    sweep = "--layers 1,2 --seeds 0,1,2 --epochs 1 --name teachers"
+    assert electra_layers.main(sweep_args(tiny_models["bert"], sweep, *sweep_env["flags"])) == 0
     return "teachers"
 
 
 def _sed_flags(sweep_env, tiny_models):
-    storage, uri = str(sweep_env["storage"]), sweep_env["uri"]
-    return [
-        "--student",
-        tiny_models["bert"],
-        "--max-sentences",
-        "160",
-        "--sets",
-        "stsb,sickr",
-        "--storage-path",
-        storage,
-        "--mlflow-uri",
-        uri,
-        "--data-dir",
-        sweep_env["flags"][sweep_env["flags"].index("--data-dir") + 1],
-        "--cpus-per-trial",
-        "0.5",
-        "--gpus-per-trial",
-        "0",
-        "--batch-size",
-        "16",
-    ]
+    """A SED sweep's flags, without an experiment (the script's own, unless a test names one)."""
+    store = [f for f in sweep_env["base"] if f not in ("--experiment", "test")]
+    return ["--student", tiny_models["bert"], *"--max-sentences 160 --sets stsb,sickr --batch-size 16".split(), *store]
 
 
 @pytest.mark.slow

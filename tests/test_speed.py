@@ -6,6 +6,7 @@ import pytest
 import torch
 from mlflow_helpers import runs_by_role
 from scipy.stats import spearmanr
+from sweep_helpers import SMALL_DAPT, sweep_args
 
 from sweeps.electra_layers import main
 from trainables.training.batches import train_batches
@@ -49,22 +50,8 @@ def test_the_epochs_differ_and_a_seed_repeats_its_epoch():
 
 
 def test_the_costliest_trials_start_first(sweep_env, tiny_models):
-    argv = [
-        "--models",
-        tiny_models["bert"],
-        "--layers",
-        "0,1,2",
-        "--seeds",
-        "0",
-        "--epochs",
-        "1",
-        "--max-concurrent",
-        "1",
-        *sweep_env["flags"],
-        "--name",
-        "ordered",
-    ]
-    assert main(argv) == 0
+    sweep = "--layers 0,1,2 --seeds 0 --epochs 1 --max-concurrent 1 --name ordered"
+    assert main(sweep_args(tiny_models["bert"], sweep, *sweep_env["flags"])) == 0
     _, children = runs_by_role(sweep_env["uri"])
     started = sorted(children, key=lambda c: c.info.start_time)
     assert [c.data.params["layer"] for c in started] == ["2", "1", "0"]
@@ -110,16 +97,7 @@ def test_a_dapt_batch_in_length_sorted_chunks_trains_as_one_batch(tiny_models, d
     (model_dir / "config.json").write_text(json.dumps(config))
     results = {}
     for chunks in (1, 4):
-        stage = dapt.stage_config(
-            corpus="sick+stsb-train",
-            epochs=2,
-            batch_size=16,
-            accumulation=2,
-            lr=1e-3,
-            head="auto",
-            random_init=False,
-            max_sentences=160,
-        )
+        stage = dapt.stage_config(corpus="sick+stsb-train", lr=1e-3, max_sentences=160, **SMALL_DAPT)
         out = tmp_path / f"chunks{chunks}"
         spec = {
             "model_path": str(model_dir),

@@ -6,6 +6,7 @@ import math
 
 import pytest
 from mlflow import MlflowClient
+from sweep_helpers import SMALL_DAPT, sweep_args
 
 from trainables.core import schema
 from trainables.stages.progress import StageProgress, progress_line, progress_path, read_progress
@@ -54,16 +55,7 @@ def test_a_real_stage_reports_every_optimiser_step_and_hides_an_earlier_attempts
     from trainables.stages.upstream import execute
 
     if kind == "dapt":  # 48 sentences, 3 batches of 16, 2 optimiser steps per epoch
-        config = dapt.stage_config(
-            corpus="sick",
-            epochs=2,
-            batch_size=16,
-            accumulation=2,
-            lr=1e-4,
-            head="auto",
-            random_init=False,
-            max_sentences=48,
-        )
+        config = dapt.stage_config(corpus="sick", lr=1e-4, max_sentences=48, **SMALL_DAPT)
     else:  # 48 pairs, 3 batches (optimiser steps) of 16 per epoch
         config = word_similarity.stage_config(
             1,
@@ -140,15 +132,8 @@ def test_the_driver_prints_a_running_stages_progress(sweep_env, tiny_models, mon
     from sweeps.evaluate import main
 
     monkeypatch.setattr(stages_plan, "PROGRESS_INTERVAL_S", 0.05)
-    flags = [
-        f
-        for f in sweep_env["flags"]
-        if f not in ("--max-train-samples", "48", "--max-eval-samples", "60", "--batch-size", "16")
-    ]
-    assert (
-        main(["--models", tiny_models["bert"], "--sets", "sickr_all", "--batch-size", "8", "--name", "watched", *flags])
-        == 0
-    )
+    sweep = "--sets sickr_all --batch-size 8 --name watched"
+    assert main(sweep_args(tiny_models["bert"], sweep, *sweep_env["base"])) == 0
     out = capsys.readouterr().out
     assert "  stage embeddings bert: starting\n" in out and " steps/s, ~" in out, out[:3000]
     assert out.count("  stage embeddings bert: starting\n") == 1, out[:3000]  # a line only when there is news

@@ -31,21 +31,8 @@ def test_every_script_is_found():
 @pytest.mark.parametrize("script", sorted(sweep_scripts()))
 def test_smoke_test_runs_end_to_end(script, sweep_env):
     method = get_method(sweep_scripts()[script])
-    flags = [
-        "--storage-path",
-        str(sweep_env["storage"]),
-        "--mlflow-uri",
-        sweep_env["uri"],
-        "--experiment",
-        "test",
-        "--data-dir",
-        sweep_env["flags"][sweep_env["flags"].index("--data-dir") + 1],
-        "--cpus-per-trial",
-        "0.5",
-        "--gpus-per-trial",
-        "0",
-    ]
-    code = importlib.import_module(f"sweeps.{script}").main(["--smoke-test", "--name", f"smoke-{script}", *flags])
+    flags = ["--smoke-test", "--name", f"smoke-{script}", *sweep_env["base"]]
+    code = importlib.import_module(f"sweeps.{script}").main(flags)
     assert code == 0
     parents, children = runs_by_role(sweep_env["uri"])
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"

@@ -3,6 +3,7 @@ SQLite store, a tiny model, small slices of the real MRPC and SICK files."""
 
 import pytest
 from mlflow_helpers import metric_steps, runs_by_role
+from sweep_helpers import sweep_args
 
 from sweeps.electra_layers import main
 
@@ -19,19 +20,7 @@ F1_METRICS = {
 
 
 def test_mrpc_sweep_logs_f1_and_random_init_differs_from_pretrained(sweep_env, tiny_models, capsys):
-    common = [
-        "--models",
-        tiny_models["bert"],
-        "--task",
-        "mrpc",
-        "--layers",
-        "2",
-        "--seeds",
-        "0",
-        "--epochs",
-        "1",
-        *sweep_env["flags"],
-    ]
+    common = sweep_args(tiny_models["bert"], "--task mrpc --layers 2 --seeds 0 --epochs 1", *sweep_env["flags"])
     assert main([*common, "--name", "mrpc"]) == 0
     out = capsys.readouterr().out
     assert "best dev F1" in out and "test F1" in out  # progress line and summary use the task's metric
@@ -52,26 +41,8 @@ def test_mrpc_sweep_logs_f1_and_random_init_differs_from_pretrained(sweep_env, t
 
 
 def test_sick_sweep_logs_macro_f1(sweep_env, tiny_models):
-    assert (
-        main(
-            [
-                "--models",
-                tiny_models["electra-discriminator"],
-                "--task",
-                "sick",
-                "--layers",
-                "1",
-                "--seeds",
-                "0",
-                "--epochs",
-                "2",
-                "--name",
-                "sick",
-                *sweep_env["flags"],
-            ]
-        )
-        == 0
-    )
+    sweep = "--task sick --layers 1 --seeds 0 --epochs 2 --name sick"
+    assert main(sweep_args(tiny_models["electra-discriminator"], sweep, *sweep_env["flags"])) == 0
     _, (child,) = runs_by_role(sweep_env["uri"])
     assert child.info.status == "FINISHED" and child.data.params["task"] == "sick"
     assert F1_METRICS <= set(child.data.metrics)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 from mlflow_helpers import metric_steps, runs_by_role
-from sweep_helpers import hold_all
+from sweep_helpers import hold_all, sweep_args
 
 from sweeps.electra_layers import main
 from trainables.core import schema
@@ -15,19 +15,7 @@ from trainables.core.faults import fault_spec
 
 def test_smoke_sweep_writes_one_parent_and_four_children_with_the_schema(sweep_env, tiny_models, capsys):
     code = main(
-        [
-            "--models",
-            tiny_models["bert"],
-            "--layers",
-            "0,2",
-            "--seeds",
-            "0,1",
-            "--epochs",
-            "1",
-            "--name",
-            "smoke",
-            *sweep_env["flags"],
-        ]
+        sweep_args(tiny_models["bert"], "--layers 0,2 --seeds 0,1 --epochs 1 --name smoke", *sweep_env["flags"])
     )
     assert code == 0
     parents, children = runs_by_role(sweep_env["uri"])
@@ -58,21 +46,8 @@ def test_smoke_sweep_writes_one_parent_and_four_children_with_the_schema(sweep_e
 
 
 def test_zero_epochs_evaluates_the_pretrained_truncated_encoder(sweep_env, tiny_models):
-    code = main(
-        [
-            "--models",
-            tiny_models["electra-discriminator"],
-            "--layers",
-            "1",
-            "--seeds",
-            "0",
-            "--epochs",
-            "0",
-            "--name",
-            "zeroshot",
-            *sweep_env["flags"],
-        ]
-    )
+    sweep = "--layers 1 --seeds 0 --epochs 0 --name zeroshot"
+    code = main(sweep_args(tiny_models["electra-discriminator"], sweep, *sweep_env["flags"]))
     assert code == 0
     _, children = runs_by_role(sweep_env["uri"])
     (child,) = children
@@ -89,7 +64,7 @@ def test_zero_epochs_score_every_layer_from_one_forward_pass(sweep_env, tiny_mod
 
     flags = [f for f in sweep_env["flags"]]
     flags[flags.index("--max-eval-samples") + 1] = "1500"
-    common = ["--models", tiny_models["bert"], "--layers", "0,2,4", "--seeds", "0", "--epochs", "0"]
+    common = sweep_args(tiny_models["bert"], "--layers 0,2,4 --seeds 0 --epochs 0")
     one_pass = [f for f in flags if f not in ("--max-eval-samples", "1500")]
     assert main([*common, "--name", "one-pass", *one_pass]) == 0
     assert main([*common, "--name", "per-layer", *flags]) == 0
@@ -117,7 +92,7 @@ def test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_dup
             plan.configs[0]["_fault"] = fault_spec(2, kind, marker)
 
     edit_trials(with_fault)
-    common = ["--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", "--epochs", "3", *sweep_env["flags"]]
+    common = sweep_args(tiny_models["bert"], "--layers 1 --seeds 0 --epochs 3", *sweep_env["flags"])
     assert main([*common, "--name", "faulty"]) == 0
     assert marker.exists(), "the fault never fired"
     assert main([*common, "--name", "clean", "--experiment", "clean"]) == 0
@@ -138,21 +113,9 @@ def test_resume_reruns_errored_trials_under_the_same_parent(sweep_env, tiny_mode
             plan.configs[1]["_fault"] = fault_spec(2, "raise", marker)
 
     edit_trials(with_fault)
-    flags = [
-        "--models",
-        tiny_models["bert"],
-        "--layers",
-        "0,1",
-        "--seeds",
-        "0",
-        "--epochs",
-        "2",
-        "--name",
-        "res",
-        "--max-failures",
-        "0",
-        *sweep_env["flags"],
-    ]
+    flags = sweep_args(
+        tiny_models["bert"], "--layers 0,1 --seeds 0 --epochs 2 --name res --max-failures 0", *sweep_env["flags"]
+    )
     assert main(flags) == 1, "one trial must have errored"
     _, children = runs_by_role(sweep_env["uri"])
     assert sorted(c.info.status for c in children) == ["FAILED", "FINISHED"]
@@ -175,21 +138,7 @@ def test_four_half_gpu_trials_share_two_logical_gpus(sweep_env, tiny_models, edi
     flags = list(sweep_env["flags"])
     flags[flags.index("--gpus-per-trial") + 1] = "0.5"
     flags[flags.index("--cpus-per-trial") + 1] = "0.25"
-    code = main(
-        [
-            "--models",
-            tiny_models["bert"],
-            "--layers",
-            "0,1",
-            "--seeds",
-            "0,1",
-            "--epochs",
-            "1",
-            "--name",
-            "gpus",
-            *flags,
-        ]
-    )
+    code = main(sweep_args(tiny_models["bert"], "--layers 0,1 --seeds 0,1 --epochs 1 --name gpus", *flags))
     assert code == 0
     _, children = runs_by_role(sweep_env["uri"])
     gpu_ids = [c.data.tags["gpu_ids"] for c in children]
@@ -207,44 +156,16 @@ def test_tokenisation_happens_once_per_model(sweep_env, tiny_models, monkeypatch
     monkeypatch.setattr(
         tokenized, "tokenize_task", lambda task, path, *a, **k: calls.append(path) or original(task, path, *a, **k)
     )
-    args = parser_for("tmft").parse_args(
-        [
-            "--models",
-            f"{tiny_models['bert']},{tiny_models['mpnet']}",
-            "--layers",
-            "0,1,2",
-            "--seeds",
-            "0,1",
-            *sweep_env["flags"],
-        ]
-    )
+    models = f"{tiny_models['bert']},{tiny_models['mpnet']}"
+    args = parser_for("tmft").parse_args(sweep_args(models, "--layers 0,1,2 --seeds 0,1", *sweep_env["flags"]))
     plan = plan_sweep(args, method="tmft")
     assert len(plan.configs) == 12 and len(calls) == 2
     assert set(plan.data.tasks) == {tiny_models["bert"], tiny_models["mpnet"]}
 
 
 def test_optuna_search_tunes_lr_batch_and_warmup(sweep_env, tiny_models):
-    code = main(
-        [
-            "--models",
-            tiny_models["bert"],
-            "--layers",
-            "2",
-            "--seeds",
-            "0",
-            "--epochs",
-            "2",
-            "--search",
-            "optuna",
-            "--num-samples",
-            "3",
-            "--max-concurrent",
-            "2",
-            "--name",
-            "optuna",
-            *sweep_env["flags"],
-        ]
-    )
+    sweep = "--layers 2 --seeds 0 --epochs 2 --search optuna --num-samples 3 --max-concurrent 2 --name optuna"
+    code = main(sweep_args(tiny_models["bert"], sweep, *sweep_env["flags"]))
     assert code == 0
     _, children = runs_by_role(sweep_env["uri"])
     assert len(children) == 3
@@ -256,24 +177,7 @@ def test_optuna_search_tunes_lr_batch_and_warmup(sweep_env, tiny_models):
 def test_a_sweep_saved_before_newer_flags_existed_resumes(sweep_env, tiny_models):
     """sweep.json of a sweep started by an older version lacks today's flags and the method's
     class: --resume fills the flags' defaults, takes the script's method, and adds no run."""
-    assert (
-        main(
-            [
-                "--models",
-                tiny_models["bert"],
-                "--layers",
-                "1",
-                "--seeds",
-                "0",
-                "--epochs",
-                "1",
-                "--name",
-                "old",
-                *sweep_env["flags"],
-            ]
-        )
-        == 0
-    )
+    assert main(sweep_args(tiny_models["bert"], "--layers 1 --seeds 0 --epochs 1 --name old", *sweep_env["flags"])) == 0
     saved_path = Path(sweep_env["storage"], "old", "sweep.json")
     saved = json.loads(saved_path.read_text())
     del saved["method_class"], saved["args"]["eval_sets"]
@@ -285,17 +189,7 @@ def test_a_sweep_saved_before_newer_flags_existed_resumes(sweep_env, tiny_models
 
 def test_deberta_sweeps_from_layer_zero_pretrained_and_random(sweep_env, tiny_models):
     """DeBERTa-v2's encoder fails with no layers in transformers; the project's layer 0 works."""
-    base = [
-        "--models",
-        tiny_models["deberta-v2"],
-        "--layers",
-        "0,1",
-        "--seeds",
-        "0",
-        "--epochs",
-        "1",
-        *sweep_env["flags"],
-    ]
+    base = sweep_args(tiny_models["deberta-v2"], "--layers 0,1 --seeds 0 --epochs 1", *sweep_env["flags"])
     assert main([*base, "--name", "deberta"]) == 0
     assert main([*base, "--name", "deberta-random", "--random-init"]) == 0
     _, children = runs_by_role(sweep_env["uri"])
@@ -310,19 +204,7 @@ def test_deberta_sweeps_from_layer_zero_pretrained_and_random(sweep_env, tiny_mo
 def test_the_test_set_scored_once_at_the_end_equals_its_score_at_the_best_dev_epoch(sweep_env, tiny_models, task):
     """By default the test set is scored once, with the best-dev weights (and head); with
     --test-every-epoch after every epoch. The reported numbers are the same."""
-    common = [
-        "--models",
-        tiny_models["bert"],
-        "--layers",
-        "2",
-        "--seeds",
-        "0",
-        "--epochs",
-        "3",
-        "--task",
-        task,
-        *sweep_env["flags"],
-    ]
+    common = sweep_args(tiny_models["bert"], f"--layers 2 --seeds 0 --epochs 3 --task {task}", *sweep_env["flags"])
     assert main([*common, "--name", "once"]) == 0
     assert main([*common, "--name", "every", "--test-every-epoch", "--experiment", "every"]) == 0
     (once,), (every,) = runs_by_role(sweep_env["uri"])[1], runs_by_role(sweep_env["uri"], "every")[1]

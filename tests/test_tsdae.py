@@ -7,28 +7,11 @@ from mlflow_helpers import runs_by_role
 from trainables.core.errors import SweepInputError
 
 
-def _flags(sweep_env):
-    return [
-        "--storage-path",
-        str(sweep_env["storage"]),
-        "--mlflow-uri",
-        sweep_env["uri"],
-        "--experiment",
-        "test",
-        "--data-dir",
-        sweep_env["flags"][sweep_env["flags"].index("--data-dir") + 1],
-        "--cpus-per-trial",
-        "0.5",
-        "--gpus-per-trial",
-        "0",
-    ]
-
-
 @pytest.mark.slow  # the sweep step runs the script's --smoke-test (tests/test_sweep_scripts.py)
 def test_every_objective_runs_through_the_sweep_script(sweep_env):
     from sweeps import tsdae
 
-    assert tsdae.main(["--smoke-test", "--name", "smoke-tsdae", *_flags(sweep_env)]) == 0
+    assert tsdae.main(["--smoke-test", "--name", "smoke-tsdae", *sweep_env["base"]]) == 0
     parents, children = runs_by_role(sweep_env["uri"])
     assert len(parents) == 1
     assert sorted(c.data.params["objective"] for c in children) == ["ct", "mlm", "none", "simcse", "tsdae"]

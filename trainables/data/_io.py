@@ -67,6 +67,22 @@ def header_index(path: Path, header: list[str], wanted: dict[str, tuple[str, ...
     return positions
 
 
+def iter_header_rows(path: Path, wanted: dict[str, tuple[str, ...]], hint: str = "") -> Iterator[tuple[int, dict]]:
+    """Yield (line number, {column: field}) for every non-blank row of a tab-separated file whose first
+    line is its header (columns found as `header_index` finds them); every row has the header's fields."""
+    columns = n_fields = None
+    for line_no, line in iter_lines(path, hint):
+        fields = line.split("\t")
+        if line_no == 1:
+            columns, n_fields = header_index(path, fields, wanted), len(fields)
+        elif line.strip():
+            if len(fields) != n_fields:
+                raise DataFormatError(
+                    path, f"expected {n_fields} tab-separated fields like the header, found {len(fields)}", line_no
+                )
+            yield line_no, {column: fields[index] for column, index in columns.items()}
+
+
 def file_checksum(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 

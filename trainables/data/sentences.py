@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 
 from trainables.core.errors import DataFormatError, SweepInputError
-from trainables.data._io import header_index, iter_lines, require_file
+from trainables.data._io import iter_header_rows, iter_lines, require_file
 from trainables.data.sick import RELEASE as SICK_RELEASE
 from trainables.data.sick import load_sick
 from trainables.data.stsb import RELEASE as STSB_RELEASE
@@ -44,24 +44,9 @@ _JSONL_FILES = {
 
 def read_allnli_sentences(path) -> list[str]:
     """sentence1, sentence2 of every row of an sbert AllNLI tsv (gzipped or not), all splits."""
-    path = Path(path)
-    sentences = []
-    columns = n_fields = None
-    for line_no, line in iter_lines(path, "put AllNLI.tsv.gz in the data dir or its allnli/ folder"):
-        fields = line.split("\t")
-        if line_no == 1:
-            columns = header_index(path, fields, {"sentence1": ("sentence1",), "sentence2": ("sentence2",)})
-            n_fields = len(fields)
-            continue
-        if not line.strip():
-            continue
-        if len(fields) != n_fields:
-            raise DataFormatError(
-                path, f"expected {n_fields} tab-separated fields like the header, found {len(fields)}", line_no
-            )
-        sentences.append(fields[columns["sentence1"]])
-        sentences.append(fields[columns["sentence2"]])
-    return sentences
+    columns = {"sentence1": ("sentence1",), "sentence2": ("sentence2",)}
+    rows = iter_header_rows(Path(path), columns, "put AllNLI.tsv.gz in the data dir or its allnli/ folder")
+    return [sentence for _, row in rows for sentence in (row["sentence1"], row["sentence2"])]
 
 
 def read_nli_jsonl_sentences(path) -> list[str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainables.core.errors import DataFormatError
-from trainables.data._io import ReleaseSplits, header_index, iter_lines, parse_float
+from trainables.data._io import ReleaseSplits, iter_header_rows, parse_float
 
 SPLIT_FILES = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
 LABELS = ("ENTAILMENT", "NEUTRAL", "CONTRADICTION")  # index = label id
@@ -44,31 +44,16 @@ class LabelledPair:
 
 def _read_release_file(path: Path) -> list[LabelledPair]:
     examples = []
-    n_fields = None
-    columns = None
-    for line_no, line in iter_lines(path, _HINT):
-        fields = line.split("\t")
-        if line_no == 1:
-            columns = header_index(path, fields, _COLUMNS)
-            n_fields = len(fields)
-            continue
-        if not line.strip():
-            continue
-        if len(fields) != n_fields:
-            raise DataFormatError(
-                path, f"expected {n_fields} tab-separated fields like the header, found {len(fields)}", line_no
-            )
-        score = parse_float(path, fields[columns["score"]], line_no, "relatedness score")
+    for line_no, row in iter_header_rows(path, _COLUMNS, _HINT):
+        score = parse_float(path, row["score"], line_no, "relatedness score")
         if not 1.0 <= score <= 5.0:
             raise DataFormatError(path, f"relatedness score {score} is outside 1-5", line_no)
-        label_name = fields[columns["label"]].strip()
+        label_name = row["label"].strip()
         if label_name not in LABEL_IDS:
             raise DataFormatError(
                 path, f"unknown entailment label {label_name!r}; expected one of {', '.join(LABELS)}", line_no
             )
-        examples.append(
-            LabelledPair(fields[columns["sentence1"]], fields[columns["sentence2"]], score, LABEL_IDS[label_name])
-        )
+        examples.append(LabelledPair(row["sentence1"], row["sentence2"], score, LABEL_IDS[label_name]))
     if not examples:
         raise DataFormatError(path, "file holds no pairs")
     return examples

@@ -22,6 +22,18 @@ _BASE_WORDS = (
     "two three girl boy car street water running riding eating sitting standing"
 ).split()
 
+# DeBERTa-v3's architecture (DebertaV2Config arguments besides the sizes and position buckets): relative
+# attention, no absolute positions.
+DEBERTA_V3 = dict(
+    type_vocab_size=0,
+    relative_attention=True,
+    position_biased_input=False,
+    pos_att_type=["p2c", "c2p"],
+    max_relative_positions=-1,
+    norm_rel_ebd="layer_norm",
+    share_att_key=True,
+)
+
 
 def _vocabulary(sentences=(), size: int = 600) -> list[str]:
     counts = Counter(w for s in sentences for w in re.findall(r"[a-z]+", s.lower()))
@@ -59,18 +71,8 @@ def _config(kind: str, vocab_size: int, layers: int, hidden: int):
         )
     if kind == "mpnet":
         return MPNetConfig(**common)
-    if kind == "deberta-v2":  # DeBERTa-v3's architecture: relative attention, no absolute positions
-        return DebertaV2Config(
-            **common,
-            type_vocab_size=0,
-            relative_attention=True,
-            position_biased_input=False,
-            pos_att_type=["p2c", "c2p"],
-            max_relative_positions=-1,
-            position_buckets=16,
-            norm_rel_ebd="layer_norm",
-            share_att_key=True,
-        )
+    if kind == "deberta-v2":
+        return DebertaV2Config(**common, **DEBERTA_V3, position_buckets=16)
     raise ValueError(f"unknown tiny model kind {kind!r}; choose from {KINDS}")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainables.stages.upstream import STAGES, StageKind
+from trainables.stages.upstream import STAGES, StageKind, encoding_result
 
 PARAMS_FILE = "params.json"
 
@@ -96,23 +96,11 @@ def compute(spec: dict, out_dir: Path) -> dict:
         np.save(Path(out_dir) / embeddings_file(layer, pooling), np.asarray(embeddings, dtype=np.float32))
     params = {str(layer): count_parameters(truncate(model, layer)) for layer in config["layers"]}
     (Path(out_dir) / PARAMS_FILE).write_text(json.dumps(params))
-    return {
-        "sentences": len(suite.sentences),
-        "device": str(device),
-        "history": [],
-        "final": {"encode_seconds": time.time() - started},
-    }
+    return encoding_result(len(suite.sentences), device, started)
 
 
 @STAGES.register("embeddings")
 class EmbeddingsStage(StageKind):
     downstream, task = "evaluate", "zero-shot"
     compute = staticmethod(compute)
-
-    @staticmethod
-    def params(config: dict) -> dict:
-        return {
-            "layers": ",".join(map(str, config["layers"])),
-            "pooling": ",".join(config["poolings"]),
-            "sets": ",".join(config["sets"]),
-        }
+    recorded = {"layers": "layers", "pooling": "poolings", "sets": "sets"}

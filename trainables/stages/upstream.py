@@ -36,19 +36,20 @@ class StageKind:
     """A kind of upstream stage, registered (`@STAGES.register(name)`) by the package that owns it:
     `compute(spec, out_dir) -> result` builds it, `downstream` is the method of the trials that start
     from it, `task` what its MLflow run records, `params` that run's params beyond the stage config
-    (`stage_<key>`) and the common ones."""
+    (`stage_<key>`) and the common ones: by default the config values named in `recorded`."""
 
     name = ""
     downstream = ""
     task = ""
+    recorded: dict[str, str] = {}  # {param: config key}; a list is recorded comma-separated
 
     @staticmethod
     def compute(spec: dict, out_dir: Path) -> dict:
         raise NotImplementedError
 
-    @staticmethod
-    def params(config: dict) -> dict:
-        return {}
+    @classmethod
+    def params(cls, config: dict) -> dict:
+        return {param: _param_value(config[key]) for param, key in cls.recorded.items()}
 
     @staticmethod
     def label(config: dict) -> str:
@@ -57,6 +58,21 @@ class StageKind:
 
 
 STAGES = Registry("stage", StageKind)
+
+
+def _param_value(value):
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+
+
+def encoding_result(sentences: int, device, started: float, **final) -> dict:
+    """The result of a stage that only encodes `sentences` sentences: no history, and the seconds
+    since `started` (a `time.time()`) as `encode_seconds` among its final metrics, with `final`."""
+    return {
+        "sentences": sentences,
+        "device": str(device),
+        "history": [],
+        "final": {"encode_seconds": time.time() - started, **final},
+    }
 
 
 def _finite(value):

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainables.stages.upstream import STAGES, StageKind
+from trainables.stages.upstream import STAGES, StageKind, encoding_result
 
 WORDS_FILE, STARTS_FILE = "words.npy", "starts.npy"
 BATCH_SIZE = 64
@@ -150,13 +150,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
     progress = StageProgress(spec, math.ceil(len(sentences) / config["batch_size"]))
     words = encode(model, tokenizer, sentences, config["max_length"], config["batch_size"], device, progress.step)
     progress.finish()
-    stats = save(out_dir, words)
-    return {
-        "sentences": len(sentences),
-        "device": str(device),
-        "history": [],
-        "final": {"encode_seconds": time.time() - started, **stats},
-    }
+    return encoding_result(len(sentences), device, started, **save(out_dir, words))
 
 
 def save(out_dir, words: list[np.ndarray]) -> dict:
@@ -178,11 +172,4 @@ def save(out_dir, words: list[np.ndarray]) -> dict:
 class TokenEmbeddingsStage(StageKind):
     downstream, task = "meta-embeddings", "source-encoding"
     compute = staticmethod(compute)
-
-    @staticmethod
-    def params(config: dict) -> dict:
-        return {
-            "sets": ",".join(config["sets"]),
-            "max_length": config["max_length"],
-            "max_train_samples": config["max_train_samples"],
-        }
+    recorded = {"sets": "sets", "max_length": "max_length", "max_train_samples": "max_train_samples"}

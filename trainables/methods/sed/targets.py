@@ -15,7 +15,7 @@ import torch
 
 from trainables.core.errors import SweepInputError
 from trainables.core.method import parse_names
-from trainables.stages.upstream import STAGES, StageKind
+from trainables.stages.upstream import STAGES, StageKind, encoding_result
 
 DEV_SET = "stsb_dev"
 
@@ -242,13 +242,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
     progress.finish()
     np.save(Path(out_dir) / TARGETS_FILE, (total / len(spec["teacher_paths"])).astype(np.float16))
     np.save(Path(out_dir) / "eval_ensemble.npy", np.mean(evals, axis=0).astype(np.float16))
-    return {
-        "sentences": len(sentences),
-        "teachers": len(evals),
-        "device": str(device),
-        "history": [],
-        "final": {"encode_seconds": time.time() - started},
-    }
+    return {**encoding_result(len(sentences), device, started), "teachers": len(evals)}
 
 
 @STAGES.register("sed-targets")

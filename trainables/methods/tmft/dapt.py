@@ -281,7 +281,4 @@ def compute(spec: dict, out_dir: Path) -> dict:
 class DaptStage(StageKind):
     downstream, task = "dapt+tmft", "mlm"
     compute = staticmethod(compute)
-
-    @staticmethod
-    def params(config: dict) -> dict:
-        return {"dapt_corpus": config["corpus"], "dapt_head": config["head"]}
+    recorded = {"dapt_corpus": "corpus", "dapt_head": "head"}

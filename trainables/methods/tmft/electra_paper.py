@@ -43,7 +43,9 @@ DISCRIMINATORS = (
 )
 GENERATORS = ("google/electra-small-generator", "google/electra-base-generator", "google/electra-large-generator")
 
-# Public configs: hidden size, layers, attention heads, intermediate size, embedding size, vocabulary.
+# Public configs: hidden size, layers, attention heads, intermediate size, embedding size, vocabulary (the
+# transformers config fields SHAPE_FIELDS).
+SHAPE_FIELDS = "hidden_size num_hidden_layers num_attention_heads intermediate_size embedding_size vocab_size".split()
 CONFIGS = {
     "google/bert_uncased_L-2_H-128_A-2": (128, 2, 2, 512, 128, 30522),
     "google/bert_uncased_L-4_H-256_A-4": (256, 4, 4, 1024, 256, 30522),
@@ -69,17 +71,7 @@ def public_config(model: str):
     shape = CONFIGS.get(model) or CONFIGS.get(_english_counterpart(model))
     if shape is None:
         return None
-    hidden, layers, heads, inter, embedding, vocab = shape
-    config = BertConfig(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=inter,
-        max_position_embeddings=512,
-    )
-    config.embedding_size = embedding
-    return config
+    return BertConfig(**dict(zip(SHAPE_FIELDS, shape)), max_position_embeddings=512)
 
 
 def _english_counterpart(model: str) -> str | None:

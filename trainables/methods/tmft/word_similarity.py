@@ -130,10 +130,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
 class WordSimilarityStage(StageKind):
     downstream, task = "ws+tmft", "wordsim"
     compute = staticmethod(compute)
-
-    @staticmethod
-    def params(config: dict) -> dict:
-        return {"layer": config["layer"], "ws_selection": config["selection"]}
+    recorded = {"layer": "layer", "ws_selection": "selection"}
 
     @staticmethod
     def label(config: dict) -> str:

@@ -103,10 +103,7 @@ class TsdaeStage(StageKind):
 
     downstream, task = "tsdae+tmft", "denoising"
     compute = staticmethod(compute)
-
-    @staticmethod
-    def params(config: dict) -> dict:
-        return {"tsdae_corpus": config["corpus"], "tsdae_steps": config["steps"]}
+    recorded = {"tsdae_corpus": "corpus", "tsdae_steps": "steps"}
 
     @staticmethod
     def add_arguments(group) -> None:
