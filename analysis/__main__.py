@@ -5,7 +5,8 @@
     python -m analysis cka --models A,B [--checkpoints DIR] [--data-dir D] [--max-sentences N]
                            [--unique-sentences] --out DIR [--mlflow-uri URI] [--experiment cka]
 
-Bad input (no store, no experiment, no runs, unknown model) prints one message and exits 2.
+Bad input (an --out that is a file or cannot be written, no store, no experiment, no runs, unknown model)
+prints one message and exits 2.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
+        from trainables.core.paths import check_folder_target
+
+        check_folder_target(args.out, "--out")  # before reading anything
         if args.mlflow_uri:
             from trainables.core.endpoints import mlflow_store
 

@@ -45,6 +45,7 @@ from analysis.tables import (
     table_axes,
     to_markdown,
 )
+from trainables.core.paths import check_folder_target
 
 
 @dataclass
@@ -177,6 +178,7 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
     """Read MLflow, write every output into out_dir, return what was written. `where` keeps only
     the runs whose params have the given values (to separate sweeps run with different settings)."""
     out_dir = Path(out_dir)
+    check_folder_target(out_dir, "--out")  # a file there: refused before reading the store
     figures, tables = out_dir / "figures", out_dir / "tables"
     runs = select_runs(load_runs(tracking_uri, experiment), where)
     for folder in (out_dir, figures, tables):

@@ -9,7 +9,9 @@ The store is `sqlite:///<storage-path>/mlflow.db` (the file a local sweep writes
 the same runs can be served), artifacts go to `<storage-path>/mlartifacts` and are proxied by the
 server. It binds to 127.0.0.1 unless `--host` says otherwise; on another interface, also pass
 `--allowed-hosts` (MLflow 3 rejects requests whose Host header is not localhost or a private IP).
-Sweeps then log to it with `--mlflow-uri http://127.0.0.1:5000`. MLflow's background job
+Sweeps then log to it with `--mlflow-uri http://127.0.0.1:5000`. A PostgreSQL store
+(`postgresql://user@host:5432/db`) needs the driver (`pip install -e '.[postgres]'`); a missing
+driver or an unreachable database is refused (exit 2) before the server starts. MLflow's background job
 runner (GenAI jobs: a job process and several Huey consumers, ~1 GB) is off unless `--enable-jobs`
 is given: a sweep's runs do not use it. Arguments after `--` go to `mlflow server` unchanged. The process is
 replaced by `mlflow server` (same pid; Ctrl-C stops it).
@@ -104,6 +106,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.backend_store_uri is None:
         Path(args.storage_path).expanduser().resolve().mkdir(parents=True, exist_ok=True)
+    else:  # a missing driver or an unreachable database: one line now, not a traceback in the server's log
+        from trainables.core.endpoints import mlflow_store
+        from trainables.core.errors import SweepInputError
+
+        try:  # a password moves to the driver's variable (PGPASSWORD), which the server inherits
+            store = mlflow_store(args.backend_store_uri, "--backend-store-uri")
+        except SweepInputError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        command[command.index("--backend-store-uri") + 1] = store
     shown = f"[{args.host}]" if ":" in args.host else args.host
     print(
         f"MLflow server on http://{shown}:{args.port} (store: {command[command.index('--backend-store-uri') + 1]}); "

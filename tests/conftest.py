@@ -11,6 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("EMBSWEEP_RESUME_KEY", "embsweep-tests")  # seals of Tune state: not the user's key file
 if "EMBSWEEP_CACHE_DIR" not in os.environ:  # the tokenised-data cache of this test session, not the user's
     import tempfile
 

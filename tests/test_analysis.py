@@ -35,6 +35,7 @@ from analysis.plots import plot_layer_curves, plot_metric_curves, plot_pareto
 from analysis.report import build_report
 from analysis.summary import LAYER_FAMILY, TABLE_FAMILY, split_runs, summarize
 from analysis.tables import table1, table1_markdown, table2, table2_markdown
+from trainables.core.errors import SweepInputError
 from trainables.core.schema import EPOCH_METRICS, FINAL_METRICS, PARAMS
 
 
@@ -329,6 +330,20 @@ def test_report_command_fails_clearly(store, tmp_path, capsys):
     assert "No experiment named 'missing'" in capsys.readouterr().err
     assert main(["report", "--mlflow-uri", store.uri, "--experiment", "scratch", "--out", str(tmp_path)]) == 2
     assert "No trial runs" in capsys.readouterr().err
+
+
+def test_report_out_that_is_a_file_is_refused_before_reading_the_store(tmp_path, capsys):
+    from analysis.__main__ import main
+
+    taken = tmp_path / "notes.txt"
+    taken.write_text("keep")
+    uri = f"sqlite:///{tmp_path / 'absent' / 'mlflow.db'}"  # had it been read first, another error
+    for out, message in ((taken, "is a file; pass a folder"), (taken / "report", "notes.txt is a file, so no folder")):
+        assert main(["report", "--mlflow-uri", uri, "--out", str(out)]) == 2
+        assert f"--out {out}" in (err := capsys.readouterr().err) and message in err
+    assert taken.read_text() == "keep" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    with pytest.raises(SweepInputError, match="is a file"):  # from the API too
+        build_report(uri, taken)
 
 
 def test_short_names_follow_the_paper():

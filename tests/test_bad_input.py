@@ -149,3 +149,32 @@ def test_gpus_requested_on_a_machine_without_gpus(tmp_path, data_dir, tiny_model
     with mock.patch("ray.cluster_resources", return_value={"CPU": 2.0}):
         with pytest.raises(runner.SweepInputError, match="asks for GPUs but this Ray has none"):
             runner._check_resources(plan)
+
+
+def test_generated_sweep_names_differ_within_one_second():
+    from sweeps.engine.cli import default_name
+
+    names = {default_name("sweeps/electra_layers.py") for _ in range(50)}
+    assert len(names) > 45 and all(n.startswith("electra-layers-") for n in names)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (("--layers", "0,5"), "layer 5 is beyond"),  # refused by the method's plan()
+        (("--max-eval-samples", "1"), "--max-eval-samples 1 leaves the stsb dev split with 1 scored pair"),
+    ],
+)
+def test_a_refused_sweep_writes_nothing(tmp_path, data_dir, tiny_models, capsys, flags, message):
+    """No storage folder (not even an empty one), so no mlflow.db, no stages, no sweep folder."""
+    import time
+
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    argv = ["--storage-path", str(fresh / "runs" / "deeper"), "--data-dir", str(data_dir), "--seeds", "0"]
+    started = time.perf_counter()
+    code = main([*argv, "--epochs", "1", "--models", tiny_models["bert"], *flags])
+    err = capsys.readouterr().err
+    print(f"refused in {time.perf_counter() - started:.2f} s: {err.strip()}")
+    assert code == 2 and message in err
+    assert list(fresh.iterdir()) == []

@@ -97,3 +97,48 @@ def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_
             assert child.data.metrics[metric] == pytest.approx(
                 clean_by_key[key(child)].data.metrics[metric], abs=1e-4
             ), metric
+
+
+@pytest.mark.sweep
+def test_a_driver_killed_during_its_stage_resumes_and_leaves_no_run_running(sweep_env, tiny_models, ray_session):
+    """Killed while its upstream stage computes (before Tune has any state), the sweep continues with
+    --resume: the stage is computed, its one run and the parent end FINISHED, every trial runs once."""
+    from sweeps.improvements import main as improvements
+
+    address = ray_session.get_runtime_context().gcs_address
+    MlflowClient(sweep_env["uri"]).search_experiments()
+    sweep = sweep_args(
+        tiny_models["bert"],
+        "--layers 1 --seeds 0,1 --epochs 1 --improvement ws --ws-epochs 40 --ws-max-train-samples 256",
+        *sweep_env["flags"],
+    )
+    log = sweep_env["tmp"] / "driver.log"
+    with open(log, "w") as out:
+        driver = subprocess.Popen(
+            [sys.executable, "sweeps/improvements.py", *sweep, "--name", "stage", "--address", address],
+            cwd=PROJECT_ROOT,
+            start_new_session=True,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    stages = sweep_env["storage"] / "stages"
+    try:
+        _wait_for(lambda: any(stages.glob("*.progress.json")), driver, log, what="the WS stage to start computing")
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    assert not list(stages.glob("*/stage.json")), "the stage finished before the driver was killed"
+
+    assert improvements(["--resume", str(sweep_env["storage"] / "stage")]) == 0
+
+    client = MlflowClient(sweep_env["uri"])
+    experiment = client.get_experiment_by_name("test").experiment_id
+    runs = client.search_runs([experiment], max_results=100)
+    by_role = {}
+    for run in runs:
+        by_role.setdefault(run.data.tags.get("embsweep.role"), []).append(run)
+    assert [r.info.status for r in by_role["sweep"]] == ["FINISHED"]
+    assert [r.info.status for r in by_role["stage"]] == ["FINISHED"]
+    assert sorted(r.info.status for r in by_role["trial"]) == ["FINISHED", "FINISHED"]
+    assert {r.info.status for r in runs} == {"FINISHED"}

@@ -3,6 +3,7 @@ errors, the real data's pair counts, one-pass layer embeddings against per-layer
 forwards, and (slow) the published MTEB scores of the real models."""
 
 import pickle
+import re
 import shutil
 from pathlib import Path
 
@@ -223,3 +224,82 @@ def test_real_models_reproduce_published_mteb_scores(model_id, data_dir):
     print({name: round(scores[f"{name}_spearman"], 2) for name in expected})
     for name, published in expected.items():
         assert scores[f"{name}_spearman"] == pytest.approx(published, abs=0.05), (name, scores[f"{name}_spearman"])
+
+
+# --- gold that cannot be scored: refused when the set is loaded -----------------------------------------------
+def released_copy(data_dir, tmp_path, name: str) -> Path:
+    """A copy of the released folder of set `name` under tmp_path/data, in the same layout; its file to corrupt."""
+    from trainables.evaluation.sets import find_sts_year
+
+    if name == "stsb":
+        folder = shutil.copytree(data_dir / "stsbenchmark", tmp_path / "data" / "stsbenchmark")
+        return folder / "sts-test.csv"
+    if name == "sickr":
+        folder = shutil.copytree(data_dir / "sick", tmp_path / "data" / "sick")
+        return folder / "SICK_test_annotated.txt"
+    source = find_sts_year(data_dir, int(name[3:]))
+    folder = shutil.copytree(source, tmp_path / "data" / source.parent.name / source.name)
+    return folder / "STS.gs.MSRpar.txt"
+
+
+def set_gold(path: Path, value: str, line_no: int | None = None) -> None:
+    """Write `value` as the gold score of line `line_no` (1-based; None: every line after a header) of a
+    released file, its line endings kept."""
+    column = {"sts-test.csv": 4, "SICK_test_annotated.txt": 3}.get(path.name, 0)
+    lines = path.read_bytes().split(b"\n")
+    first = 1 if path.name == "SICK_test_annotated.txt" else 0
+    for index in [line_no - 1] if line_no else range(first, len(lines)):
+        if lines[index].strip():
+            fields = lines[index].removesuffix(b"\r").split(b"\t")
+            fields[column] = value.encode()
+            lines[index] = b"\t".join(fields) + (b"\r" if lines[index].endswith(b"\r") else b"")
+    path.write_bytes(b"\n".join(lines))
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("sts12", "9.0", "STS.gs.MSRpar.txt, line 5: gold score 9 is outside the set's scale 0-5"),
+        ("sts12", "-40", "STS.gs.MSRpar.txt, line 5: gold score -40 is outside the set's scale 0-5"),
+        ("stsb", "9.0", "sts-test.csv, line 5: score 9.0 is outside 0-5"),
+        ("sickr", "0.5", "SICK_test_annotated.txt, line 5: relatedness score 0.5 is outside 1-5"),
+    ],
+)
+def test_gold_outside_the_sets_scale_is_refused_naming_file_line_and_value(data_dir, tmp_path, name, value, message):
+    set_gold(released_copy(data_dir, tmp_path, name), value, line_no=5)
+    with pytest.raises(DataFormatError, match=re.escape(message)):
+        load_suite([name], tmp_path / "data")
+
+
+def test_constant_or_blank_gold_is_refused_at_load_time(data_dir, tmp_path):
+    """Constant gold has no correlation: the subset and its set's <set>_spearman_mean would be NaN.
+    All-blank gold leaves no pair: the trial failed with scipy's "length at least 2", thrice."""
+    gold = released_copy(data_dir, tmp_path, "sts12")
+    lines = gold.read_text().splitlines()
+    gold.write_text("3.0\n" * len(lines))
+    with pytest.raises(DataFormatError, match=r"STS.gs.MSRpar.txt: gold 3 throughout its 750 pairs"):
+        load_suite(["sts12"], tmp_path / "data")
+    gold.write_text("\n" * len(lines))
+    with pytest.raises(DataFormatError, match=r"STS.gs.MSRpar.txt: 0 scored pairs \(a correlation needs two or more\)"):
+        load_suite(["sts12"], tmp_path / "data")
+    gold.write_text("2.5\n" + "\n" * (len(lines) - 1))
+    with pytest.raises(DataFormatError, match=r"STS.gs.MSRpar.txt: 1 scored pair "):
+        load_suite(["sts12"], tmp_path / "data")
+
+
+def test_constant_stsb_and_sick_gold_is_refused(data_dir, tmp_path):
+    for name in ("stsb", "sickr"):
+        path = released_copy(data_dir, tmp_path / name, name)
+        set_gold(path, "3.0")
+        with pytest.raises(DataFormatError, match=f"{path.name}: gold 3 throughout"):
+            load_suite([name], tmp_path / name / "data")
+
+
+def test_a_sample_that_leaves_constant_gold_asks_to_raise_it():
+    from trainables.evaluation.sets import check_scorable
+
+    check_scorable([1.0, 2.0], "x", "--max-eval-samples 2")
+    with pytest.raises(SweepInputError, match=r"--max-eval-samples 2 leaves the stsb dev split with gold 4 throughout"):
+        check_scorable([4.0, 4.0], "the stsb dev split", "--max-eval-samples 2")
+    with pytest.raises(SweepInputError, match=r"1 scored pair \(a correlation needs two or more\); raise --max-eval"):
+        check_scorable([4.0], "the stsb dev split", "--max-eval-samples 1")

@@ -134,6 +134,60 @@ def test_credentials_stay_out_of_what_is_written(monkeypatch):
     assert os.environ["MLFLOW_TRACKING_USERNAME"] == "ann" and os.environ["MLFLOW_TRACKING_PASSWORD"] == "s@cret"
 
 
+@pytest.mark.slow  # a sweep with a Ray of its own (its logs are checked) against a real tracking server
+def test_credentials_reach_no_file_of_the_sweep_mlflow_or_ray(tmp_path, tiny_models, data_dir):
+    """`--mlflow-uri http://user:SECRET@host`: the sweep runs, and no file under the storage path,
+    the MLflow server's store or Ray's temp folder (session logs, runtime_env_agent.log) holds SECRET."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from server_helpers import MlflowServer
+
+    from trainables.core.paths import PROJECT_ROOT
+
+    secret = "S3cretPassw0rdXYZ"
+    server = MlflowServer(tmp_path / "server")
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # short: Ray's socket paths must stay short
+    storage = tmp_path / "runs"
+    sweep = sweep_args(
+        tiny_models["bert"],
+        "--layers 1 --seeds 0 --epochs 1 --max-train-samples 48 --max-eval-samples 60 --batch-size 16 --name secret",
+        *["--storage-path", str(storage), "--experiment", "test", "--data-dir", str(data_dir)],
+        *["--cpus-per-trial", "0.5", "--gpus-per-trial", "0"],
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_PASSWORD")}
+    env["RAY_TMPDIR"] = str(ray_tmp)
+    try:
+        server.start()
+        uri = f"http://user:{secret}@127.0.0.1:{server.port}"
+        done = subprocess.run(
+            [sys.executable, "sweeps/electra_layers.py", *sweep, "--mlflow-uri", uri],
+            cwd=PROJECT_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert secret not in done.stdout + done.stderr
+        parents, children = server.runs()
+        assert len(parents) == 1 and len(children) == 1 and children[0]["info"]["status"] == "FINISHED"
+        assert list(ray_tmp.rglob("runtime_env_agent.log")), "the sweep's Ray wrote its logs elsewhere"
+        leaks = {}
+        for root in (storage, server.storage, ray_tmp):
+            for path in root.rglob("*"):
+                if path.is_file() and not path.is_symlink():
+                    count = path.read_bytes().count(secret.encode())
+                    if count:
+                        leaks[str(path)] = count
+        assert not leaks, f"{sum(leaks.values())} copies of the password in {len(leaks)} files: {leaks}"
+    finally:
+        server.kill()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
 def test_diverged_training_fails_its_trial_once_with_the_reason(sweep_env, tiny_models, capsys):
     sweep = "--layers 1 --seeds 0 --epochs 2 --lr 1e30 --max-failures 2 --name nan"
     flags = sweep_args(tiny_models["bert"], sweep, *sweep_env["flags"])

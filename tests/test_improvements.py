@@ -285,3 +285,37 @@ def test_tsdae_stage_refuses_an_encoder_without_a_decoder(tmp_path, data_dir, ti
     assert main(sweep_args(tiny_models["mpnet"], sweep, *_plan_flags(tmp_path, data_dir), "--experiment", "test")) == 2
     assert "no causal-LM decoder" in capsys.readouterr().err
     assert not (tmp_path / "runs" / "stages").exists()
+
+
+@pytest.mark.sweep
+def test_two_sweeps_needing_one_stage_at_once_compute_it_once_into_one_run(sweep_env, tiny_models, ray_session):
+    """Started together on one storage path and store, both wait for the one computation of their
+    shared WS stage, and the store holds one run of it (the waiter's own run is withdrawn)."""
+    import os
+    import subprocess
+    import sys
+
+    from trainables.core.paths import PROJECT_ROOT
+
+    address = ray_session.get_runtime_context().gcs_address
+    MlflowClient(sweep_env["uri"]).search_experiments()
+    drivers = []
+    for name in ("one", "two"):
+        sweep = sweep_args(
+            tiny_models["bert"],
+            f"--layers 1 --seeds 0 --epochs 1 --improvement ws --ws-epochs 8 --ws-max-train-samples 128 --name {name}",
+            *sweep_env["flags"],
+        )
+        command = [sys.executable, "sweeps/improvements.py", *sweep, "--address", address]
+        drivers.append(subprocess.Popen(command, cwd=PROJECT_ROOT, env=os.environ, stdout=subprocess.PIPE, text=True))
+    outputs = [driver.communicate(timeout=600)[0] for driver in drivers]
+    assert [driver.returncode for driver in drivers] == [0, 0], outputs
+    assert sum("computed by another sweep" in out for out in outputs) == 1, outputs  # they did overlap
+
+    assert len(read_executions(sweep_env["storage"] / "stages")) == 1
+    client = MlflowClient(sweep_env["uri"])
+    runs = client.search_runs([client.get_experiment_by_name("test").experiment_id], max_results=100)
+    stage_runs = [r for r in runs if r.data.tags.get(schema.TAG_ROLE) == ROLE_STAGE]
+    assert [r.info.status for r in stage_runs] == ["FINISHED"]
+    trials = [r for r in runs if r.data.tags.get(schema.TAG_ROLE) == "trial"]
+    assert len(trials) == 2 and {t.data.params["upstream_run_id"] for t in trials} == {stage_runs[0].info.run_id}

@@ -506,18 +506,74 @@ def test_every_method_runs_and_each_source_is_encoded_once(sweep_env, tiny_model
     [
         (["--sources", "SOURCE_A"], "--sources needs two or more different encoders"),
         (["--sources", "SOURCE_A,SOURCE_A"], "--sources needs two or more different encoders"),
+        # one folder spelled twice: compared as resolved paths, both spellings named
+        (["--sources", "SOURCE_A,SOURCE_A/"], "'SOURCE_A' and 'SOURCE_A/' are both SOURCE_A"),
+        (["--sources", "SOURCE_A,SOURCE_B,SOURCE_A/../bert/"], "'SOURCE_A' and 'SOURCE_A/../bert/' are both"),
         (["--methods", "unsup,pca"], "--methods: unknown 'pca'"),
         (["--variants", "paper", "--methods", "unsup,sup"], "leaves no variant of 'sup'"),
         (["--sources", "SOURCE_A,MISSING"], "Model directory 'MISSING' does not exist"),
+        # fitted on one pair (two sentences): the tiny sources' 32 + 32 components need 65 sentences, GCCA's 32 need 33
+        (["--methods", "svd", "--variants", "train", "--max-train-samples", "1"], "needs at least 65 different"),
+        (["--methods", "gcca", "--max-train-samples", "1"], "GCCA fits 32 components"),
+        (["--methods", "gcca", "--max-train-samples", "1", "--width", "4"], "needs at least 5 different ones"),
     ],
 )
 def test_bad_input_is_refused_before_any_work(flags, message, tiny_models, tmp_path, data_dir, capsys):
+    import time
+
     from sweeps.meta_embeddings import main
 
     storage = tmp_path / "runs"
-    flags = [f.replace("SOURCE_A", tiny_models["bert"]).replace("MISSING", str(tmp_path / "nope")) for f in flags]
+    names = {"SOURCE_A": tiny_models["bert"], "SOURCE_B": tiny_models["mpnet"], "MISSING": str(tmp_path / "nope")}
+
+    def named(text):
+        for key, value in names.items():
+            text = text.replace(key, value)
+        return text
+
+    flags = [named(f) for f in flags]
     sources = [] if "--sources" in flags else ["--sources", f"{tiny_models['bert']},{tiny_models['mpnet']}"]
+    started = time.perf_counter()
     code = main(["--storage-path", str(storage), "--data-dir", str(data_dir), "--seeds", "0", *sources, *flags])
     err = capsys.readouterr().err
-    assert code == 2 and message.replace("MISSING", str(tmp_path / "nope")) in err
-    assert not storage.exists() or not any(storage.rglob("*.db")) and not (storage / "stages").exists()
+    print(f"refused in {time.perf_counter() - started:.2f} s: {err.strip()}")
+    assert code == 2 and named(message) in err
+    assert not storage.exists()  # nothing written: no storage folder, so no stages and no mlflow.db
+
+
+def test_sources_sharing_a_folder_name_are_told_apart(tiny_models, tmp_path, data_dir):
+    """models/a/tiny (32-d) and models/b/tiny (48-d): two SSE rows labelled by the shortest path
+    suffix that tells them apart, not one "tiny" row averaging both as two seeds."""
+    import shutil
+
+    import sweeps.engine.runner as runner
+    from trainables.methods.meta_embeddings.method import source_labels
+
+    a = shutil.copytree(tiny_models["bert"], tmp_path / "models" / "a" / "tiny")
+    b = shutil.copytree(tiny_models["mpnet"], tmp_path / "models" / "b" / "tiny")
+    flags = ["--sources", f"{a},{b}/", "--methods", "sse,conc", "--sets", "stsb", "--seeds", "0,1"]
+    args = runner.parser_for("meta-embeddings").parse_args(
+        [*flags, "--max-train-samples", "8", "--storage-path", str(tmp_path / "runs"), "--data-dir", str(data_dir)]
+    )
+    plan = runner.plan_sweep(args, method="meta-embeddings")
+    rows = {(c["meta"], c["variant"], c["source_index"]) for c in plan.configs}
+    assert rows == {("sse", "a/tiny", 0), ("sse", "b/tiny", 1), ("conc", "-", -1)}
+    assert len(plan.configs) == 6 and {c["sources"] for c in plan.configs} == {"a/tiny,b/tiny"}
+    # unique names keep their folder name (the labels of earlier sweeps); a hub id its model name
+    assert source_labels([tiny_models["bert"], tiny_models["mpnet"]]) == ["bert", "mpnet"]
+    assert source_labels(["org/tiny", str(a), "sentence-transformers/all-MiniLM-L6-v2"]) == [
+        "org/tiny",
+        "a/tiny",
+        "all-MiniLM-L6-v2",
+    ]
+
+
+def test_svd_and_gcca_refuse_fewer_train_sentences_than_components_in_the_trial():
+    """The trial's own guard (the plan refuses first): two sentences cannot give 8 components."""
+    from trainables.core.errors import SweepInputError
+
+    views = _views(n=2)
+    for meta, variant, needed in (("svd", "train", 9), ("gcca", "-", 6)):
+        with pytest.raises(SweepInputError, match=f"needs at least {needed} different ones, but gets 2"):
+            me.baseline_vectors(meta, variant, views, _views(), None, 8, 0)
+    assert me.baseline_vectors("svd", "train", _views(n=10), _views(), None, 8, 0).shape == (300, 8)

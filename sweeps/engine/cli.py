@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import secrets
 import time
 from pathlib import Path
 
@@ -163,4 +164,5 @@ def check_name(name: str) -> None:
 
 
 def default_name(prog: str) -> str:
-    return f"{Path(prog).stem.replace('_', '-')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """`<script>-<date>-<time>-<4 random hex digits>`: sweeps started in the same second get different names."""
+    return f"{Path(prog).stem.replace('_', '-')}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"

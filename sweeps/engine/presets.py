@@ -4,7 +4,8 @@ what it reproduces, its trial count and its GPU-hours estimate (the method's `es
 public configs: no model is loaded).
 
 A preset's flags become the parser's defaults, so a flag given on the command line still wins
-(e.g. `--preset table2 --seeds 0` for one seed of Table 2's grid). The preset's name is recorded
+(e.g. `--preset table2 --seeds 0` for one seed of Table 2's grid). `--smoke-test`'s values (the
+method's `smoke`) are applied the same way, over the preset's. The preset's name is recorded
 on the sweep's runs (param `preset`); the report looks it up to name the table or figure and to
 put the paper's numbers beside the sweep's (analysis/published.py).
 """
@@ -37,19 +38,27 @@ def add_arguments(parser: argparse.ArgumentParser, method: type[Method]) -> None
 
 
 def apply(parser: argparse.ArgumentParser, argv, args: argparse.Namespace, method: type[Method]) -> argparse.Namespace:
-    """`args` with the preset's flags as defaults (the command line still wins); the same `args` without one."""
+    """`args` parsed again with the preset's flags, then with `--smoke-test` the method's `smoke` values, as
+    the parser's defaults: a flag given on the command line wins over both (`--smoke-test --steps 0` is
+    checked as `--steps 0`). The same `args` without a preset or a smoke test."""
+    values = {}
     name = getattr(args, "preset", None)
-    if not name:
+    if name:
+        preset = method.presets[name]
+        if preset.method != method.name:
+            raise SweepInputError(
+                f"--preset {name} ({preset.reproduces}) runs with {preset.script}: "
+                f"python {preset.script} --preset {name}"
+            )
+        unknown = [flag for flag in preset.flags if not hasattr(args, flag)]
+        if unknown:
+            raise SweepInputError(f"--preset {name} sets flags this script does not have: {', '.join(unknown)}")
+        values.update(preset.flags)
+    if getattr(args, "smoke_test", False):
+        values.update(method.smoke)
+    if not values:
         return args
-    preset = method.presets[name]
-    if preset.method != method.name:
-        raise SweepInputError(
-            f"--preset {name} ({preset.reproduces}) runs with {preset.script}: python {preset.script} --preset {name}"
-        )
-    unknown = [flag for flag in preset.flags if not hasattr(args, flag)]
-    if unknown:
-        raise SweepInputError(f"--preset {name} sets flags this script does not have: {', '.join(unknown)}")
-    parser.set_defaults(**preset.flags)
+    parser.set_defaults(**values)
     return parser.parse_args(argv)
 
 

@@ -18,7 +18,7 @@ import time
 from argparse import Namespace
 from dataclasses import dataclass, field
 
-from sweeps.engine import presets, storage
+from sweeps.engine import presets, seal, storage
 from sweeps.engine.cli import build_parser, check_name, check_numbers, default_name
 from trainables.core import endpoints
 from trainables.core.errors import SweepInputError
@@ -67,6 +67,7 @@ class SweepPlan:
     static_params: dict = field(default_factory=dict)
     parent_run_id: str | None = None
     resuming: bool = False
+    restore_tune: bool = False  # a resumed sweep whose Tune state exists continues it; otherwise Tune starts
     method_label: str = ""  # recorded on the parent run (e.g. "ws+tmft,dapt+tmft")
     stages: dict = field(default_factory=dict)  # upstream stage specs by key (sweeps/engine/stages_plan.py)
     failed_stages: dict = field(default_factory=dict)
@@ -110,14 +111,15 @@ def _resolve_resume(args) -> tuple[str, dict]:
             f"--resume {path}: this path holds no sweep ({storage.SWEEP_FILE} is missing); pass the directory a "
             "sweep printed when it started."
         )
+    return path, saved
+
+
+def _tune_state_exists(sweep_dir: str) -> bool:
+    """Whether Ray Tune wrote its experiment state in the sweep folder (not yet, if the sweep was
+    stopped during its upstream stages or before its first trial started)."""
     from ray import tune
 
-    if not tune.Tuner.can_restore(path):
-        raise SweepInputError(
-            f"--resume {path}: Ray Tune's experiment state is missing there (the sweep died before its first trial "
-            "started); start it again without --resume."
-        )
-    return path, saved
+    return tune.Tuner.can_restore(sweep_dir)
 
 
 def _refuse_changed_flags(args: Namespace, defaults: dict, saved: dict) -> None:
@@ -130,9 +132,10 @@ def _refuse_changed_flags(args: Namespace, defaults: dict, saved: dict) -> None:
         except (TypeError, ValueError):
             return False
 
+    given = {**vars(args), "mlflow_uri": args.mlflow_uri and endpoints.recorded_uri(args.mlflow_uri)}
     changed = [
         f"--{key.replace('_', '-')} {value} (the sweep has {saved.get(key, defaults.get(key))})"
-        for key, value in vars(args).items()
+        for key, value in given.items()
         if key not in (*RESUME_KEEPS, "storage_path")
         and key in defaults
         and not same(value, defaults[key])
@@ -154,6 +157,7 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep")
     saved = None
     if args.resume:
         sweep_dir, saved = _resolve_resume(args)
+        seal.verify(sweep_dir)  # before Ray Tune unpickles anything there
         kept = {k: getattr(args, k) for k in RESUME_KEEPS}
         if saved.get("method_class", method) != method:
             method, method_cls = saved["method_class"], None
@@ -162,9 +166,7 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep")
         defaults = vars(build_parser("x", "", method_cls).parse_args([]))  # flags added since it started
         _refuse_changed_flags(args, defaults, saved["args"])
         args = Namespace(**{**defaults, **saved["args"], **kept})
-    if args.smoke_test:
-        for key, value in method_cls.smoke.items():
-            setattr(args, key, value)
+    # --smoke-test's values are already in `args`, under the flags given on the command line (presets.apply)
     check_numbers(args)
     method_cls.check(args)
 
@@ -218,6 +220,7 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep")
         costs=planned.costs,
         parent_run_id=saved["parent_run_id"] if saved else None,
         resuming=bool(saved),
+        restore_tune=bool(saved) and _tune_state_exists(sweep_dir),
         method_label=planned.method_label or method,
         stages=planned.stages,
     )
@@ -256,11 +259,14 @@ def _init_ray(plan: SweepPlan) -> None:
     quiet()
     if ray.is_initialized():
         return
-    runtime_env = {"env_vars": {**QUIET_ENV, **CUDA_ALLOCATOR_ENV, **endpoints.credentials_env()}}
+    # Never MLflow credentials in the runtime env (Ray writes it to its logs) nor in the environment of
+    # the Ray processes started here: trials and stages never talk to the store, the driver does.
+    runtime_env = {"env_vars": {**QUIET_ENV, **CUDA_ALLOCATOR_ENV}}
     address = plan.args.get("address")
     if address:
         try:
-            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
+            with endpoints.credentials_hidden():
+                ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
         except ConnectionError as error:  # something answers there, but not a Ray head
             raise SweepInputError(
                 f"--address {address}: no Ray cluster answers there ({str(error).strip()[:200]}); "
@@ -268,14 +274,15 @@ def _init_ray(plan: SweepPlan) -> None:
                 "address"
             ) from None
     else:
-        ray.init(
-            address="local",
-            num_gpus=plan.args.get("local_gpus"),
-            include_dashboard=False,
-            runtime_env=runtime_env,
-            log_to_driver=False,
-            logging_level=logging.WARNING,
-        )
+        with endpoints.credentials_hidden():
+            ray.init(
+                address="local",
+                num_gpus=plan.args.get("local_gpus"),
+                include_dashboard=False,
+                runtime_env=runtime_env,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
 
 
 def _check_resources(plan: SweepPlan) -> None:
@@ -503,11 +510,14 @@ def run_sweep(plan: SweepPlan):
     resources = resolve_resources(plan)
     print(resources.describe(plan), flush=True)
     trainable = wrapped_trainable(plan, resources)
-    if plan.resuming:
+    if plan.restore_tune:
+        seal.verify(plan.sweep_dir)  # again: the folder may have changed while stages ran
         tuner = tune.Tuner.restore(plan.sweep_dir, trainable=trainable, resume_unfinished=True, resume_errored=True)
     else:
         tuner = _tuner(plan, trainable, resources)
-    results = tuner.fit()
+        seal.record(plan.sweep_dir, ["tuner.pkl"])  # written by the Tuner just now
+    with seal.sealing(plan.sweep_dir):  # and every state Tune saves from here on
+        results = tuner.fit()
     _finish(plan, results)
     return results
 

@@ -151,6 +151,11 @@ def reused_stage_run(client, writer, plan, spec: dict, manifest: dict) -> str | 
     experiment_id = client.get_run(plan.parent_run_id).info.experiment_id
     found = _existing_stage_run(client, experiment_id, manifest, plan.mlflow_uri)
     if found:
+        run = client.get_run(found)
+        if run.info.status == "RUNNING" and run.data.tags.get("mlflow.parentRunId") == plan.parent_run_id:
+            # this sweep's stage finished after its driver was stopped: record it now (a resume)
+            log_stage_result(writer, plan.parent_run_id, spec["key"], manifest.get("result") or {})
+            finish_stage_run(writer, plan.parent_run_id, spec["key"], "FINISHED")
         return found
     result = manifest.get("result") or {}
     run_id = create_stage_run(writer, plan.parent_run_id, plan.name, spec, plan.static_params)
@@ -269,13 +274,14 @@ def prepare_stages(plan, specs: dict) -> None:
             print(f"  stage {stage_label(spec)} failed: {failures[key]}", file=sys.stderr, flush=True)
             continue
         result = manifest.get("result") or {}
-        copy = (
-            {}
-            if result.get("mlflow_run_id") == own
-            else {  # another sweep computed it while we waited on the lock
-                TAG_STAGE_COPY_OF: f"{result.get('mlflow_uri')}#{result.get('mlflow_run_id')}"
-            }
-        )
+        computer = result.get("mlflow_run_id")
+        if computer and computer != own and result.get("mlflow_uri") == plan.mlflow_uri:
+            # another sweep of this store computed it while this one waited on the lock: its run is the one
+            writer.submit({"op": "delete", "parent": parent, "key": key})
+            run_ids[key] = computer
+            print(f"  stage {stage_label(spec)} ready (computed by another sweep: run {computer})", flush=True)
+            continue
+        copy = {} if computer == own else {TAG_STAGE_COPY_OF: f"{result.get('mlflow_uri')}#{computer}"}
         log_stage_result(writer, parent, key, result, tags=copy)
         finish_stage_run(writer, parent, key, "FINISHED")
         run_ids[key] = own

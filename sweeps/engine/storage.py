@@ -105,20 +105,10 @@ def _alive(pid: int) -> bool:
 
 
 def check_writable(storage_path: str) -> None:
-    """A local storage path must be a folder this process can write (created if missing)."""
+    """A local storage path must be a folder this process can write, or one it can create; nothing
+    is created here (a refused sweep leaves nothing behind): the sweep creates it when it starts."""
     if is_uri(storage_path):
         return
-    from trainables.core.errors import SweepInputError
+    from trainables.core.paths import check_folder_target
 
-    path = Path(storage_path)
-    if path.exists() and not path.is_dir():
-        raise SweepInputError(f"--storage-path {storage_path} is a file; pass a folder (it is created if missing)")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-probe-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as error:
-        raise SweepInputError(
-            f"--storage-path {storage_path} cannot be written ({error.strerror or error}); pass a folder you can write"
-        ) from None
+    check_folder_target(storage_path, "--storage-path")

@@ -41,6 +41,8 @@ HTTP_ENV_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
     "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",  # no "View run" lines (and no extra request) per finished trial
 }
+# libpq and psycopg wait 130 s for a PostgreSQL server that does not answer; the driver spools after this many.
+POSTGRES_ENV_DEFAULTS = {"PGCONNECT_TIMEOUT": "10"}
 _TRANSIENT_CODES = {"INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED", "DEADLINE_EXCEEDED"}
 
 
@@ -54,11 +56,18 @@ def is_http(tracking_uri: str) -> bool:
     return str(tracking_uri).startswith(("http://", "https://"))
 
 
+def is_postgres(tracking_uri: str) -> bool:
+    return str(tracking_uri).startswith(("postgresql:", "postgresql+"))
+
+
 def configure_http(tracking_uri: str) -> None:
-    """Short HTTP retries/timeouts for this process (values the user set are kept)."""
-    if is_http(tracking_uri):
-        for key, value in HTTP_ENV_DEFAULTS.items():
-            os.environ.setdefault(key, value)
+    """Short HTTP retries/timeouts, or a short PostgreSQL connect timeout, for this process (values the user set
+    are kept)."""
+    defaults = (
+        HTTP_ENV_DEFAULTS if is_http(tracking_uri) else POSTGRES_ENV_DEFAULTS if is_postgres(tracking_uri) else {}
+    )
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)
 
 
 def is_transient(error: BaseException) -> bool:
@@ -96,6 +105,7 @@ def _short(error: BaseException) -> str:
         ("Connection aborted", "connection dropped"),
         ("RemoteDisconnected", "connection dropped"),
         ("Name or service not known", "unknown host"),
+        ("timeout expired", "timed out"),
         ("database is locked", "database is locked"),
     ):
         if needle in text:
@@ -112,17 +122,21 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
 @contextlib.contextmanager
 def store_lock(tracking_uri: str):
     """Held while a sweep creates or upgrades a local SQLite store and its experiment, so that
-    sweeps started together do not race in MLflow's schema migration (`<db>.lock`, flock)."""
+    sweeps started together do not race in MLflow's schema migration (`<db>.lock`, flock); a fresh
+    store is created whole, and a half-migrated one repaired or named (sweeps/engine/sqlite_store.py)."""
     if not str(tracking_uri).startswith("sqlite:///"):
         yield
         return
     import fcntl
+
+    from sweeps.engine import sqlite_store
 
     database = Path(str(tracking_uri)[len("sqlite:///") :])
     database.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{database}.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
+            sqlite_store.prepare(database)
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
@@ -198,6 +212,8 @@ class MlflowWriter:
        "params": {...}, "tags": {...}}                                     steps already logged are skipped
       {"op": "status", "parent": P, "key": K, "status": "RUNNING"|"FINISHED"|"FAILED", "time": ms}
       {"op": "parent_status", "parent": P, "status": "FINISHED"|"FAILED", "time": ms}
+      {"op": "delete", "parent": P, "key": K}                               delete the child run (a stage
+          another sweep computed and recorded in the same store while this one waited for it)
     """
 
     def __init__(self, tracking_uri: str, spool: str | Path | None, retry_interval: float | None = None, stream=None):
@@ -295,7 +311,12 @@ class MlflowWriter:
 
     # --- replaying -----------------------------------------------------------------------
     def reachable(self, timeout: float = 2.0) -> bool:
-        """A cheap probe before replaying (a tracking server's /health; other stores: just try)."""
+        """A cheap probe before replaying (a tracking server's /health, a PostgreSQL server's port; other stores:
+        just try)."""
+        if is_postgres(self.tracking_uri):
+            from trainables.core.endpoints import postgres_answers
+
+            return postgres_answers(self.tracking_uri, timeout)
         if not is_http(self.tracking_uri):
             return True
         import requests
@@ -344,6 +365,14 @@ class MlflowWriter:
         if kind == "parent_status":
             self.client.set_terminated(op["parent"], status=op["status"], end_time=op.get("time"))
             return
+        if kind == "delete":  # idempotent: a deleted run is found no more
+            run_id = self._runs.pop((op["parent"], op["key"]), None)
+            if run_id is None:
+                found = self._find(op["parent"], op["key"])
+                run_id = found.info.run_id if found else None
+            if run_id is not None:
+                self.client.delete_run(run_id)
+            return
         run_id = self.resolve(op)
         if kind == "run":
             return
@@ -381,11 +410,8 @@ class MlflowWriter:
         """The run of (parent, key) once a write has reached the store (None while spooled)."""
         return self._runs.get((parent, key))
 
-    def resolve(self, op: dict) -> str:
-        """The child run of (parent, key): found by its tags, or created (with its params)."""
-        parent, key = op["parent"], op["key"]
-        if (parent, key) in self._runs:
-            return self._runs[(parent, key)]
+    def _find(self, parent: str, key: str):
+        """The active child run of (parent, key) in the store, or None."""
         if parent not in self._experiments:
             self._experiments[parent] = self.client.get_run(parent).info.experiment_id
         found = self.client.search_runs(
@@ -393,10 +419,18 @@ class MlflowWriter:
             filter_string=f"tags.`{schema.TAG_PARENT}` = '{parent}' and tags.`{schema.TAG_CONFIG_HASH}` = '{key}'",
             max_results=2,
         )
+        return found[0] if found else None
+
+    def resolve(self, op: dict) -> str:
+        """The child run of (parent, key): found by its tags, or created (with its params)."""
+        parent, key = op["parent"], op["key"]
+        if (parent, key) in self._runs:
+            return self._runs[(parent, key)]
+        found = self._find(parent, key)
         params = {k: _param_value(v) for k, v in op.get("params", {}).items()} if op["op"] == "run" else {}
         if found:
-            run_id = found[0].info.run_id
-            params = {k: v for k, v in params.items() if k not in found[0].data.params}
+            run_id = found.info.run_id
+            params = {k: v for k, v in params.items() if k not in found.data.params}
         else:
             run = self.client.create_run(
                 self._experiments[parent],

@@ -76,6 +76,45 @@ def read_sentence_lines(path) -> list[str]:
     ]
 
 
+def read_text_corpus(path, flag: str = "--corpus") -> list[str]:
+    """The sentences of a corpus file given by `flag`, one a line, whitespace-stripped. Blank lines are
+    dropped (their count is printed). A file that is not UTF-8 text (a byte that does not decode, or a
+    NUL character: a binary file) or that holds no sentence is refused with a `SweepInputError`
+    naming the file."""
+    path = Path(path).expanduser()
+    hint = "pass a UTF-8 text file, one sentence a line"
+    sentences, blank = [], 0
+    try:
+        for line_no, line in iter_lines(path, hint):
+            if "\x00" in line:
+                raise DataFormatError(path, "not text (a NUL byte: a binary file?)", line_no)
+            if line.strip():
+                sentences.append(line.strip())
+            else:
+                blank += 1
+    except DataFormatError as error:
+        message = str(error) if str(error).endswith(hint) else f"{error}; {hint}"
+        raise SweepInputError(f"{flag}: {message}") from None
+    if not sentences:
+        raise SweepInputError(
+            f"{flag} {path}: no sentence in its {blank} line(s) (every line is blank); {hint}"
+            if blank
+            else f"{flag} {path}: the file is empty; {hint}"
+        )
+    if blank:
+        print(f"{flag} {path}: {blank} blank line(s) dropped, {len(sentences)} sentences kept", flush=True)
+    return sentences
+
+
+def check_corpus_size(sentences: list[str], needed: int, flag: str, corpus, why: str) -> None:
+    """Refuse a corpus of fewer sentences than `needed` (e.g. one batch), saying `why` it needs them."""
+    if len(sentences) < needed:
+        raise SweepInputError(
+            f"{flag} {corpus}: {len(sentences)} sentence(s), but {why} needs {needed}; "
+            "pass a larger corpus (or a larger --max-sentences) or a smaller batch size"
+        )
+
+
 def parse_sources(sources) -> tuple[str, ...]:
     """Normalise a sources argument ("sick,wiki", "sick+wiki" or a sequence) and validate the names."""
     if isinstance(sources, str):

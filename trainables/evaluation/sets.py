@@ -14,6 +14,12 @@ input twin (STS13 `SMT`, STS12 `ALL`) is skipped; input and gold files have as m
 are read as UTF-8 (undecodable bytes replaced), split on line feeds only, never with csv quoting.
 Several copies of a year under the data dir must hold the same files.
 
+Gold is checked when a set is loaded (`DataFormatError` naming the file, and the line where there
+is one): every score within the set's scale (`EvalSet.scale`: STS12-16 and STS-B 0-5, SICK
+relatedness 1-5), and every subset with two scored pairs or more whose gold is not constant
+(`check_scorable`): a correlation is undefined otherwise, and the subset would silently lose its
+score and its set's `<set>_spearman_mean`.
+
 `load_suite(names, data_dir)` returns an `EvalSuite`: the sets, their unique sentences in a fixed
 order, and `score(embeddings)` (rows aligned with `sentences`) giving, from the cosine of each
 pair's embeddings against gold, x100:
@@ -60,10 +66,11 @@ class EvalData:
 
 
 class EvalSet:
-    """A registered evaluation set: `load(data_dir)` -> EvalData."""
+    """A registered evaluation set: `load(data_dir)` -> EvalData; `scale`: the gold scores' range."""
 
     name = ""
     description = ""
+    scale = (0.0, 5.0)
 
     def load(self, data_dir) -> EvalData:
         raise NotImplementedError
@@ -133,8 +140,33 @@ def read_lines(path: Path) -> list[str]:
     return [line.removesuffix("\r") for line in lines]
 
 
-def read_subset(input_path: Path, gold_path: Path) -> Subset:
-    """The scored pairs of one subset (a blank gold line is an unscored pair: skipped)."""
+def check_gold(path, value: float, line_no: int | None, scale: tuple[float, float]) -> float:
+    """`value` if it lies within `scale`, else a DataFormatError naming the file, the line and the value."""
+    low, high = scale
+    if not low <= value <= high:
+        raise DataFormatError(path, f"gold score {value:g} is outside the set's scale {low:g}-{high:g}", line_no)
+    return value
+
+
+def check_scorable(gold, where, sample: str = "", remedy: str = "") -> None:
+    """Refuse gold that no correlation can be computed against: fewer than two scored pairs, or one
+    value throughout. `where`: the file(s) it came from; `sample`: the flag whose sample left it so
+    (e.g. "--max-eval-samples 2"), which the message then asks to raise; `remedy`: another way out."""
+    gold = np.asarray(gold, dtype=np.float64)
+    if len(gold) >= 2 and np.ptp(gold) > 0:
+        return
+    if len(gold) < 2:
+        problem = f"{len(gold)} scored pair{'' if len(gold) == 1 else 's'} (a correlation needs two or more)"
+    else:
+        problem = f"gold {gold[0]:g} throughout its {len(gold)} pairs (no correlation against constant gold)"
+    if sample:
+        raise SweepInputError(f"{sample} leaves {where} with {problem}; raise {sample.split()[0]}")
+    raise DataFormatError(where, f"{problem}, so it cannot be scored; fix its gold scores{remedy}")
+
+
+def read_subset(input_path: Path, gold_path: Path, scale: tuple[float, float] = (0.0, 5.0)) -> Subset:
+    """The scored pairs of one subset (a blank gold line is an unscored pair: skipped); gold outside
+    `scale`, or gold that cannot be scored (`check_scorable`), is refused."""
     gold_lines, input_lines = read_lines(gold_path), read_lines(input_path)
     if len(gold_lines) != len(input_lines):
         raise DataFormatError(
@@ -149,14 +181,19 @@ def read_subset(input_path: Path, gold_path: Path) -> Subset:
         fields = pair.split("\t")
         if len(fields) < 2:
             raise DataFormatError(input_path, "expected two tab-separated sentences", line_no)
-        gold.append(parse_float(gold_path, score, line_no, "gold score"))
+        gold.append(check_gold(gold_path, parse_float(gold_path, score, line_no, "gold score"), line_no, scale))
         s1.append(fields[0])
         s2.append(fields[1])
+    check_scorable(
+        gold,
+        gold_path,
+        remedy=f" (a blank line marks an unscored pair), or remove {gold_path.name} to leave the subset out",
+    )
     return Subset(s1, s2, np.asarray(gold, dtype=np.float64))
 
 
-def read_senteval_folder(folder: Path) -> dict[str, Subset]:
-    subsets = {subset: read_subset(*paths) for subset, paths in subset_files(folder).items()}
+def read_senteval_folder(folder: Path, scale: tuple[float, float] = (0.0, 5.0)) -> dict[str, Subset]:
+    subsets = {subset: read_subset(*paths, scale) for subset, paths in subset_files(folder).items()}
     if not subsets:
         raise DataFormatError(folder, f"no subset in {_layout_hint(folder.name)}")
     return subsets
@@ -167,7 +204,7 @@ class SemEvalSTS(EvalSet):
 
     def load(self, data_dir) -> EvalData:
         folder = find_sts_year(data_dir, self.year)
-        return EvalData(self.name, read_senteval_folder(folder), _digest(_files_read(folder)))
+        return EvalData(self.name, read_senteval_folder(folder, self.scale), _digest(_files_read(folder)))
 
 
 for _year in range(12, 17):
@@ -181,7 +218,12 @@ for _year in range(12, 17):
 
 
 # --- STS-B and SICK relatedness ------------------------------------------------------------------
-def _pairs(examples) -> Subset:
+def _pairs(examples, where: str, scale: tuple[float, float]) -> Subset:
+    """The examples' pairs, their gold checked: `check_scorable`, and the range (which the release
+    readers check line by line already; this covers the hub copies, a pair named by its position)."""
+    for number, example in enumerate(examples, start=1):
+        check_gold(f"{where} (pair {number})", example.score, None, scale)
+    check_scorable([e.score for e in examples], where)
     return Subset(
         [e.sentence1 for e in examples],
         [e.sentence2 for e in examples],
@@ -193,10 +235,11 @@ class StsbSplit(EvalSet):
     split = "test"
 
     def load(self, data_dir) -> EvalData:
-        from trainables.data.stsb import load_stsb, stsb_checksums
+        from trainables.data.stsb import RELEASE, load_stsb, stsb_checksums
 
         examples = load_stsb(data_dir, splits=(self.split,))[self.split]
-        return EvalData(self.name, {"all": _pairs(examples)}, stsb_checksums(data_dir)[self.split])
+        where = RELEASE.hub_id if str(data_dir) == "hub" else str(RELEASE.paths(data_dir)[self.split])
+        return EvalData(self.name, {"all": _pairs(examples, where, self.scale)}, stsb_checksums(data_dir)[self.split])
 
 
 @register_eval_set("stsb")
@@ -211,16 +254,19 @@ class StsbDev(StsbSplit):
 
 class SickRelatedness(EvalSet):
     splits: tuple = ("test",)
+    scale = (1.0, 5.0)  # SICK relatedness
 
     def load(self, data_dir) -> EvalData:
-        from trainables.data.sick import load_sick, sick_checksums
+        from trainables.data.sick import RELEASE, load_sick, sick_checksums
 
         loaded = load_sick(data_dir, splits=self.splits)
         checksums = sick_checksums(data_dir)
         examples = [e for split in self.splits for e in loaded[split]]
+        paths = RELEASE.paths(data_dir)
+        where = RELEASE.hub_id if str(data_dir) == "hub" else ", ".join(str(paths[s]) for s in self.splits)
         return EvalData(
             self.name,
-            {"all": _pairs(examples)},
+            {"all": _pairs(examples, where, self.scale)},
             hashlib.sha256("".join(checksums[s] for s in self.splits).encode()).hexdigest()[:16],
         )
 

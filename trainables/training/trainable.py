@@ -6,9 +6,11 @@ A method's Trainable subclasses `EpochTrainable` and implements `build(config, d
 metrics), `parameter_count()` and the state hooks. Checkpoints hold `state.pt` (optimiser,
 best-dev bookkeeping, RNG states, elapsed time), `trial.json` (the whole config) and `best/`: the
 weights of the best-dev epoch as a loadable model folder (what evaluation, CKA and distillation
-teachers read), beside the latest state that resume needs. Every epoch is safe to repeat. A `TrialFailure` (or bad
-input met on the worker) ends the trial
-with a last result holding `trial_failed` (the reason) instead of an error Tune would retry.
+teachers read), beside the latest state that resume needs. Every epoch is safe to repeat. Training that
+diverges (a non-finite mean loss, or non-finite `trained_parameters()`) raises a `TrialFailure` after the
+epoch, for every method (trainables/training/divergence.py). A `TrialFailure` (or bad input met on the
+worker) ends the trial with a last result holding `trial_failed` (the reason) instead of an error Tune
+would retry.
 When the last epoch is done, `final_metrics()` may add scores of the best-dev weights (e.g. the
 evaluation suite, `--eval-sets`) to the trial's last result.
 """
@@ -28,6 +30,7 @@ from trainables.core.errors import SweepInputError, TrialFailure
 from trainables.core.faults import maybe_hold
 from trainables.evaluation.metrics import BestTracker
 from trainables.training.device import pick_device, seed_everything
+from trainables.training.divergence import check_converging
 
 BEST_DIR = "best"  # the best-dev model folder inside every checkpoint
 
@@ -113,6 +116,8 @@ class EpochTrainable(tune.Trainable):
             train_started = time.perf_counter()
             metrics = self.train_epoch(self.epoch)
             self.train_elapsed += time.perf_counter() - train_started
+            # every method's divergence ends its trial here, before a NaN is evaluated or kept as best
+            check_converging(self.epoch, metrics["train_loss"], self.trained_parameters(), self.trial_config.get("lr"))
         metrics.update(self.evaluate())
         if self.tracker.update(self.epoch, metrics):
             self.remember_best()
@@ -195,6 +200,10 @@ class EpochTrainable(tune.Trainable):
 
     def parameter_count(self) -> int:
         raise NotImplementedError
+
+    def trained_parameters(self) -> list:
+        """The weights that training updates, checked to be finite after every epoch (default: none)."""
+        return []
 
     def paper_parameter_count(self) -> int:
         """The count the paper's tables use (default: `parameter_count`)."""

@@ -12,12 +12,14 @@ Methods (`meta`) and their variants (`variant`):
 - `sup` `mse`: the paper's model trained on STS-B train scores, squared error between the
   cosine and the score, both mapped to [0, 1] ((cos + 1) / 2, y / 5); `signed`: the authors'
   model and loss, mean(||m(s1) - m(s2)|| - y / 5) at lr 1e-4;
-- `sse` (variant = the source): each source alone;
+- `sse` (variant = the source's label, `source_labels`: its folder name, or the shortest path suffix
+  that tells two sources apart, e.g. `a/tiny` and `b/tiny`): each source alone;
 - `conc`: the sources' sentence vectors concatenated;
 - `avg` `zero-pad`: averaged after zero-padding to the largest size; `projected`: averaged after
   a random isometry of each source into the largest size (seeded by the trial's seed);
-- `svd` `train`: per-source centring, concatenation, the top d = min(--width, rank) right
-  singular vectors, fitted on the STS-B train sentences only; `full`: the authors' fit, all
+- `svd` `train`: per-source centring, concatenation, the top d = min(--width, the sources' summed
+  size) right singular vectors, fitted on the STS-B train sentences only (refused with fewer
+  than d + 1 of them, as GCCA is: `models.check_fit_sentences`); `full`: the authors' fit, all
   components, on every cached sentence (evaluation sentences included; docs/methods.md ambiguity 7:
   a rotation of centred CONC, so it scores as centred CONC);
 - `gcca`: MAXVAR generalised CCA (cca-zoo's `GCCA`; each view's covariance plus the authors' ridge
@@ -93,21 +95,66 @@ from trainables.core.method import (
     register_method,
 )
 from trainables.methods.meta_embeddings import token_embeddings
-from trainables.methods.meta_embeddings.models import POOLINGS, TRAINED, VARIANTS
+from trainables.methods.meta_embeddings.models import POOLINGS, TRAINED, VARIANTS, check_fit_sentences
 from trainables.methods.meta_embeddings.trainable import MetaData, MetaEmbeddingTrainable
 
 DEFAULT_SOURCES = "sentence-transformers/all-MiniLM-L6-v2,sentence-transformers/all-mpnet-base-v2"
 
 
 # --- the method ---------------------------------------------------------------------------------
+def _is_local(name: str) -> bool:
+    """Whether a --sources entry names a folder (as `resolve_model` decides), not a hub id or run reference."""
+    return not name.startswith("runs:/") and (Path(name).expanduser().exists() or name.startswith((".", "/", "~")))
+
+
+def source_identity(name: str) -> str:
+    """What tells two --sources entries apart: a folder's absolute path (symlinks resolved), a hub
+    id or run reference without surrounding slashes (a hub id compared case-insensitively, as the
+    hub resolves it)."""
+    if _is_local(name):
+        return str(Path(name).expanduser().resolve())
+    return name.strip("/") if name.startswith("runs:/") else name.strip("/").lower()
+
+
+def refuse_repeated_sources(names: list[str], identities: list[str], what: str = "") -> None:
+    """SweepInputError naming both spellings when two --sources entries are one encoder."""
+    seen: dict[str, str] = {}
+    for name, identity in zip(names, identities):
+        if identity in seen:
+            raise SweepInputError(
+                f"--sources names one encoder twice: {seen[identity]!r} and {name!r} are both {identity}{what}; "
+                "a meta-embedding combines different encoders: drop one of them"
+            )
+        seen[identity] = name
+
+
+def source_labels(names: list[str]) -> list[str]:
+    """A unique, stable label per source, for the configs, run names and report rows: the folder's
+    (or hub id's) last part, or, where two sources share it, the shortest suffix of their
+    absolute paths (hub ids: the id) that tells them apart, e.g. `a/tiny` and `b/tiny`."""
+    parts = [
+        list(Path(source_identity(n)).parts[1:]) if _is_local(n) else n.strip("/").split("/") or [n] for n in names
+    ]
+
+    def suffix(i: int, k: int) -> str:
+        return "/".join(parts[i][-k:])
+
+    labels = []
+    for i in range(len(names)):
+        k = 1
+        while k < len(parts[i]) and any(suffix(i, k) == suffix(j, k) for j in range(len(names)) if j != i):
+            k += 1
+        labels.append(suffix(i, k))
+    return labels if len(set(labels)) == len(labels) else [source_identity(n) for n in names]
+
+
 def trial_grid(methods: list[str], variants: list[str] | None, sources: list[str]) -> list[dict]:
-    """(meta, variant[, source_index]) of every trial of one seed; `variants` None: all."""
+    """(meta, variant[, source_index]) of every trial of one seed; `variants` None: all; `sources`:
+    the sources' labels (`source_labels`), each SSE trial's variant."""
     out = []
     for meta in methods:
         if meta == "sse":
-            out += [
-                {"meta": "sse", "variant": Path(s.rstrip("/")).name, "source_index": i} for i, s in enumerate(sources)
-            ]
+            out += [{"meta": "sse", "variant": label, "source_index": i} for i, label in enumerate(sources)]
             continue
         chosen = [v for v in VARIANTS[meta] if variants is None or v in variants or v == "-"]
         if not chosen:
@@ -193,11 +240,17 @@ class MetaEmbeddings(Method):
     @classmethod
     def check(cls, args) -> None:
         sources = [s.strip() for s in str(args.sources).split(",") if s.strip()]
-        if len(set(sources)) < 2 and not args.smoke_test:
-            raise SweepInputError(
-                f"--sources needs two or more different encoders to combine, got {len(set(sources))} "
-                f"({args.sources!r}); e.g. --sources {DEFAULT_SOURCES}"
+        identities = [source_identity(s) for s in sources]
+        if len(set(identities)) < 2 and not args.smoke_test:
+            got = (
+                f"{sources[0]!r} and {sources[1]!r} are both {identities[0]}"
+                if len(sources) > 1
+                else f"got {len(sources)} ({args.sources!r})"
             )
+            raise SweepInputError(
+                f"--sources needs two or more different encoders to combine; {got}; e.g. --sources {DEFAULT_SOURCES}"
+            )
+        refuse_repeated_sources(sources, identities)
         methods = parse_names(args.methods, "--methods", list(VARIANTS))
         known = sorted({v for vs in VARIANTS.values() for v in vs if v != "-"})
         variants = None if str(args.variants).strip() == "all" else parse_names(args.variants, "--variants", known)
@@ -236,7 +289,7 @@ class MetaEmbeddings(Method):
     @classmethod
     def plan(cls, args, context) -> MethodPlan:
         from trainables.data.stsb import load_stsb, stsb_checksums
-        from trainables.encoders.loading import resolve_model
+        from trainables.encoders.loading import load_config, resolve_model
         from trainables.evaluation.sets import load_suite
         from trainables.stages.store import stage_root
 
@@ -246,6 +299,8 @@ class MetaEmbeddings(Method):
         if context.smoke_test and args.sources == DEFAULT_SOURCES:
             names = smoke_sources(context.storage_path, args.data_dir)
         paths = [resolve_model(name, context.mlflow_uri) for name in names]
+        refuse_repeated_sources(names, [str(Path(p).resolve()) for p in paths], " once resolved")
+        labels = source_labels(names)
         root = stage_root(None, context.storage_path)
         suite = load_suite(sets, args.data_dir)
         checksum = ",".join(f"{k}={v}" for k, v in sorted({**stsb_checksums(args.data_dir), **suite.checksums}.items()))
@@ -273,10 +328,14 @@ class MetaEmbeddings(Method):
             len(sentences),
         )
         variants = None if str(args.variants).strip() == "all" else parse_names(args.variants, "--variants")
-        grid = trial_grid(parse_names(args.methods, "--methods", list(VARIANTS)), variants, names)
+        grid = trial_grid(parse_names(args.methods, "--methods", list(VARIANTS)), variants, labels)
+        dims = [int(getattr(load_config(p), "hidden_size", 0) or 0) for p in paths]
+        train_sentences = len({s for e in splits["train"] for s in (e.sentence1, e.sentence2)})
+        for trial in grid if all(dims) else []:
+            check_fit_sentences(trial["meta"], trial["variant"], train_sentences, args.width, dims)
         base = {
             "method": cls.name,
-            "sources": ",".join(Path(n.rstrip("/")).name for n in names),
+            "sources": ",".join(labels),
             "sets": args.sets,
             "epochs": args.epochs,
             "patience": args.patience,

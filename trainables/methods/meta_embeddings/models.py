@@ -5,10 +5,13 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from trainables.core.errors import SweepInputError
 
 VARIANTS = {
     "unsup": ("paper", "authors_code"),
@@ -206,6 +209,33 @@ def isometry(rows: int, cols: int, seed: int) -> np.ndarray:
     return q.T
 
 
+def fit_components(meta: str, variant: str, width: int, dims: list[int]) -> int | None:
+    """The components SVD (`train`) and GCCA fit on the STS-B train sentences: min(--width, the
+    sources' summed size) and min(--width, the smallest source's size); None for the others."""
+    if meta == "svd" and variant == "train":
+        return min(width, sum(dims))
+    if meta == "gcca":
+        return min(width, min(dims))
+    return None
+
+
+def check_fit_sentences(meta: str, variant: str, sentences: int, width: int, dims: list[int]) -> None:
+    """SweepInputError when SVD (`train`) or GCCA would fit d components on fewer than d + 1 train
+    sentences: centred, n sentences span at most n - 1 directions, so the other components (and
+    GCCA's canonical directions) would be arbitrary, not learnt from the data."""
+    needed = fit_components(meta, variant, width, dims)
+    if needed is None or sentences > needed:
+        return
+    sizes = " + ".join(map(str, dims)) if meta == "svd" else f"min({', '.join(map(str, dims))})"
+    name = "SVD (train)" if meta == "svd" else "GCCA"
+    raise SweepInputError(
+        f"{name} fits {needed} components (the smaller of --width {width} and the sources' sizes {sizes}) on "
+        f"the STS-B train sentences and needs at least {needed + 1} different ones, but gets {sentences}; raise "
+        f"--max-train-samples (a pair gives at most two sentences: {math.ceil((needed + 1) / 2)} pairs or more), "
+        "lower --width, or leave this method out of --methods"
+    )
+
+
 def svd_fit(views: list[np.ndarray], dims: int | None):
     """(per-view means, components [k, sum d_i]) of the centred concatenation; dims None: all."""
     means = [v.mean(axis=0) for v in views]
@@ -264,6 +294,7 @@ def baseline_vectors(
         return np.mean([np.pad(v, ((0, 0), (0, largest - v.shape[1]))) for v in views], axis=0)
     if meta == "avg":
         return np.mean([v @ isometry(v.shape[1], largest, seed * 100 + i) for i, v in enumerate(views)], axis=0)
+    check_fit_sentences(meta, variant, len(train[0]) if train else 0, width, [v.shape[1] for v in views])
     if meta == "svd" and variant == "full":
         means, components = svd_fit(everything(), None)
         return svd_apply(views, means, components)

@@ -3,7 +3,6 @@ source vectors (or a baseline's one pass), scored on STS-B dev and, at the end, 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,12 +106,8 @@ class MetaEmbeddingTrainable(EpochTrainable):
             loss.backward()
             self.optimizer.step()
             total += float(loss.detach()) * len(pick)
-        mean = total / len(order)
-        if not math.isfinite(mean):
-            from trainables.core.errors import TrialFailure
-
-            raise TrialFailure(f"the loss of epoch {epoch} is {mean}; lower --lr")
-        return {"train_loss": mean, **self._weights()}
+        # a NaN mean loss (diverged) fails the trial in EpochTrainable, before evaluation
+        return {"train_loss": total / len(order), **self._weights()}
 
     def _weights(self) -> dict:
         """The sources' weights (softmax-normalised in the paper variant), one metric each."""
@@ -184,6 +179,9 @@ class MetaEmbeddingTrainable(EpochTrainable):
 
     def parameter_count(self) -> int:
         return 0 if self.model is None else sum(p.numel() for p in self.model.parameters())
+
+    def trained_parameters(self) -> list:
+        return [] if self.model is None else list(self.model.parameters())
 
     def method_state(self, checkpoint_dir: Path) -> dict:
         if self.model is None:

@@ -116,21 +116,20 @@ def check_sizes(teachers: list[tuple[str, Path]], student: tuple[str, Path]) -> 
 
 
 def read_corpus(corpus: str, data_dir, max_sentences: int | None) -> tuple[list[str], str]:
-    """(sentences, checksum): `wiki` or a text file, one sentence a line (blank lines skipped)."""
-    from trainables.data.sentences import WIKI_FILE, read_sentence_lines
+    """(sentences, checksum): `wiki` or a text file, one sentence a line (UTF-8; blank lines dropped;
+    refused when it is not text or holds no sentence)."""
+    from trainables.data.sentences import WIKI_FILE, read_sentence_lines, read_text_corpus
     from trainables.training.tokenized import subset
 
     if corpus == "wiki":
-        sentences = read_sentence_lines(Path(data_dir) / WIKI_FILE)
+        sentences = [line for line in read_sentence_lines(Path(data_dir) / WIKI_FILE) if line.strip()]
     else:
         path = Path(corpus).expanduser()
         if not path.is_file():
             raise SweepInputError(
                 f"--corpus {corpus!r}: no such file; pass a text file with one sentence a line, or 'wiki'"
             )
-        sentences = [
-            line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()
-        ]
+        sentences = read_text_corpus(path)
     if not sentences:
         raise SweepInputError(f"--corpus {corpus!r} holds no sentences")
     sentences = subset(sentences, max_sentences)

@@ -59,7 +59,6 @@ class SEDTrainable(EpochTrainable):
         self.params = count_parameters(self.model)
 
     def train_epoch(self, epoch: int) -> dict:
-        from trainables.core.errors import TrialFailure
         from trainables.training.batches import pad
         from trainables.training.precision import to_device
 
@@ -85,10 +84,7 @@ class SEDTrainable(EpochTrainable):
             self.optimizer.step()
             self.scheduler.step()
             total += loss.detach() * len(rows)
-        mean = float(total) / len(order)
-        if not math.isfinite(mean):
-            raise TrialFailure(f"distillation diverged: the mean loss of epoch {epoch} is {mean}; lower --lr")
-        return {"train_loss": mean}
+        return {"train_loss": float(total) / len(order)}  # a NaN diverged: EpochTrainable fails the trial
 
     def _scores(self, suite) -> dict:
         if self.member != "student":  # rows of the stage's evaluation sentences
@@ -116,6 +112,9 @@ class SEDTrainable(EpochTrainable):
 
     def parameter_count(self) -> int:
         return getattr(self, "params", 0)
+
+    def trained_parameters(self) -> list:
+        return list(self.model.parameters()) if self.member == "student" else []
 
     def remember_best(self) -> None:
         if self.member == "student":

@@ -42,7 +42,7 @@ from trainables.core.method import (
 )
 from trainables.encoders.loading import model_list
 from trainables.evaluation import layer_embeddings
-from trainables.evaluation.sets import add_eval_sets_argument, parse_eval_sets
+from trainables.evaluation.sets import add_eval_sets_argument, check_scorable, parse_eval_sets
 from trainables.methods.tmft import electra_paper
 from trainables.methods.tmft.encoder import ZERO_SHOT_STAGE
 from trainables.methods.tmft.trainable import TMFTData, TMFTTrainable
@@ -243,6 +243,13 @@ class TMFT(Method):
             examples = {
                 s: (rows if s == "train" else subset(rows, args.max_eval_samples)) for s, rows in examples.items()
             }
+            task = get_task(args.task)
+            for split in ("dev", "test") if task.primary == "spearman" else ():  # scored by correlations
+                check_scorable(
+                    [task.label(e) for e in examples[split]],
+                    f"the {args.task} {split} split",
+                    sample=f"--max-eval-samples {args.max_eval_samples}",
+                )
         suite = None
         sets = parse_eval_sets(args.eval_sets)
         if sets:

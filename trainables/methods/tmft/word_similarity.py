@@ -80,6 +80,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
     from trainables.methods.tmft.encoder import build_encoder
     from trainables.stages.progress import StageProgress
     from trainables.training.device import pick_device, seed_everything
+    from trainables.training.divergence import check_converging
     from trainables.training.pair_training import PairFineTuning
     from trainables.training.tasks import get_task
     from trainables.training.tokenized import subset, tokenize_task
@@ -109,6 +110,8 @@ def compute(spec: dict, out_dir: Path) -> dict:
     history, best_state = [], None
     for epoch in range(1, epochs + 1) if epochs else [0]:
         metrics = tuner.train_epoch(epoch) if epoch else {}
+        if epoch:
+            check_converging(epoch, metrics["train_loss"], tuner.trained_parameters(), config["lr"], "lower --ws-lr")
         metrics.update(tuner.evaluate())
         if tracker.update(epoch, metrics):
             best_state = copy.deepcopy({k: v.detach().cpu() for k, v in tuner.model.state_dict().items()})

@@ -41,6 +41,7 @@ from trainables.core.method import (
     parse_names,
     register_method,
 )
+from trainables.data.sentences import check_corpus_size
 from trainables.encoders.loading import model_list
 from trainables.evaluation.sets import parse_eval_sets
 from trainables.methods.tsdae.stage import add_training_flags, check_training_flags
@@ -141,9 +142,17 @@ class TSDAE(Method):
 
     @classmethod
     def check(cls, args) -> None:
-        parse_names(args.method, "--method", list(OBJECTIVES))
+        objectives = parse_names(args.method, "--method", list(OBJECTIVES))
         parse_int_list(args.seeds, "--seeds")
         check_training_flags(vars(args), "")
+        in_batch = [o for o in objectives if o == "simcse" or (o == "ct" and args.ct_variant == "in-batch")]
+        if in_batch and args.batch_size < 2:
+            variant = " (--ct-variant in-batch)" if "ct" in in_batch else ""
+            raise SweepInputError(
+                f"--batch-size {args.batch_size} is too small for --method {','.join(in_batch)}{variant}: its loss "
+                "takes the other sentences of a batch as negatives, and a batch of one has none, so the loss is 0 "
+                "at every step and nothing is learned; pass --batch-size 2 or more (the paper: 8)"
+            )
         if args.eval_steps <= 0:
             raise SweepInputError(f"--eval-steps must be a positive integer, got {args.eval_steps}")
         if args.max_sentences is not None and args.max_sentences <= 0:
@@ -180,6 +189,10 @@ class TSDAE(Method):
             for model in models:
                 check_decoder(paths[model], model)
         sentences, corpus, _ = read_corpus(args.corpus, args.data_dir, args.max_sentences)
+        batches = {o: objective_settings(o, args).get("batch_size", 0) for o in objectives}
+        largest = max(batches, key=batches.get)
+        if batches[largest]:  # a batch draws that many sentences (SimCSE's and CT's negatives are the others)
+            check_corpus_size(sentences, batches[largest], "--corpus", args.corpus, f"one batch of --method {largest}")
         sets = parse_eval_sets(args.eval_sets)
         dev = load_suite(["stsb_dev"], args.data_dir)
         suite = load_suite(sets, args.data_dir) if sets else None

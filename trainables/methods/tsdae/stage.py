@@ -73,16 +73,20 @@ def compute(spec: dict, out_dir: Path) -> dict:
 
     from trainables.stages.progress import StageProgress
     from trainables.training.device import pick_device, seed_everything
+    from trainables.training.divergence import check_converging
 
     started = time.perf_counter()
     config = spec["config"]
     seed_everything(int(config["seed"]))
-    sentences, corpus, _ = read_corpus(config["corpus"], spec["data_dir"], config.get("max_sentences"))
+    sentences, corpus, _ = read_corpus(
+        config["corpus"], spec["data_dir"], config.get("max_sentences"), "--tsdae-corpus"
+    )
     device = pick_device()
     training = Training({**config, "_model_path": spec["model_path"]}, sentences, device)
     progress = StageProgress(spec, int(config["steps"]))
     loss = training.run(int(config["steps"]), progress)
     progress.finish()
+    check_converging(1, loss, training.trained_parameters(), config["lr"], "lower --tsdae-lr or check --tsdae-corpus")
     encoder_dir = Path(out_dir) / "encoder"
     training.st[0].auto_model.save_pretrained(str(encoder_dir))
     training.st.tokenizer.save_pretrained(str(encoder_dir))
@@ -124,8 +128,12 @@ class TsdaeStage(StageKind):
 
     @staticmethod
     def prepare(a: dict, paths: dict, data_dir) -> str:
-        """The corpus checksum, once every model (id -> folder) is known to have a decoder."""
-        _, _, checksum = read_corpus(a["tsdae_corpus"], data_dir, a["tsdae_max_sentences"])
+        """The corpus checksum, once the corpus is known to fill a batch and every model (id -> folder) to
+        have a decoder."""
+        from trainables.data.sentences import check_corpus_size
+
+        sentences, _, checksum = read_corpus(a["tsdae_corpus"], data_dir, a["tsdae_max_sentences"], "--tsdae-corpus")
+        check_corpus_size(sentences, a["tsdae_batch_size"], "--tsdae-corpus", a["tsdae_corpus"], "one TSDAE batch")
         for model, path in paths.items():
             check_decoder(path, model)
         return checksum

@@ -58,6 +58,9 @@ class TSDAETrainable(EpochTrainable):
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.st.parameters())
 
+    def trained_parameters(self) -> list:
+        return self.training.trained_parameters()
+
     def method_state(self, checkpoint_dir: Path) -> dict:
         return self.training.state_dict()
 

@@ -175,8 +175,13 @@ class Training:
     def _tokenize(self, texts: list[str]) -> dict:
         return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in self.st.preprocess(texts).items()}
 
+    def trained_parameters(self) -> list:
+        """Every weight the objective trains (the decoder and CT's second copy included)."""
+        return list((self.loss if self.loss is not None else self.st).parameters())
+
     def run(self, steps: int, progress=None) -> float:
-        """`steps` optimiser steps; the mean training loss."""
+        """`steps` optimiser steps; the mean training loss (a NaN or an infinity when a step's loss was one:
+        the caller checks it with trainables/training/divergence.py)."""
         self.loss.train(bool(self.config["dropout"]))
         if self.objective == "tsdae":
             self.loss.decoder.eval()  # as sentence-transformers' trainer, which puts only the encoder in train mode
@@ -245,17 +250,18 @@ class _MLMLoss(torch.nn.Module):
         return self.mlm(**batch).loss
 
 
-def read_corpus(corpus: str, data_dir, max_sentences: int | None) -> tuple[list[str], str, str]:
-    """(sentences, corpus name, checksum) of --corpus: 'wiki' (the Wikipedia sample) or a text file."""
+def read_corpus(corpus: str, data_dir, max_sentences: int | None, flag: str = "--corpus") -> tuple[list[str], str, str]:
+    """(sentences, corpus name, checksum) of --corpus: 'wiki' (the Wikipedia sample) or a text file
+    (UTF-8, one sentence a line, blank lines dropped; refused when it holds none)."""
     from trainables.data._io import file_checksum
-    from trainables.data.sentences import dapt_corpus, dapt_corpus_checksum, read_sentence_lines
+    from trainables.data.sentences import dapt_corpus, dapt_corpus_checksum, read_text_corpus
     from trainables.training.tokenized import subset
 
     if corpus == "wiki":
         sentences, name = dapt_corpus(data_dir, ("wiki",))
         checksum = dapt_corpus_checksum(data_dir, ("wiki",))
     else:
-        sentences, name, checksum = read_sentence_lines(corpus), Path(corpus).name, file_checksum(Path(corpus))
+        sentences, name, checksum = read_text_corpus(corpus, flag), Path(corpus).name, file_checksum(Path(corpus))
     return subset(sentences, max_sentences), name, checksum
 
 
