@@ -28,6 +28,8 @@ SWEEP_TESTS = {
     "test_sweep_scripts.py::test_smoke_test_runs_end_to_end[improvements]",
     "test_sweep_scripts.py::test_smoke_test_runs_end_to_end[sed]",
     "test_sweep_scripts.py::test_smoke_test_runs_end_to_end[tsdae]",
+    "test_sweep_scripts.py::test_smoke_test_runs_end_to_end[evaluate]",
+    "test_sweep_tmft.py::test_resume_reruns_errored_trials_under_the_same_parent",
     "test_mlflow_server.py::test_server_outage_mid_sweep_loses_no_metric",
     "test_mlflow_server.py::test_smoke_sweep_against_a_real_tracking_server",
     "test_packing.py::test_auto_packing_on_logical_gpus",
