@@ -272,7 +272,7 @@ def estimates(
     from trainables.encoders import cost as encoder_cost
 
     config = weights_config(weights) if weights else model_config(name, vocab_size)
-    memory, seconds = encoder_cost.pair_task_cost(config, task, layer, batch_size, epochs, gpu_tflops, precision)
+    memory, seconds, _ = encoder_cost.pair_task_cost(config, task, layer, batch_size, epochs, gpu_tflops, precision)
     shape = encoder_cost.shape_from_config(config, layer, batch_size, 1)
     tokens = {s: sum(map(len, task.splits[s].s1)) + sum(map(len, task.splits[s].s2)) for s in ("train", "dev", "test")}
     flops = epochs * shape.layer_params * (6 * tokens["train"] + 2 * (tokens["dev"] + tokens["test"]))

@@ -1,8 +1,15 @@
 """Helpers of the sweep tests: command lines, a script run in a subprocess, a small DAPT stage, and edits of a
 planned sweep for the `edit_trials` fixture (tests/conftest.py)."""
 
+import os
+import signal
 import subprocess
 import sys
+import time
+
+import pytest
+
+from trainables.core.paths import PROJECT_ROOT
 
 # The settings of a small DAPT stage (dapt.stage_config with a corpus, lr and max_sentences): 2 epochs of
 # batches of 16, two batches an optimiser step.
@@ -20,6 +27,41 @@ def run_script(argv: list[str], cwd, env: dict) -> subprocess.CompletedProcess:
     done = subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
+
+
+def wait_for(predicate, driver, log, timeout=240, what="condition"):
+    """Poll `predicate` until it holds; fail with the driver's output if it ends or time runs out first."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception:
+            pass
+        if driver.poll() is not None:
+            break
+        time.sleep(0.2)
+    ended = "timed out" if driver.poll() is None else f"the driver ended (exit code {driver.poll()})"
+    pytest.fail(f"{ended} before {what}; its output ends:\n" + log.read_text()[-4000:])
+
+
+def kill_driver_when(script: str, argv: list[str], log, predicate, what: str) -> None:
+    """Start `python script *argv` as a sweep driver in its own session (output to `log`), wait until
+    `predicate()` holds, then SIGKILL the driver and everything it started."""
+    with open(log, "w") as out:
+        driver = subprocess.Popen(
+            [sys.executable, script, *argv],
+            cwd=PROJECT_ROOT,
+            start_new_session=True,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(predicate, driver, log, what=what)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
 
 
 def hold_all(seconds: float):

@@ -3,34 +3,16 @@ trials are not rerun, the others continue from their checkpoints under the concu
 the MLflow store ends with exactly one child run per configuration holding every epoch once,
 and the numbers equal those of an uninterrupted sweep."""
 
-import os
-import signal
-import subprocess
-import sys
 import time
+from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 from mlflow_helpers import metric_steps, runs_by_role
-from sweep_helpers import sweep_args
+from sweep_helpers import kill_driver_when, sweep_args
 
 from sweeps.electra_layers import main
-from trainables.core.paths import PROJECT_ROOT
-
-
-def _wait_for(predicate, driver, log, timeout=240, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if predicate():
-                return
-        except Exception:
-            pass
-        if driver.poll() is not None:
-            break
-        time.sleep(0.2)
-    ended = "timed out" if driver.poll() is None else f"the driver ended (exit code {driver.poll()})"
-    pytest.fail(f"{ended} before {what}; its output ends:\n" + log.read_text()[-4000:])
+from trainables.core.schema import TAG_CHECKPOINT
 
 
 def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_models, ray_session):
@@ -38,15 +20,6 @@ def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_
     MlflowClient(sweep_env["uri"]).search_experiments()  # the store exists before the driver starts: this test polls it
     settings = "--layers 1,2 --seeds 0,1 --epochs 4 --max-concurrent 1 --max-train-samples 320"
     sweep = sweep_args(tiny_models["bert"], settings, *sweep_env["flags"])
-    log = sweep_env["tmp"] / "driver.log"
-    with open(log, "w") as out:
-        driver = subprocess.Popen(
-            [sys.executable, "sweeps/electra_layers.py", *sweep, "--name", "killed", "--address", address],
-            cwd=PROJECT_ROOT,
-            start_new_session=True,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
     uri = sweep_env["uri"]
 
     def one_finished_and_one_started():
@@ -57,14 +30,13 @@ def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_
         ]
         return finished and started
 
-    try:
-        _wait_for(
-            one_finished_and_one_started, driver, log, what="the first trial to finish and the second to log an epoch"
-        )
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
+    kill_driver_when(
+        "sweeps/electra_layers.py",
+        [*sweep, "--name", "killed", "--address", address],
+        sweep_env["tmp"] / "driver.log",
+        one_finished_and_one_started,
+        what="the first trial to finish and the second to log an epoch",
+    )
     killed_at = time.time() * 1000
     _, before = runs_by_role(uri)
     finished_before = {c.info.run_id for c in before if c.info.status == "FINISHED"}
@@ -87,6 +59,9 @@ def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_
         for h in (client.get_metric_history(c.info.run_id, "dev_spearman") for c in children)
     )
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+    for child in children:  # retention on (the default, best): each finished trial kept its best-dev folder only
+        checkpoint = Path(child.data.tags[TAG_CHECKPOINT])
+        assert {p.name for p in checkpoint.iterdir()} == {"best", "state.pt", "trial.json"}, child.info.run_name
 
     assert main([*sweep, "--name", "clean", "--experiment", "clean"]) == 0
     _, clean = runs_by_role(uri, "clean")
@@ -112,22 +87,14 @@ def test_a_driver_killed_during_its_stage_resumes_and_leaves_no_run_running(swee
         "--layers 1 --seeds 0,1 --epochs 1 --improvement ws --ws-epochs 40 --ws-max-train-samples 256",
         *sweep_env["flags"],
     )
-    log = sweep_env["tmp"] / "driver.log"
-    with open(log, "w") as out:
-        driver = subprocess.Popen(
-            [sys.executable, "sweeps/improvements.py", *sweep, "--name", "stage", "--address", address],
-            cwd=PROJECT_ROOT,
-            start_new_session=True,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
     stages = sweep_env["storage"] / "stages"
-    try:
-        _wait_for(lambda: any(stages.glob("*.progress.json")), driver, log, what="the WS stage to start computing")
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
+    kill_driver_when(
+        "sweeps/improvements.py",
+        [*sweep, "--name", "stage", "--address", address],
+        sweep_env["tmp"] / "driver.log",
+        lambda: any(stages.glob("*.progress.json")),
+        what="the WS stage to start computing",
+    )
     assert not list(stages.glob("*/stage.json")), "the stage finished before the driver was killed"
 
     assert improvements(["--resume", str(sweep_env["storage"] / "stage")]) == 0

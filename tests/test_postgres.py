@@ -8,8 +8,6 @@ store, and `python -m sweeps.mlflow_server` serves it."""
 import importlib
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,15 +17,13 @@ import pytest
 from mlflow import MlflowClient
 from mlflow_helpers import metric_steps, runs_by_role
 from server_helpers import MlflowServer, free_port
-from sweep_helpers import sweep_args
-from test_driver_killed import _wait_for
+from sweep_helpers import kill_driver_when, sweep_args
 
 from analysis.__main__ import main as report_main
 from sweeps import mlflow_server
 from sweeps.electra_layers import main
 from trainables.core.endpoints import mlflow_store
 from trainables.core.errors import SweepInputError
-from trainables.core.paths import PROJECT_ROOT
 
 SECRET = "S3cretPassw0rd"
 
@@ -102,16 +98,7 @@ def test_sweep_killed_and_resumed_report_and_server_on_postgresql(postgres, swee
     flags = list(sweep_env["flags"])
     flags[flags.index("--mlflow-uri") + 1] = uri
     sweep = sweep_args(tiny_models["bert"], "--layers 1 --seeds 0,1 --epochs 3 --max-concurrent 1", *flags)
-    log = sweep_env["tmp"] / "driver.log"
     address = ray_session.get_runtime_context().gcs_address
-    with open(log, "w") as out:
-        driver = subprocess.Popen(
-            [sys.executable, "sweeps/electra_layers.py", *sweep, "--name", "pg", "--address", address],
-            cwd=PROJECT_ROOT,
-            start_new_session=True,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
 
     def one_finished_and_one_started():
         _, children = runs_by_role(uri)
@@ -119,12 +106,13 @@ def test_sweep_killed_and_resumed_report_and_server_on_postgresql(postgres, swee
             c for c in children if c.info.status == "RUNNING" and metric_steps(uri, c.info.run_id, "dev_spearman")
         ]
 
-    try:
-        _wait_for(one_finished_and_one_started, driver, log, what="a trial to finish and the next to log an epoch")
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
+    kill_driver_when(
+        "sweeps/electra_layers.py",
+        [*sweep, "--name", "pg", "--address", address],
+        sweep_env["tmp"] / "driver.log",
+        one_finished_and_one_started,
+        what="a trial to finish and the next to log an epoch",
+    )
     killed_at = time.time() * 1000
     finished_before = {c.info.run_id for c in runs_by_role(uri)[1] if c.info.status == "FINISHED"}
 

@@ -19,6 +19,8 @@ from sweeps.engine import presets
 from trainables.core.errors import SweepInputError
 from trainables.core.paths import default_data_dir
 from trainables.training.precision import PRECISIONS, check_request, trials_on_gpu
+from trainables.training.retention import DEFAULT as DEFAULT_KEEP
+from trainables.training.retention import KEEP_CHECKPOINTS
 
 
 def build_parser(prog: str, description: str, method, defaults: dict | None = None) -> argparse.ArgumentParser:
@@ -85,6 +87,14 @@ def build_parser(prog: str, description: str, method, defaults: dict | None = No
         "gradient scaler on older ones, fp32 on the CPU (table in trainables/training/precision.py)",
     )
     run.add_argument("--cpus-per-trial", type=float, default=1.0)
+    run.add_argument(
+        "--keep-checkpoints",
+        default=DEFAULT_KEEP,
+        choices=KEEP_CHECKPOINTS,
+        help="what a finished trial keeps on disk: best = its best-dev model folder (what evaluation, CKA and "
+        "SED teachers read), last = also its last weights and optimiser state, all = every epoch's checkpoint, "
+        "none = nothing (scores stay in MLflow); a running trial always keeps what a retry needs",
+    )
     run.add_argument(
         "--max-concurrent", type=int, default=None, help="trials running at once (default: as many as resources allow)"
     )

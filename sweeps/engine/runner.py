@@ -27,6 +27,7 @@ from trainables.core.paths import PROJECT_ROOT
 from trainables.core.schema import config_hash
 from trainables.encoders.cost import CUDA_ALLOCATOR_ENV
 from trainables.methods import get_method
+from trainables.training import retention
 
 QUIET_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",
@@ -198,6 +199,7 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep")
     planned = method_cls.plan(args, context)
     for config in planned.configs:
         config["precision"] = args.precision
+        config["keep_checkpoints"] = args.keep_checkpoints
     if saved and saved.get("data_checksums") not in (None, planned.checksums):
         raise SweepInputError(
             f"--resume: the data in {args.data_dir} changed since the sweep started (checksums differ); resume with "
@@ -329,7 +331,11 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
             ),
         ],
         failure_config=tune.FailureConfig(max_failures=args["max_failures"]),
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=1, checkpoint_frequency=1, checkpoint_at_end=True),
+        checkpoint_config=tune.CheckpointConfig(
+            num_to_keep=retention.checkpoints_to_keep(args["keep_checkpoints"]),
+            checkpoint_frequency=1,
+            checkpoint_at_end=True,
+        ),
     )
     if args["search"] == "optuna":
         from ray.tune.schedulers import ASHAScheduler
@@ -412,6 +418,23 @@ class TrialResources:
         cost = self.costs.get(self.unit(config))
         return 0.0 if cost is None else float(cost.seconds)
 
+    def weight_bytes(self, config: dict) -> float:
+        cost = self.costs.get(self.unit(config))
+        return 0.0 if cost is None else float(cost.weight_bytes)
+
+    def disk(self, plan: SweepPlan) -> str:
+        """The plan's disk line: what the finished trials leave, and what each running trial adds."""
+        keep = plan.args.get("keep_checkpoints", retention.DEFAULT)
+        repeats = 1 if plan.args["search"] == "grid" else plan.args["num_samples"] / max(1, len(plan.configs))
+        kept = repeats * sum(
+            retention.kept_bytes(keep, self.weight_bytes(c), int(c.get("epochs", 1) or 1)) for c in plan.configs
+        )
+        running = max((retention.running_bytes(self.weight_bytes(c)) for c in plan.configs), default=0.0)
+        return (
+            f"  disk: about {kept / 1e9:.2f} GB of checkpoints kept (--keep-checkpoints {keep}), "
+            f"and up to {running / 1e9:.2f} GB more for each trial while it runs"
+        )
+
     def __call__(self, config: dict):
         from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
 
@@ -423,6 +446,7 @@ class TrialResources:
         shares = [self.gpu(c) for c in plan.configs]
         if not any(shares):
             lines.append(f"  each trial: {self.cpu:g} CPU, no GPU")
+            lines.append(self.disk(plan))
             return "\n".join(lines)
         counts = {}
         for share in shares:
@@ -442,6 +466,7 @@ class TrialResources:
             f"  estimated {hours:.2f} GPU-hours (the method's cost model, --precision "
             f"{plan.args.get('precision', 'auto')}, {basis})"
         )
+        lines.append(self.disk(plan))
         return "\n".join(lines)
 
 

@@ -42,11 +42,13 @@ from trainables.core.registry import Registry
 class TrialCost:
     """What one trial needs: GPU memory (bytes, for packing) and time (seconds on one whole GPU
     at the sweep's --gpu-tflops, for the GPU-hours plan and the time left); `gpu=False` for a
-    trial that never touches a GPU (it gets no GPU share)."""
+    trial that never touches a GPU (it gets no GPU share); `weight_bytes`: the size of the model
+    its checkpoints save (0 for a trial that saves none)."""
 
     memory_bytes: float
     seconds: float
     gpu: bool = True
+    weight_bytes: float = 0.0  # the trial's saved model (fp32), for the plan's disk figure
 
 
 def best_value(means: dict, mode: str):

@@ -78,6 +78,11 @@ def shape_from_config(config, layer: int, batch_size: int, seq_len: int) -> Tria
     )
 
 
+def weight_bytes(shape: TrialShape) -> float:
+    """The saved model's size: fp32 weights of the truncated encoder."""
+    return 4.0 * shape.params
+
+
 def priced_precision(precision: str) -> str:
     return AUTO_PRICED_AS if precision == "auto" else precision
 
@@ -120,9 +125,9 @@ def pair_task_cost(
     gpu_tflops: float | None,
     precision: str = "fp32",
     eval_batch_size: int = 64,
-) -> tuple[float, float]:
-    """(GPU memory in bytes, seconds) of one trial fine-tuning `config`'s encoder at `layer` on a
-    tokenised pair task (trainables/training/tokenized.py)."""
+) -> tuple[float, float, float]:
+    """(GPU memory in bytes, seconds, saved weights in bytes) of one trial fine-tuning `config`'s
+    encoder at `layer` on a tokenised pair task (trainables/training/tokenized.py)."""
     train = task.splits["train"]
     seq_len = max(max(map(len, train.s1)), max(map(len, train.s2)))
     train_tokens = sum(map(len, train.s1)) + sum(map(len, train.s2))
@@ -137,4 +142,5 @@ def pair_task_cost(
     return (
         trial_memory_bytes(shape, precision),
         trial_seconds(shape, train_tokens, eval_tokens, epochs, gpu_tflops, precision, steps, eval_batches),
+        weight_bytes(shape),
     )

@@ -48,6 +48,11 @@ def resolve_run(reference: str, mlflow_uri: str) -> Path:
             "it is not a trial of this project's sweeps, or it ended before its first epoch"
         )
     best = _local_copy(checkpoint, run_id) / BEST_DIR
+    if not (best / "config.json").is_file() and run.data.params.get("keep_checkpoints") == "none":
+        raise SweepInputError(
+            f"{reference}: run {run_id} ({run.info.run_name}) kept no model (its sweep ran with "
+            "--keep-checkpoints none); run the trial again with --keep-checkpoints best"
+        )
     if not (best / "config.json").is_file():
         raise SweepInputError(
             f"{reference}: the best-dev model of run {run_id} is not at {best} (the sweep's folder was "

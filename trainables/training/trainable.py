@@ -6,7 +6,10 @@ A method's Trainable subclasses `EpochTrainable` and implements `build(config, d
 metrics), `parameter_count()` and the state hooks. Checkpoints hold `state.pt` (optimiser,
 best-dev bookkeeping, RNG states, elapsed time), `trial.json` (the whole config) and `best/`: the
 weights of the best-dev epoch as a loadable model folder (what evaluation, CKA and distillation
-teachers read), beside the latest state that resume needs. Every epoch is safe to repeat. Training that
+teachers read), beside the latest state that resume needs. Every epoch is safe to repeat. When the
+last epoch is done, the trial's `keep_checkpoints` (trainables/training/retention.py) decides what its
+final checkpoint keeps: by default only `best/`, with a small state.pt that lets a restored finished
+trial report its result again instead of training on. Training that
 diverges (a non-finite mean loss, or non-finite `trained_parameters()`) raises a `TrialFailure` after the
 epoch, for every method (trainables/training/divergence.py). A `TrialFailure` (or bad input met on the
 worker) ends the trial with a last result holding `trial_failed` (the reason) instead of an error Tune
@@ -31,6 +34,7 @@ from trainables.core.faults import maybe_hold
 from trainables.evaluation.metrics import BestTracker
 from trainables.training.device import pick_device, seed_everything
 from trainables.training.divergence import check_converging
+from trainables.training.retention import LEGACY, keeps_best, keeps_training_state
 
 BEST_DIR = "best"  # the best-dev model folder inside every checkpoint
 
@@ -57,6 +61,11 @@ def _runtime_info() -> dict:
     return {"node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids())}
 
 
+def _plain(value):
+    """numpy scalars and other non-JSON values of a result, as JSON can hold them."""
+    return value.item() if hasattr(value, "item") else str(value)
+
+
 class EpochTrainable(tune.Trainable):
     """One `step()` = one epoch of training then dev/test evaluation (epoch 0 = no training)."""
 
@@ -68,6 +77,7 @@ class EpochTrainable(tune.Trainable):
 
     def _guarded_setup(self, config: dict) -> None:
         self._failure = None
+        self._final_result = None  # the last result of a finished trial (what its final checkpoint keeps)
         try:
             self._start_setup(config)
         except (TrialFailure, SweepInputError) as failure:
@@ -96,7 +106,12 @@ class EpochTrainable(tune.Trainable):
         try:
             if self._failure is not None:
                 raise self._failure
-            return self._step()
+            if self._final_result is not None:  # restored from a finished trial's checkpoint: report it again
+                return {**self._final_result, "done": True}
+            result = self._step()
+            if result["done"]:
+                self._final_result = json.loads(json.dumps(result, default=_plain))
+            return result
         except (TrialFailure, SweepInputError) as failure:  # deterministic: end the trial, do not retry it
             self._failure = failure
             return {
@@ -144,6 +159,8 @@ class EpochTrainable(tune.Trainable):
         if self._failure is not None:  # nothing to resume from: the trial failed for good
             (Path(checkpoint_dir) / "failed.txt").write_text(str(self._failure))
             return None
+        keep = self.trial_config.get("keep_checkpoints", LEGACY)
+        finished = self._final_result is not None
         state = {
             "epoch": self.epoch,
             "elapsed": self.elapsed,
@@ -151,12 +168,16 @@ class EpochTrainable(tune.Trainable):
             "tracker": self.tracker.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            "method": self.method_state(Path(checkpoint_dir)),
         }
+        if finished:
+            state["final_result"] = json.dumps(self._final_result)
+        if not finished or keeps_training_state(keep):
+            state["method"] = self.method_state(Path(checkpoint_dir))
         tmp = Path(checkpoint_dir) / ".state.pt.tmp"
         torch.save(state, tmp)
         os.replace(tmp, Path(checkpoint_dir) / "state.pt")  # a state.pt is always whole
-        self.save_best(Path(checkpoint_dir) / BEST_DIR)
+        if not finished or keeps_best(keep):
+            self.save_best(Path(checkpoint_dir) / BEST_DIR)
         (Path(checkpoint_dir) / "trial.json").write_text(json.dumps(self.trial_config, indent=2, default=str))
         return None
 
@@ -180,6 +201,10 @@ class EpochTrainable(tune.Trainable):
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
+        if "final_result" in state:
+            self._final_result = json.loads(state["final_result"])
+        if "method" not in state:  # a finished trial's checkpoint that kept no training state
+            return
         self.load_method_state(state["method"], Path(checkpoint_dir))
         if (Path(checkpoint_dir) / BEST_DIR).is_dir():
             self.load_best(Path(checkpoint_dir) / BEST_DIR)

@@ -286,7 +286,11 @@ class SED(Method):
         )
         scoring = TrialCost(0.0, 1.0, gpu=False)
         return {
-            ("student",): TrialCost(encoder_cost.trial_memory_bytes(shape, args.precision), seconds),
+            ("student",): TrialCost(
+                encoder_cost.trial_memory_bytes(shape, args.precision),
+                seconds,
+                weight_bytes=encoder_cost.weight_bytes(shape),
+            ),
             ("teacher",): scoring,
             ("ensemble",): scoring,
         }

@@ -340,7 +340,7 @@ class TMFT(Method):
         for model, task in tasks.items():
             config = load_config(task.model_path)
             for layer in range(int(config.num_hidden_layers) + 1):
-                memory, seconds = encoder_cost.pair_task_cost(
+                memory, seconds, weights = encoder_cost.pair_task_cost(
                     config,
                     task,
                     layer,
@@ -350,7 +350,7 @@ class TMFT(Method):
                     getattr(args, "precision", "auto"),
                     int(args.eval_batch_size),
                 )
-                costs[(model, layer)] = TrialCost(memory, seconds)
+                costs[(model, layer)] = TrialCost(memory, seconds, weight_bytes=weights)
         return costs
 
     @classmethod

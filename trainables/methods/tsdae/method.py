@@ -91,7 +91,7 @@ def trial_cost(
         train_steps=math.ceil(passes * steps / max(1, epochs)),
         eval_batches=eval_batches,
     )
-    return TrialCost(memory_bytes=memory, seconds=seconds)
+    return TrialCost(memory_bytes=memory, seconds=seconds, weight_bytes=encoder_cost.weight_bytes(shape))
 
 
 @register_method("tsdae")

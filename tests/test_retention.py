@@ -1,0 +1,125 @@
+"""`--keep-checkpoints`: what a finished trial's checkpoint keeps, and that a finished trial
+restored from it reports its result again without training (trainables/training/retention.py)."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainables.training import retention
+from trainables.training.trainable import BEST_DIR, EpochTrainable
+
+
+class Counting(EpochTrainable):
+    """A toy method: one weight; `encoder/` holds its last value, `best/` its best-dev value."""
+
+    def build(self, config, data):
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.optimizer = torch.optim.Adam([self.weight], lr=0.1)
+        self.trained_epochs = 0
+        self.best = None
+
+    def train_epoch(self, epoch):
+        self.trained_epochs += 1
+        self.weight.data += 1
+        return {"train_loss": 1.0 / epoch}
+
+    def evaluate(self):
+        return {"dev_spearman": float(self.weight.detach()) * 10}
+
+    def parameter_count(self):
+        return 1
+
+    def remember_best(self):
+        self.best = float(self.weight.detach())
+
+    def save_best(self, target: Path):
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "weight.txt").write_text(str(self.best))
+
+    def method_state(self, checkpoint_dir: Path):
+        (checkpoint_dir / "encoder").mkdir(exist_ok=True)
+        (checkpoint_dir / "encoder" / "weight.txt").write_text(str(float(self.weight.detach())))
+        return {"optimizer": self.optimizer.state_dict(), "weight": self.weight.detach().clone()}
+
+    def load_method_state(self, state, checkpoint_dir):
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.weight.data.copy_(state["weight"])
+
+
+def _config(keep):
+    return {"epochs": 2, "seed": 0, "lr": 0.1, "keep_checkpoints": keep}
+
+
+def _finish(trial):
+    results = [trial.step()]
+    while not results[-1]["done"]:
+        results.append(trial.step())
+    return results
+
+
+@pytest.mark.parametrize("keep", retention.KEEP_CHECKPOINTS)
+def test_a_finished_trial_keeps_what_its_flag_says(tmp_path, keep):
+    trial = Counting(_config(keep))
+    running = tmp_path / "running"
+    running.mkdir()
+    trial.step()
+    trial.save_checkpoint(str(running))  # mid-trial: everything a retry needs, whatever the flag
+    assert {p.name for p in running.iterdir()} == {"state.pt", "trial.json", "encoder", BEST_DIR}
+    assert "method" in torch.load(running / "state.pt", weights_only=True)
+
+    results = _finish(trial)
+    final = tmp_path / "final"
+    final.mkdir()
+    trial.save_checkpoint(str(final))
+    expected = {"state.pt", "trial.json"}
+    if keep != "none":
+        expected.add(BEST_DIR)
+    if keep in ("last", "all"):
+        expected.add("encoder")
+    assert {p.name for p in final.iterdir()} == expected
+    state = torch.load(final / "state.pt", weights_only=True)
+    assert ("method" in state) == (keep in ("last", "all"))
+    if keep != "none":
+        assert (final / BEST_DIR / "weight.txt").read_text() == "2.0"
+
+    restored = Counting(_config(keep))
+    restored.load_checkpoint(str(final))
+    again = restored.step()
+    assert restored.trained_epochs == 0, "a restored finished trial trained again"
+    assert again["done"] and again["epoch"] == 2
+    assert again["best_dev_spearman"] == pytest.approx(results[-1]["best_dev_spearman"])
+
+
+def test_a_trial_planned_before_the_flag_existed_keeps_its_last_whole_checkpoint(tmp_path):
+    config = _config("best")
+    del config["keep_checkpoints"]
+    trial = Counting(config)
+    _finish(trial)
+    trial.save_checkpoint(str(tmp_path))
+    assert {p.name for p in tmp_path.iterdir()} == {"state.pt", "trial.json", "encoder", BEST_DIR}
+
+
+def test_the_disk_figures_follow_the_flag():
+    weights = 100e6
+    assert retention.kept_bytes("none", weights) == 0
+    assert retention.kept_bytes("best", weights) == weights
+    assert retention.kept_bytes("last", weights) == 4 * weights
+    assert retention.kept_bytes("all", weights, epochs=3) == 12 * weights
+    assert retention.checkpoints_to_keep("all") is None and retention.checkpoints_to_keep("best") == 1
+
+
+@pytest.mark.parametrize("keep, kept_gb", [("best", 1.2), ("last", 4.8), ("none", 0.0)])
+def test_the_plan_gives_the_disk_the_sweep_will_use(keep, kept_gb):
+    from types import SimpleNamespace
+
+    from sweeps.engine.runner import TrialResources
+    from trainables.core.method import TrialCost
+
+    costs = {("m", layer): TrialCost(1e9, 10.0, weight_bytes=layer * 100e6) for layer in (1, 2, 3)}
+    configs = [{"model": "m", "layer": layer, "seed": seed, "epochs": 1} for layer in (1, 2, 3) for seed in (0, 1)]
+    resources = TrialResources(1.0, 0.0, costs, ("model", "layer"))
+    plan = SimpleNamespace(name="s", sweep_dir="d", configs=configs, args={"search": "grid", "keep_checkpoints": keep})
+    line = resources.describe(plan).splitlines()[-1]
+    assert f"about {kept_gb:.2f} GB of checkpoints kept (--keep-checkpoints {keep})" in line
+    assert "up to 2.40 GB more for each trial while it runs" in line  # the largest trial's 8 x 300 MB
