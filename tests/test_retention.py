@@ -123,3 +123,27 @@ def test_the_plan_gives_the_disk_the_sweep_will_use(keep, kept_gb):
     line = resources.describe(plan).splitlines()[-1]
     assert f"about {kept_gb:.2f} GB of checkpoints kept (--keep-checkpoints {keep})" in line
     assert "up to 2.40 GB more for each trial while it runs" in line  # the largest trial's 8 x 300 MB
+
+
+def test_a_checkpoint_tune_deleted_is_replaced_by_the_trials_newest(tmp_path, capsys):
+    """A driver killed after its last experiment-state snapshot leaves Tune pointing at a checkpoint it
+    has since deleted (it keeps one): the trial continues from its newest checkpoint instead."""
+    trial = Counting({**_config("best"), "epochs": 3})
+    trial.step()
+    trial.step()
+    newest = tmp_path / "checkpoint_000001"
+    newest.mkdir()
+    trial.save_checkpoint(str(newest))
+    (tmp_path / "checkpoint_000002").mkdir()  # being written when the driver died: no state.pt yet
+
+    restored = Counting({**_config("best"), "epochs": 3})
+    restored.restore(str(tmp_path / "checkpoint_000000"))
+    assert "continues from" in capsys.readouterr().err
+    assert restored.epoch == 2 and restored.training_iteration == 2
+    result = restored.step()
+    assert result["epoch"] == 3 and result["done"] and restored.trained_epochs == 1
+
+    fresh = Counting({**_config("best"), "epochs": 3})
+    fresh.restore(str(tmp_path / "elsewhere" / "checkpoint_000000"))
+    assert "its first epoch" in capsys.readouterr().err
+    assert fresh.step()["epoch"] == 1

@@ -61,6 +61,32 @@ def _runtime_info() -> dict:
     return {"node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids())}
 
 
+def _exists(filesystem, path: str) -> bool:
+    import pyarrow.fs
+
+    return filesystem.get_file_info(path).type != pyarrow.fs.FileType.NotFound
+
+
+def _newest_sibling(filesystem, path: str) -> str | None:
+    """The newest `checkpoint_<n>` beside `path` (in the same trial folder) that holds a state.pt."""
+    import pyarrow.fs
+
+    parent = path.rstrip("/").rsplit("/", 1)[0]
+    found = filesystem.get_file_info(pyarrow.fs.FileSelector(parent, allow_not_found=True))
+    candidates = sorted(
+        (
+            info.path
+            for info in found
+            if info.type == pyarrow.fs.FileType.Directory and info.base_name.startswith("checkpoint_")
+        ),
+        key=lambda p: int(p.rsplit("_", 1)[-1]) if p.rsplit("_", 1)[-1].isdigit() else -1,
+    )
+    for candidate in reversed(candidates):
+        if _exists(filesystem, f"{candidate}/state.pt"):
+            return candidate
+    return None
+
+
 def _plain(value):
     """numpy scalars and other non-JSON values of a result, as JSON can hold them."""
     return value.item() if hasattr(value, "item") else str(value)
@@ -180,6 +206,31 @@ class EpochTrainable(tune.Trainable):
             self.save_best(Path(checkpoint_dir) / BEST_DIR)
         (Path(checkpoint_dir) / "trial.json").write_text(json.dumps(self.trial_config, indent=2, default=str))
         return None
+
+    def restore(self, checkpoint_path):
+        """Tune's restore, from the trial's newest checkpoint when the one Tune recorded is gone: a
+        driver killed between saving its experiment state and the next checkpoint leaves Tune
+        pointing at a checkpoint it deleted itself (it keeps `num_to_keep`). No checkpoint left at
+        all: the trial starts again from its first epoch."""
+        from ray.tune import Checkpoint
+
+        checkpoint = getattr(checkpoint_path, "checkpoint", checkpoint_path)
+        if isinstance(checkpoint, str):
+            checkpoint = Checkpoint.from_directory(checkpoint)
+        if isinstance(checkpoint, Checkpoint) and not _exists(checkpoint.filesystem, checkpoint.path):
+            newest = _newest_sibling(checkpoint.filesystem, checkpoint.path)
+            print(
+                f"warning: checkpoint {checkpoint.path} is gone; this trial continues from "
+                + (f"{newest}, its newest" if newest else "its first epoch (no checkpoint of it is left)"),
+                file=sys.stderr,
+                flush=True,
+            )
+            if newest is None:
+                return
+            super().restore(Checkpoint(newest, filesystem=checkpoint.filesystem))
+            self._iteration = self.epoch  # one step is one epoch; Tune's count of the newer checkpoint
+            return
+        super().restore(checkpoint_path)
 
     def load_checkpoint(self, checkpoint_dir: str):
         path = Path(checkpoint_dir) / "state.pt"
