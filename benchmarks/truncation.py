@@ -1,8 +1,12 @@
 """Physical truncation vs. the authors' way (full forward, slice `hidden_states[l]`).
 
 Both variants run the project's own TMFT trial code (trainables/methods/tmft/method.py) in this process, on the
-same model, data, seeds and batches; the authors' variant only swaps the encoder for the full
-model and takes `hidden_states[l]`, and evaluates in the data's order. Printed:
+same model, data, seeds and batches. The authors' variant does what their released training script
+does: the full model with hidden states on, `hidden_states[l]` mean-pooled, each side of a pair
+encoded on its own (padded to its own longest sentence), evaluation in the data's order in batches
+of 64 pairs, and, after the last epoch, dev and test scored again with the best-dev model. It
+tokenises ahead of time as the project does (their script tokenises every batch as it goes), which
+only makes it faster. Printed:
 
 1. training throughput (pairs/s) at layers 1, L/4, L/2, L, and the ratio;
 2. a whole layer sweep (layers 0..L, one epoch of training + dev/test evaluation per layer):
@@ -29,7 +33,15 @@ from trainables.core.paths import default_data_dir  # noqa: E402
 from trainables.encoders.loading import load_config, mean_pool, model_depth, resolve_model  # noqa: E402
 from trainables.methods.tmft.encoder import pretrained
 from trainables.methods.tmft.trainable import TMFTData, TMFTTrainable
+from trainables.training.pair_training import PairFineTuning
 from trainables.training.tokenized import load_task, subset, tokenize_task  # noqa: E402
+
+
+def _mean_pooled(model, sequences, pad_id):
+    from trainables.training.batches import pad
+
+    ids, mask = pad(sequences, pad_id)
+    return mean_pool(model(ids, mask).last_hidden_state, mask)
 
 
 class _Slicing(torch.nn.Module):
@@ -71,20 +83,33 @@ def make_trial(variant: str, data, config):
 
                 self.scheduler = get_linear_schedule_with_warmup(self.optimizer, int(0.1 * steps + 0.999), steps)
 
+        def _embed(self, sequences, chunk=None):
+            if variant != "authors":
+                return super()._embed(sequences, chunk)
+            half = len(sequences) // 2  # the batch's first sides, then its second sides
+            return torch.cat(
+                [_mean_pooled(self.model, part, self.task.pad_id) for part in (sequences[:half], sequences[half:])]
+            )
+
         def predict(self, split):
             if variant != "authors":
                 return super().predict(split)
-            from trainables.training.batches import pad
-
             self.model.eval()
             scores = []
             with torch.no_grad():
                 for start in range(0, len(split), 64):
                     index = range(start, min(start + 64, len(split)))
-                    ids, mask = pad([split.s1[i] for i in index] + [split.s2[i] for i in index], self.task.pad_id)
-                    emb = mean_pool(self.model(ids, mask).last_hidden_state, mask)
-                    scores += torch.nn.functional.cosine_similarity(emb[: len(index)], emb[len(index) :]).tolist()
+                    u = _mean_pooled(self.model, [split.s1[i] for i in index], self.task.pad_id)
+                    v = _mean_pooled(self.model, [split.s2[i] for i in index], self.task.pad_id)
+                    scores += torch.nn.functional.cosine_similarity(u, v).tolist()
             return scores
+
+        def final_metrics(self):
+            out = super().final_metrics()
+            if variant == "authors":  # their script scores dev and test again with the best-dev model
+                self.model.load_state_dict(self.best_weights)
+                PairFineTuning.evaluate(self, ("dev", "test"))
+            return out
 
     trial = Local.__new__(Local)  # the trial's own code, without Ray's actor lifecycle
     trial.setup({**config, "length_grouped": variant.endswith("grouped")})

@@ -82,6 +82,16 @@ def tiny_models(tmp_path_factory, stsb_sentences):
 
 
 @pytest.fixture(scope="session")
+def tiny_task(tiny_models, data_dir):
+    """STS-B tokenised for the tiny BERT: 320 training pairs, 300 dev and test pairs."""
+    from trainables.training.tokenized import load_task, subset, tokenize_task
+
+    examples, checksums = load_task("stsb", data_dir)
+    examples = {s: rows if s == "train" else subset(rows, 300) for s, rows in examples.items()}
+    return tokenize_task("stsb", tiny_models["bert"], examples, checksums, 320)
+
+
+@pytest.fixture(scope="session")
 def ray_session():
     import ray
 

@@ -80,6 +80,8 @@ def test_missing_data_file(run, tmp_path, tiny_models):
         (("--lr=-1e-5",), "--lr must be positive"),
         (("--batch-size", "0"), "--batch-size must be a positive integer"),
         (("--batch-size=-4",), "--batch-size must be a positive integer"),
+        (("--forward-chunk=-1",), "--forward-chunk takes auto or a whole number >= 0"),
+        (("--forward-chunk", "half"), "--forward-chunk takes auto or a whole number >= 0"),
         (("--layers", "a,b"), "--layers 'a,b' is not a comma-separated list"),
         (("--gpus-per-trial", "1.5"), "--gpus-per-trial must be a fraction"),
         (("--gpus-per-trial", "nan"), "--gpus-per-trial must be a fraction"),

@@ -97,15 +97,6 @@ def _trial(tiny_task, precision: str, device: str = "cpu"):
     return trial, losses, trial.evaluate(), trial.predict(tiny_task.splits["test"])
 
 
-@pytest.fixture(scope="module")
-def tiny_task(tiny_models, data_dir):
-    from trainables.training.tokenized import load_task, subset, tokenize_task
-
-    examples, checksums = load_task("stsb", data_dir)
-    examples = {s: rows if s == "train" else subset(rows, 300) for s, rows in examples.items()}
-    return tokenize_task("stsb", tiny_models["bert"], examples, checksums, 320)
-
-
 def _assert_close_not_equal(reference, other, tolerance: float):
     (_, ref_losses, ref_scores, ref_out), (trial, losses, scores, out) = reference, other
     assert not np.array_equal(ref_out, out), "the lower precision must change the arithmetic (is autocast applied?)"

@@ -1,5 +1,8 @@
-"""What makes a sweep faster without changing its results: the costliest trials start first, and
-length grouping that keeps the epoch random."""
+"""What makes a sweep faster without changing its results: the costliest trials start first, a
+batch encoded in length-sorted chunks (the same embeddings, loss and gradients), evaluation that
+encodes each distinct sentence once, and length grouping that keeps the epoch random."""
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -9,7 +12,7 @@ from scipy.stats import spearmanr
 from sweep_helpers import SMALL_DAPT, sweep_args
 
 from sweeps.electra_layers import main
-from trainables.training.batches import train_batches
+from trainables.training.batches import CPU_FORWARD_CHUNK, forward_chunks, resolve_forward_chunk, train_batches
 
 
 def _lengths(n=1600, seed=0):
@@ -41,6 +44,96 @@ def test_length_grouping_pads_less_and_keeps_the_epoch_random():
         assert [lengths[i] for i in b] == sorted((lengths[i] for i in b), reverse=True)
 
 
+def test_forward_chunks_sort_a_batch_by_length_and_cover_it():
+    lengths = _lengths(64)
+    chunks = forward_chunks(lengths, 16)
+    assert sorted(i for c in chunks for i in c) == list(range(64)) and [len(c) for c in chunks] == [16] * 4
+    assert [lengths[i] for c in chunks for i in c] == sorted(lengths)
+    assert _padded_tokens(chunks, lengths) < 0.8 * 64 * max(lengths)
+    assert forward_chunks(lengths, 0) == [list(range(64))]
+    assert forward_chunks(lengths[:10], 16) == [list(range(10))]  # a batch within one chunk keeps its order
+
+
+def test_auto_chunks_on_the_cpu_only_and_bad_values_are_refused():
+    assert resolve_forward_chunk("auto", "cpu") == CPU_FORWARD_CHUNK
+    assert resolve_forward_chunk("auto", torch.device("cuda", 0)) == 0
+    assert resolve_forward_chunk(8, "cuda") == 8 and resolve_forward_chunk("0", "cpu") == 0
+    with pytest.raises(ValueError, match="forward_chunk"):
+        resolve_forward_chunk(-1, "cpu")
+
+
+def _fine_tuning(task, forward_chunk):
+    from transformers import AutoModel
+
+    from trainables.training.pair_training import PairFineTuning
+
+    torch.manual_seed(0)
+    trial = PairFineTuning()
+    config = {"seed": 0, "batch_size": 16, "lr": 1e-4, "weight_decay": 0.01, "warmup_ratio": 0.1}
+    trial.init_fine_tuning(
+        AutoModel.from_pretrained(task.model_path), task, {**config, "forward_chunk": forward_chunk}, "cpu", 1
+    )
+    return trial
+
+
+def test_a_chunked_forward_gives_the_whole_batch_embeddings_loss_and_gradients(tiny_task):
+    trial = _fine_tuning(tiny_task, 0)
+    trial.model.eval()  # no dropout: both forwards must see the same network
+    train = tiny_task.splits["train"]
+    batch = list(range(24))
+    sequences = [train.s1[i] for i in batch] + [train.s2[i] for i in batch]
+    assert len({len(s) for s in sequences}) > 5, "the test needs sentences of many lengths"
+    labels = torch.tensor([train.labels[i] for i in batch], dtype=torch.float32)
+    results = {}
+    for chunk in (0, 5):
+        trial.forward_chunk = chunk
+        trial.model.zero_grad()
+        embeddings = trial._embed(sequences)
+        loss = trial.task_def.loss(embeddings[:24], embeddings[24:], labels, None)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in trial.model.named_parameters() if p.grad is not None}
+        results[chunk] = embeddings.detach(), loss.detach(), grads
+    (whole, whole_loss, whole_grads), (chunked, chunked_loss, chunked_grads) = results[0], results[5]
+    torch.testing.assert_close(chunked, whole, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(chunked_loss, whole_loss, rtol=1e-4, atol=1e-6)
+    assert whole_grads.keys() == chunked_grads.keys() and len(whole_grads) > 10
+    for name, grad in whole_grads.items():
+        torch.testing.assert_close(chunked_grads[name], grad, rtol=1e-3, atol=1e-6, msg=name)
+
+
+def test_evaluation_encodes_each_distinct_sentence_once_and_scores_as_pair_by_pair(tiny_task, monkeypatch):
+    from trainables.encoders.loading import encode
+    from trainables.training import pair_training
+    from trainables.training.batches import pad
+
+    trial = _fine_tuning(tiny_task, "auto")
+    trial.eval_batch_size = 7
+    dev = tiny_task.splits["dev"]
+    # 60 pairs, then 20 whose sentences all appear among them (a sentence on either side, and a pair again)
+    s1 = dev.s1[:60] + dev.s2[:10] + dev.s1[10:20]
+    s2 = dev.s2[:60] + dev.s1[20:30] + dev.s2[10:20]
+    split = dataclasses.replace(dev, s1=s1, s2=s2, labels=dev.labels[:80])
+    distinct = {tuple(s) for s in split.s1 + split.s2}
+    assert len(distinct) <= 120 < len(split.s1 + split.s2)
+    encoded = []
+
+    def counting(model, ids, mask):
+        encoded.append(len(ids))
+        return encode(model, ids, mask)
+
+    monkeypatch.setattr(pair_training, "encode", counting)
+    outputs = trial.predict(split)
+    assert sum(encoded) == len(distinct) and max(encoded) == 14
+    with torch.no_grad():  # the reference: each pair's two sentences encoded on their own, in the data's order
+        reference = [
+            torch.nn.functional.cosine_similarity(
+                *(encode(trial.model, *pad([sentence], tiny_task.pad_id)) for sentence in (a, b))
+            ).item()
+            for a, b in zip(split.s1, split.s2)
+        ]
+    np.testing.assert_allclose(outputs, reference, rtol=1e-4, atol=1e-5)
+
+
 def test_the_epochs_differ_and_a_seed_repeats_its_epoch():
     lengths = _lengths(200)
     one = train_batches(lengths, 16, torch.Generator().manual_seed(3), True)
@@ -55,6 +148,10 @@ def test_the_costliest_trials_start_first(sweep_env, tiny_models):
     _, children = runs_by_role(sweep_env["uri"])
     started = sorted(children, key=lambda c: c.info.start_time)
     assert [c.data.params["layer"] for c in started] == ["2", "1", "0"]
+    # the default chunking, resolved for the device the trials ran on, is recorded in every run
+    assert {(c.data.params["forward_chunk"], c.data.params["forward_chunk_used"]) for c in children} == {
+        ("auto", str(CPU_FORWARD_CHUNK))
+    }
 
 
 @pytest.mark.parametrize("kind", ["bert", "electra-generator", "mpnet", "deberta-v2"])

@@ -44,7 +44,7 @@ REPORT_METRICS = (
 FINAL_METRICS = RUNNING_METRICS + REPORT_METRICS
 
 # Result keys logged once as params of the trial's run, not as metrics.
-RESULT_PARAMS = ("params_truncated", "params_paper", "precision_used")
+RESULT_PARAMS = ("params_truncated", "params_paper", "precision_used", "forward_chunk_used")
 # Result keys that are bookkeeping (Tune's own, the trial's placement, its progress), never metrics.
 NOT_METRICS = frozenset(
     {

@@ -7,8 +7,15 @@ cut into batches, and the batches are shuffled. Padding drops (pairs in a batch 
 length among a few batches' worth) while every batch still comes from a random slice of the data,
 and short and long batches alternate at random through the epoch. (transformers'
 `LengthGroupedSampler` runs each of its mega-batches, a quarter of a small epoch, from long to short
-batches: a sawtooth order that cost accuracy on small training sets.) Evaluation always sorts by length: the
-order cannot change the scores.
+batches: a sawtooth order that cost accuracy on small training sets.)
+
+Padding can also be cut without touching the batches: `forward_chunks` splits one batch's
+sentences, sorted by length, into chunks encoded one after another; each chunk pads only to its own
+longest sentence, and the loss and its gradient are those of the whole batch (mean pooling ignores
+padding). This is the default on the CPU, where compute grows with padded tokens; on a GPU a
+small model's step is bound by kernel launches, which chunks multiply, so there the batch is
+encoded whole. Evaluation encodes each distinct sentence once, in the same length-sorted chunks
+(trainables/training/pair_training.py): the order cannot change the scores.
 """
 
 from __future__ import annotations
@@ -42,6 +49,24 @@ def train_batches(
     return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
 
 
-def eval_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+CPU_FORWARD_CHUNK = 16  # sentences per chunk on the CPU: 2x fewer padded tokens than 64 at once on STS-B
+
+
+def resolve_forward_chunk(value, device) -> int:
+    """Sentences per forward chunk: an int (0 = the whole batch), or "auto" (CPU_FORWARD_CHUNK on the
+    CPU, the whole batch on an accelerator)."""
+    if value == "auto":
+        return CPU_FORWARD_CHUNK if str(device).startswith("cpu") else 0
+    chunk = int(value)
+    if chunk < 0:
+        raise ValueError(f"forward_chunk must be 'auto' or a whole number >= 0 (0 = whole batch), got {value!r}")
+    return chunk
+
+
+def forward_chunks(lengths: list[int], chunk: int) -> list[list[int]]:
+    """Indices of one batch's sentences in the chunks to encode: sorted by length, `chunk` at a time
+    (0, or a batch no larger than `chunk`: the whole batch in its own order)."""
+    if chunk <= 0 or len(lengths) <= chunk:
+        return [list(range(len(lengths)))]
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    return [order[i : i + chunk] for i in range(0, len(order), chunk)]

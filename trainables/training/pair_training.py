@@ -2,10 +2,12 @@
 word-similarity stage and `benchmarks/gpu.py` (which runs where only torch and transformers are
 installed) all train through `PairFineTuning`.
 
-Per step: pad the batch's pairs (pinned host memory, copied without waiting on CUDA), encode both
-sides under the trial's precision (trainables/training/precision.py), the task's loss in fp32, backward
+Per step: pad the batch's sentences (both sides; in length-sorted chunks with `forward_chunk`,
+trainables/training/batches.py), through pinned host memory copied without waiting on CUDA, encode them
+under the trial's precision (trainables/training/precision.py), the task's loss in fp32, backward
 through the gradient scaler (active for fp16 only), clip to 1.0, AdamW (fused), linear
 schedule. The epoch's loss is summed on the device and read once at the end of the epoch.
+Evaluation encodes each distinct sentence of a split once, in length order, then scores the pairs.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 import torch
 
 from trainables.encoders.loading import encode
-from trainables.training.batches import eval_batches, pad, train_batches
+from trainables.training.batches import forward_chunks, pad, resolve_forward_chunk, train_batches
 from trainables.training.precision import adamw, resolve, to_device
 from trainables.training.tasks import get_task
 
@@ -42,6 +44,13 @@ def copy_tokenizer_files(source, target) -> None:
             shutil.copy(tokenizer_file, Path(target) / tokenizer_file.name)
 
 
+def _in_order(parts: list[torch.Tensor], chunks: list[list[int]]) -> torch.Tensor:
+    """The rows of `parts` (the embeddings of `chunks`' indices, chunk by chunk) put back in index order."""
+    inverse = torch.empty(sum(len(c) for c in chunks), dtype=torch.long)
+    inverse[torch.tensor([i for chunk in chunks for i in chunk])] = torch.arange(len(inverse))
+    return torch.cat(parts)[inverse.to(parts[0].device)]
+
+
 class PairFineTuning:
     """Attributes: model (encoder), head (the task's, or None), optimizer, scheduler, scaler,
     precision, task (the TokenizedTask), task_def (the Task), train_data, batch_size."""
@@ -61,6 +70,8 @@ class PairFineTuning:
         self.batch_size = int(config["batch_size"])
         self.eval_batch_size = int(config.get("eval_batch_size", 64))
         self.length_grouped = bool(config.get("length_grouped", False))
+        # configs written before chunking existed (resumed trials) keep the whole-batch forward they began with
+        self.forward_chunk = resolve_forward_chunk(config.get("forward_chunk", 0), self.device)
         steps = max(1, epochs) * math.ceil(len(self.train_data) / self.batch_size)
         groups = adamw_param_groups(self.model, float(config["weight_decay"]))
         if self.head is not None:
@@ -78,12 +89,16 @@ class PairFineTuning:
     def trained_parameters(self):
         return list(self.model.parameters()) + (list(self.head.parameters()) if self.head is not None else [])
 
-    def _embed(self, sequences) -> torch.Tensor:
-        """Pooled embeddings in fp32 (the forward under the trial's precision)."""
-        ids, mask = pad(sequences, self.task.pad_id)
-        with self.precision.autocast():
-            embeddings = encode(self.model, to_device(ids, self.device), to_device(mask, self.device))
-        return embeddings.float()
+    def _embed(self, sequences, chunk: int | None = None) -> torch.Tensor:
+        """Pooled embeddings in fp32, in the order of `sequences` (the forward under the trial's
+        precision, in length-sorted chunks of `chunk` sentences, default `forward_chunk`)."""
+        chunks = forward_chunks([len(s) for s in sequences], self.forward_chunk if chunk is None else chunk)
+        parts = []
+        for chunk in chunks:
+            ids, mask = pad([sequences[i] for i in chunk], self.task.pad_id)
+            with self.precision.autocast():
+                parts.append(encode(self.model, to_device(ids, self.device), to_device(mask, self.device)).float())
+        return parts[0] if len(parts) == 1 else _in_order(parts, chunks)
 
     def on_train_step(self, step: int, epoch: int) -> None:
         """Hook before each optimiser step (fault injection in tests)."""
@@ -121,18 +136,12 @@ class PairFineTuning:
         self.model.eval()
         if self.head is not None:
             self.head.eval()
-        rows = [None] * len(split)
-        for batch in eval_batches(split.pair_lengths(), self.eval_batch_size):
-            embeddings = self._embed([split.s1[i] for i in batch] + [split.s2[i] for i in batch])
-            outputs = (
-                self.task_def.outputs(embeddings[: len(batch)], embeddings[len(batch) :], self.head)
-                .float()
-                .cpu()
-                .numpy()
-            )
-            for index, row in zip(batch, outputs):
-                rows[index] = row
-        return np.asarray(rows)
+        distinct: dict[tuple, int] = {}  # a sentence's token ids -> its row among the embeddings
+        first = [distinct.setdefault(tuple(s), len(distinct)) for s in split.s1]
+        second = [distinct.setdefault(tuple(s), len(distinct)) for s in split.s2]
+        # as many sentences per forward as `eval_batch_size` pairs hold
+        embeddings = self._embed(list(distinct), chunk=2 * self.eval_batch_size)
+        return self.task_def.outputs(embeddings[first], embeddings[second], self.head).float().cpu().numpy()
 
     def evaluate(self, splits: tuple[str, ...] = ("dev", "test")) -> dict:
         """The task's metrics on `splits` (dev is always among them: MRPC's thresholds come from it)."""

@@ -176,6 +176,7 @@ class EpochTrainable(tune.Trainable):
             "train_time_s": self.train_elapsed,
             "device": str(self.device),
             "precision_used": self.precision.name if hasattr(self, "precision") else "fp32",
+            **({"forward_chunk_used": self.forward_chunk} if hasattr(self, "forward_chunk") else {}),
             **_runtime_info(),
             "progress": self.epoch / self.epochs if self.epochs else 1.0,
             "done": done,

@@ -21,7 +21,7 @@ checkpoint, mean pooling); with `--eval-sets` the trial scores them on the evalu
 (trainables/evaluation/sets.py) at its end, into its own run (`<set>_spearman`, ...).
 
 Config keys: model, layer, seed, epochs, lr, batch_size, weight_decay, warmup_ratio,
-eval_batch_size, length_grouped, random_init, test_every_epoch, task (+ eval_sets; upstream_method,
+eval_batch_size, length_grouped, forward_chunk, random_init, test_every_epoch, task (+ eval_sets; upstream_method,
 _upstream_path).
 The driver (`TMFT.plan`) tokenises each model's data once; it reaches trials as `TMFTData`.
 """
@@ -46,6 +46,7 @@ from trainables.evaluation.sets import add_eval_sets_argument, check_scorable, m
 from trainables.methods.tmft import electra_paper
 from trainables.methods.tmft.encoder import ZERO_SHOT_STAGE
 from trainables.methods.tmft.trainable import TMFTData, TMFTTrainable
+from trainables.training.batches import CPU_FORWARD_CHUNK, resolve_forward_chunk
 from trainables.training.tasks import COMPANIONS, get_task, task_names
 
 PAPER_MODELS = ",".join(electra_paper.BASE_MODELS)
@@ -136,6 +137,14 @@ class TMFT(Method):
             "batches)",
         )
         train.add_argument(
+            "--forward-chunk",
+            default="auto",
+            help="encode each training batch's sentences sorted by length, this many at a time, so each chunk "
+            "pads only to its own longest sentence: the paper's batches and loss, fewer padded tokens. auto "
+            f"(default): {CPU_FORWARD_CHUNK} on the CPU, the whole batch on a GPU (where small models are bound "
+            "by kernel launches, which chunks multiply); 0 = the whole batch",
+        )
+        train.add_argument(
             "--test-every-epoch",
             action="store_true",
             help="score the test set after every epoch too (per-epoch test curves in MLflow); by default it "
@@ -170,6 +179,12 @@ class TMFT(Method):
             value = getattr(args, flag)
             if value is not None and value <= 0:
                 raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {value}")
+        try:
+            resolve_forward_chunk(args.forward_chunk, "cpu")
+        except ValueError:
+            raise SweepInputError(
+                f"--forward-chunk takes auto or a whole number >= 0 (0 = the whole batch), got {args.forward_chunk!r}"
+            ) from None
         layers = parse_layers(args.layers)
         parse_int_list(args.seeds, "--seeds")
         parse_eval_sets(args.eval_sets)
@@ -208,6 +223,7 @@ class TMFT(Method):
             "warmup_ratio": args.warmup_ratio,
             "eval_batch_size": args.eval_batch_size,
             "length_grouped": bool(args.length_grouped),
+            "forward_chunk": args.forward_chunk if args.forward_chunk == "auto" else int(args.forward_chunk),
             "random_init": bool(args.random_init),
             "test_every_epoch": bool(args.test_every_epoch) or args.search == "optuna",
             "max_train_samples": args.max_train_samples,
