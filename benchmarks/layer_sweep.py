@@ -1,20 +1,25 @@
 """A whole TMFT layer sweep the authors' way against the project's sweep, in one run.
 
-- authors: trials one after another in this process; each loads the full model, runs it whole
-  with hidden states on and trains on `hidden_states[l]` (benchmarks/truncation.py's `authors`
-  trial), scoring dev and test after every epoch;
-- project: `sweeps/electra_layers.py` on a local Ray (its start-up included): truncated encoders,
-  costliest trials first, the test set scored once with the best-dev weights; once with plain
-  shuffled batches and once with `--length-grouped`.
+- authors: trials one after another in this process, as their released training script runs
+  them (benchmarks/truncation.py's `authors` trial): the full model with hidden states on,
+  `hidden_states[l]`, each side of a pair padded on its own, dev after every epoch, then dev
+  and test again with the best-dev model;
+- project: `sweeps/electra_layers.py` on a local Ray (its start-up included), arms:
+  `project` = the sweep's default flags (truncated encoders, costliest trials first, length-sorted
+  forward chunks on the CPU, each distinct evaluation sentence encoded once, the test set scored
+  once with the best-dev weights); `whole` = the same with `--forward-chunk 0` (each batch encoded
+  whole: the chunking lever's own ratio); `grouped` = the default plus `--length-grouped`.
 
 Same model, layers 0..L, seeds, epochs, training subset and full STS-B dev and test. Printed: the
-whole-sweep wall time of each and its ratio to the authors', and per layer the mean test
-Spearman at the best dev epoch over seeds with the seed std, and whether each of the project's
-means is within two seed standard deviations of the authors' (the larger of the two stds).
+whole-sweep wall time of each and its ratio to the authors'; for each project arm its start-up
+(the call to the first trial's start) and its tail (how long one of two slots sat idle while the
+last trial finished: what lending that trial the free threads could at most save); per layer the
+mean test Spearman at the best dev epoch over seeds with the seed std, and whether each project
+arm's mean is within two seed standard deviations of the authors' (the larger of the two stds).
 
     python benchmarks/layer_sweep.py                                   # all-MiniLM-L6-v2, 3 seeds, 1 epoch, 1,000 pairs
     python benchmarks/layer_sweep.py --model sentence-transformers/all-mpnet-base-v2 --seeds 0,1,2
-    python benchmarks/layer_sweep.py --arms project                    # without the length-grouped arm
+    python benchmarks/layer_sweep.py --arms project                    # the default arm only
 """
 
 from __future__ import annotations
@@ -56,7 +61,11 @@ def authors_sweep(args, layers, seeds) -> tuple[float, dict]:
     return time.perf_counter() - started, scores
 
 
-def project_sweep(args, layers, seeds, grouped: bool) -> tuple[float, dict]:
+ARMS = {"project": [], "whole": ["--forward-chunk", "0"], "grouped": ["--length-grouped"]}
+
+
+def project_sweep(args, layers, seeds, flags: list[str]) -> tuple[float, dict, dict]:
+    """(seconds, {(layer, seed): test Spearman}, {"startup": s, "tail": s})."""
     from mlflow import MlflowClient
 
     from sweeps.electra_layers import main
@@ -81,9 +90,9 @@ def project_sweep(args, layers, seeds, grouped: bool) -> tuple[float, dict]:
         "bench",
         "--cpus-per-trial",
         str(args.cpus_per_trial),
-        *(["--length-grouped"] if grouped else []),
+        *flags,
     ]
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     if main(argv) != 0:
         raise SystemExit("the project's sweep failed")
     seconds = time.perf_counter() - started
@@ -94,10 +103,16 @@ def project_sweep(args, layers, seeds, grouped: bool) -> tuple[float, dict]:
         for r in client.search_runs([e.experiment_id])
         if "test_spearman_at_best_dev" in r.data.metrics
     ]
-    return seconds, {
+    ends = sorted(r.info.end_time / 1000 for r in runs)
+    timeline = {
+        "startup": min(r.info.start_time / 1000 for r in runs) - started_at,
+        "tail": ends[-1] - ends[-2] if len(ends) > 1 else 0.0,
+    }
+    scores = {
         (int(r.data.params["layer"]), int(r.data.params["seed"])): r.data.metrics["test_spearman_at_best_dev"]
         for r in runs
     }
+    return seconds, scores, timeline
 
 
 def _stats(scores: dict, layer: int, seeds) -> tuple[float, float]:
@@ -115,13 +130,14 @@ def main(argv=None) -> None:
     parser.add_argument("--cpus-per-trial", type=float, default=1.0)
     parser.add_argument(
         "--arms",
-        default="project,grouped",
-        help="the project's arms beside the authors' way: project (plain order), grouped (--length-grouped)",
+        default=",".join(ARMS),
+        help="the project's arms beside the authors' way: project (default flags), whole (--forward-chunk 0), "
+        "grouped (--length-grouped)",
     )
     args = parser.parse_args(argv)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    if not arms or set(arms) - {"project", "grouped"}:
-        parser.error(f"--arms takes project and/or grouped, got {args.arms!r}")
+    if not arms or set(arms) - set(ARMS):
+        parser.error(f"--arms takes some of {', '.join(ARMS)}, got {args.arms!r}")
     seeds = [int(s) for s in args.seeds.split(",")]
     layers = list(range(model_depth(load_config(resolve_model(args.model))) + 1))
     print(
@@ -131,14 +147,36 @@ def main(argv=None) -> None:
     )
     results = {"authors": authors_sweep(args, layers, seeds)}
     print(f"authors: {results['authors'][0]:.0f} s", flush=True)
-    for name, grouped in (("project", False), ("project grouped", True)):
-        if ("grouped" if grouped else "project") not in arms:
-            continue
-        results[name] = project_sweep(args, layers, seeds, grouped)
-        print(f"{name}: {results[name][0]:.0f} s", flush=True)
+    timelines = {}
+    for name in arms:
+        seconds, scores, timelines[name] = project_sweep(args, layers, seeds, ARMS[name])
+        results[name] = seconds, scores
+        print(
+            f"{name}: {seconds:.0f} s (start-up {timelines[name]['startup']:.1f} s, "
+            f"tail {timelines[name]['tail']:.1f} s)",
+            flush=True,
+        )
 
     authors_s = results["authors"][0]
     print("\nwhole sweep: " + ", ".join(f"{n} {s:.0f} s ({authors_s / s:.2f}x)" for n, (s, _) in results.items()))
+    if "project" in results:
+        default_s = results["project"][0]
+        print(
+            "levers, the default's wall time against each arm's: "
+            + ", ".join(
+                f"forward chunks {results['whole'][0] / default_s:.2f}x"
+                if n == "whole"
+                else f"--length-grouped on top {default_s / results['grouped'][0]:.2f}x"
+                for n in arms
+                if n != "project"
+            )
+        )
+        timeline = timelines["project"]
+        print(
+            f"the default's start-up is {timeline['startup'] / default_s:.1%} of its sweep; lending the last trial "
+            f"the idle slot's threads would save at most {timeline['tail'] / 2:.1f} s "
+            f"({timeline['tail'] / 2 / default_s:.1%})"
+        )
     print(f"\n{'layer':>5}" + "".join(f"{n + ' test rho':>26}" for n in results) + "   within 2 std of the authors'")
     for layer in layers:
         cells, verdicts = [], []
