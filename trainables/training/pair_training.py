@@ -94,8 +94,8 @@ class PairFineTuning:
         precision, in length-sorted chunks of `chunk` sentences, default `forward_chunk`)."""
         chunks = forward_chunks([len(s) for s in sequences], self.forward_chunk if chunk is None else chunk)
         parts = []
-        for chunk in chunks:
-            ids, mask = pad([sequences[i] for i in chunk], self.task.pad_id)
+        for members in chunks:
+            ids, mask = pad([sequences[i] for i in members], self.task.pad_id)
             with self.precision.autocast():
                 parts.append(encode(self.model, to_device(ids, self.device), to_device(mask, self.device)).float())
         return parts[0] if len(parts) == 1 else _in_order(parts, chunks)
