@@ -110,7 +110,7 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (a sweep gives each trial one)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--precision", default="fp32", help="fp32, tf32, bf16 (trainables/training/precision.py)")
+    parser.add_argument("--precision", default="fp32", help="fp32, tf32, bf16 (trainables/encoders/precision.py)")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     args = parser.parse_args(argv)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]

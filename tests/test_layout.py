@@ -1,6 +1,7 @@
 """The layout's rules, checked on the code itself: a method package never imports another method's
-modules, shared code never imports a method, and each method's losses and models (and the shared
-training loop) import without Ray."""
+modules, shared code never imports a method, the shared parts import only the floors below their
+own (docs/architecture.md), and each method's losses and models (and the shared training loop)
+import without Ray."""
 
 from __future__ import annotations
 
@@ -48,6 +49,24 @@ def test_no_method_imports_another_method():
                 if other and other != package:
                     crossings.append(f"{path.relative_to(ROOT)} imports {module}")
     assert crossings == []
+
+
+# the shared parts from the bottom floor up (docs/architecture.md): each imports only lower floors
+FLOORS = [("core",), ("data", "stages"), ("encoders",), ("evaluation",), ("training",)]
+
+
+def test_the_shared_parts_import_only_the_floors_below_their_own():
+    floor_of = {part: level for level, parts in enumerate(FLOORS) for part in parts}
+    shared = {p.name for p in (ROOT / "trainables").iterdir() if (p / "__init__.py").is_file()} - {"methods"}
+    assert shared == set(floor_of), "a shared part was added or removed: give it its floor in FLOORS and the docs"
+    upward = []
+    for part, level in floor_of.items():
+        for path in (ROOT / "trainables" / part).rglob("*.py"):
+            for module in imported_modules(path):
+                target = module.split(".")[1] if module.startswith("trainables.") and module.count(".") else None
+                if target in floor_of and target != part and floor_of[target] >= level:
+                    upward.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert upward == []
 
 
 def test_shared_code_imports_no_method():

@@ -18,7 +18,7 @@ import pytest
 import torch
 from sweep_helpers import sweep_args
 
-from trainables.training.precision import PRECISIONS, PrecisionError, adamw, check_request, resolve, stage_precision
+from trainables.encoders.precision import PRECISIONS, PrecisionError, adamw, check_request, resolve, stage_precision
 
 ROOT = Path(__file__).resolve().parents[1]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

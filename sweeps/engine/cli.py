@@ -18,7 +18,7 @@ from pathlib import Path
 from sweeps.engine import presets
 from trainables.core.errors import SweepInputError
 from trainables.core.paths import default_data_dir
-from trainables.training.precision import PRECISIONS, check_request, trials_on_gpu
+from trainables.encoders.precision import PRECISIONS, check_request, trials_on_gpu
 from trainables.training.retention import BEST_DTYPES, DEFAULT_BEST_DTYPE, KEEP_CHECKPOINTS
 from trainables.training.retention import DEFAULT as DEFAULT_KEEP
 
@@ -84,7 +84,7 @@ def build_parser(prog: str, description: str, method, defaults: dict | None = No
         default="auto",
         choices=PRECISIONS,
         help="training and evaluation precision: auto = tf32 on Ampere and newer GPUs, fp16 with a "
-        "gradient scaler on older ones, fp32 on the CPU (table in trainables/training/precision.py)",
+        "gradient scaler on older ones, fp32 on the CPU (table in trainables/encoders/precision.py)",
     )
     run.add_argument("--cpus-per-trial", type=float, default=1.0)
     run.add_argument(

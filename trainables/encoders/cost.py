@@ -48,7 +48,7 @@ GPU_TFLOPS = {"fp32": 11.7, "tf32": 29.0, "bf16": 34.0, "fp16": 34.0}
 LAUNCH_SECONDS = {"fp32": 0.81e-3, "tf32": 0.81e-3, "bf16": 1.77e-3, "fp16": 1.77e-3}
 # The allocator setting of every trial process (set before CUDA starts in it).
 CUDA_ALLOCATOR_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-# The precision a plan prices when the sweep asks for `auto` (trainables/training/precision.py: tf32 on
+# The precision a plan prices when the sweep asks for `auto` (trainables/encoders/precision.py: tf32 on
 # the GPUs the project is calibrated on).
 AUTO_PRICED_AS = "tf32"
 

@@ -39,7 +39,7 @@ def stage_spec(
     suite,
     precision: dict | None = None,
 ) -> dict:
-    """`precision`: trainables.training.precision.stage_precision of the sweep's flags."""
+    """`precision`: trainables.encoders.precision.stage_precision of the sweep's flags."""
     from trainables.stages.store import make_spec
 
     config = {
@@ -67,10 +67,10 @@ def compute(spec: dict, out_dir: Path) -> dict:
     from transformers import AutoTokenizer
 
     from trainables.encoders.loading import count_parameters, load_pretrained, truncate
+    from trainables.encoders.precision import resolve
     from trainables.evaluation.sets import load_suite
     from trainables.evaluation.zero_shot import pooled_layers
     from trainables.stages.progress import StageProgress
-    from trainables.training.precision import resolve
 
     config = spec["config"]
     suite = load_suite(config["sets"], spec["data_dir"])

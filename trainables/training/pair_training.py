@@ -4,7 +4,7 @@ installed) all train through `PairFineTuning`.
 
 Per step: pad the batch's sentences (both sides; in length-sorted chunks with `forward_chunk`,
 trainables/training/batches.py), through pinned host memory copied without waiting on CUDA, encode them
-under the trial's precision (trainables/training/precision.py), the task's loss in fp32, backward
+under the trial's precision (trainables/encoders/precision.py), the task's loss in fp32, backward
 through the gradient scaler (active for fp16 only), clip to 1.0, AdamW (fused), linear
 schedule. The epoch's loss is summed on the device and read once at the end of the epoch.
 Evaluation encodes each distinct sentence of a split once, in length order, then scores the pairs.
@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from trainables.encoders.loading import encode
+from trainables.encoders.precision import adamw, resolve, to_device
 from trainables.training.batches import forward_chunks, pad, resolve_forward_chunk, train_batches
-from trainables.training.precision import adamw, resolve, to_device
 from trainables.training.tasks import get_task
 
 _NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "LayerNorm.bias")

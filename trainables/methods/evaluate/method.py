@@ -28,11 +28,11 @@ from trainables.core.method import (
     register_method,
 )
 from trainables.encoders.loading import model_list
+from trainables.encoders.precision import stage_precision
 from trainables.evaluation import layer_embeddings
 from trainables.evaluation.sets import PAPER_SETS, suite_sets
 from trainables.evaluation.zero_shot import POOLINGS
 from trainables.methods.evaluate.trainable import EvaluateData, EvaluateTrainable
-from trainables.training.precision import stage_precision
 
 
 @register_method("evaluate")

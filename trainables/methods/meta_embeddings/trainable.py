@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from trainables.core.errors import SweepInputError
+from trainables.encoders.precision import adamw
 from trainables.methods.meta_embeddings import token_embeddings
 from trainables.methods.meta_embeddings.models import (
     ABLATIONS,
@@ -25,7 +26,6 @@ from trainables.methods.meta_embeddings.models import (
     sup_mse_loss,
     sup_signed_loss,
 )
-from trainables.training.precision import adamw
 from trainables.training.trainable import EpochTrainable
 
 

@@ -185,9 +185,9 @@ class SED(Method):
     @classmethod
     def plan(cls, args, context) -> MethodPlan:
         from trainables.encoders.loading import resolve_model
+        from trainables.encoders.precision import stage_precision
         from trainables.evaluation.sets import load_suite
         from trainables.stages.store import make_spec, stage_root
-        from trainables.training.precision import stage_precision
 
         if context.smoke_test and not str(args.teachers).strip():
             teachers, student = cls._smoke_models(context, args)

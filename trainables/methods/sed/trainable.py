@@ -41,7 +41,7 @@ class SEDTrainable(EpochTrainable):
         from transformers import AutoTokenizer, get_linear_schedule_with_warmup
 
         from trainables.encoders.loading import count_parameters, load_pretrained
-        from trainables.training.precision import adamw, resolve
+        from trainables.encoders.precision import adamw, resolve
 
         self.precision = resolve(config.get("precision", "fp32"), self.device)
         self.precision.apply_matmul_settings()
@@ -59,8 +59,8 @@ class SEDTrainable(EpochTrainable):
         self.params = count_parameters(self.model)
 
     def train_epoch(self, epoch: int) -> dict:
+        from trainables.encoders.precision import to_device
         from trainables.training.batches import pad
-        from trainables.training.precision import to_device
 
         self.model.train()
         order = torch.randperm(

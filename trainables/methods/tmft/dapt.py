@@ -174,10 +174,10 @@ def compute(spec: dict, out_dir: Path) -> dict:
     from transformers import AutoTokenizer, DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
 
     from trainables.data.sentences import dapt_corpus
+    from trainables.encoders.precision import adamw, resolve
     from trainables.stages.progress import StageProgress
     from trainables.training.device import pick_device, seed_everything
     from trainables.training.pair_training import adamw_param_groups
-    from trainables.training.precision import adamw, resolve
     from trainables.training.tokenized import subset
 
     started = time.perf_counter()

@@ -22,11 +22,11 @@ from trainables.core.errors import SweepInputError
 from trainables.core.method import MethodPlan, MetricContract, register_method
 from trainables.data.word_similarity import SPLIT_METHODS as WS_SPLITS
 from trainables.encoders.mlm import check_model
+from trainables.encoders.precision import stage_precision
 from trainables.methods.tmft import dapt, word_similarity
 from trainables.methods.tmft.method import TMFT
 from trainables.stages.store import stage_root
 from trainables.stages.upstream import STAGES
-from trainables.training.precision import stage_precision
 
 IMPROVEMENTS = ("none", "ws", "dapt", "tsdae")  # none: plain TMFT, no stage
 ALIASES = {"both": ("ws", "dapt")}

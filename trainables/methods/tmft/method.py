@@ -310,10 +310,10 @@ class TMFT(Method):
     def plan_one_pass(cls, planned: MethodPlan, paths: dict, args, context) -> None:
         """A zero-epoch sweep: one `embeddings` stage per model (all its layers from one forward
         pass over the task's dev and test sentences), read by every trial of that model."""
+        from trainables.encoders.precision import stage_precision
         from trainables.evaluation.sets import load_suite
         from trainables.evaluation.zero_shot import default_max_length
         from trainables.stages.store import stage_root
-        from trainables.training.precision import stage_precision
 
         sets = list(get_task(args.task).zero_shot_sets.values())
         suite = load_suite(sets, args.data_dir)

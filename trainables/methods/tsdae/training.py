@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from trainables.core.errors import SweepInputError
+from trainables.encoders.precision import adamw
 from trainables.methods.tsdae.settings import CT_RATES, learning_rate, resolve
-from trainables.training.precision import adamw
 
 OBJECTIVES = ("none", "tsdae", "mlm", "simcse", "ct")
 
