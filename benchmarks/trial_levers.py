@@ -64,8 +64,8 @@ class PairBatchEvaluation(PairFineTuning):
             ids, mask = pad([split.s1[i] for i in batch] + [split.s2[i] for i in batch], self.task.pad_id)
             with self.precision.autocast():
                 embeddings = loading.encode(self.model, ids.to(self.device), mask.to(self.device)).float()
-            cosines = torch.nn.functional.cosine_similarity(embeddings[: len(batch)], embeddings[len(batch) :])
-            for index, value in zip(batch, cosines.tolist()):
+            outputs = self.task_def.outputs(embeddings[: len(batch)], embeddings[len(batch) :], self.head)
+            for index, value in zip(batch, outputs.tolist()):
                 rows[index] = value
         return np.asarray(rows)
 

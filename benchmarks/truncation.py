@@ -30,7 +30,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import torch  # noqa: E402
 
 from trainables.core.paths import default_data_dir  # noqa: E402
-from trainables.encoders.loading import load_config, mean_pool, model_depth, resolve_model  # noqa: E402
+from trainables.encoders.loading import encode, load_config, model_depth, resolve_model  # noqa: E402
 from trainables.methods.tmft.encoder import pretrained
 from trainables.methods.tmft.trainable import TMFTData, TMFTTrainable
 from trainables.training.pair_training import PairFineTuning
@@ -40,8 +40,7 @@ from trainables.training.tokenized import load_task, subset, tokenize_task  # no
 def _mean_pooled(model, sequences, pad_id):
     from trainables.training.batches import pad
 
-    ids, mask = pad(sequences, pad_id)
-    return mean_pool(model(ids, mask).last_hidden_state, mask)
+    return encode(model, *pad(sequences, pad_id))
 
 
 class _Slicing(torch.nn.Module):
@@ -87,9 +86,7 @@ def make_trial(variant: str, data, config):
             if variant != "authors":
                 return super()._embed(sequences, chunk)
             half = len(sequences) // 2  # the batch's first sides, then its second sides
-            return torch.cat(
-                [_mean_pooled(self.model, part, self.task.pad_id) for part in (sequences[:half], sequences[half:])]
-            )
+            return torch.cat((super()._embed(sequences[:half], chunk=0), super()._embed(sequences[half:], chunk=0)))
 
         def predict(self, split):
             if variant != "authors":
