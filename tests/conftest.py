@@ -132,3 +132,31 @@ def edit_trials(monkeypatch):
         monkeypatch.setattr(runner, "plan_sweep", planned)
 
     return install
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """The tests' S3 server (tests/s3_server.py, moto), or None when EMBSWEEP_TEST_S3_ENDPOINT names an external one."""
+    from s3_helpers import EXTERNAL_ENV, S3Server
+
+    if os.environ.get(EXTERNAL_ENV):
+        yield None
+        return
+    server = S3Server(tmp_path_factory.mktemp("s3") / "server.log").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """A fresh bucket on the tests' S3 server; this process gets its credentials (never an endpoint
+    variable: the endpoint travels in each URI's query)."""
+    from s3_helpers import EXTERNAL_ENV, TEST_CREDENTIALS, S3Store
+
+    endpoint = os.environ.get(EXTERNAL_ENV) or s3_server.endpoint
+    if not os.environ.get(EXTERNAL_ENV):
+        for key, value in TEST_CREDENTIALS.items():
+            monkeypatch.setenv(key, value)
+    for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(key, raising=False)
+    return S3Store(endpoint, s3_server)

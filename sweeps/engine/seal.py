@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 
 from sweeps.engine import storage
+from trainables.core import object_storage
 from trainables.core.errors import SweepInputError
 
 SEAL_FILE = "tune-state.seal"
@@ -81,30 +82,21 @@ def _digest(key: bytes, name: str, data: bytes) -> str:
 
 
 def _top_files(sweep_dir: str) -> list[str]:
-    if storage.is_uri(sweep_dir):
-        import pyarrow.fs
+    import pyarrow.fs
 
-        fs, inner = storage._fs(sweep_dir)
-        infos = fs.get_file_info(pyarrow.fs.FileSelector(inner, allow_not_found=True))
-        return [info.base_name for info in infos if info.type == pyarrow.fs.FileType.File]
-    path = Path(sweep_dir)
-    return [p.name for p in path.iterdir() if p.is_file()] if path.is_dir() else []
+    return [i.base_name for i in object_storage.list_dir(sweep_dir) if i.type == pyarrow.fs.FileType.File]
 
 
 def _read(path: str) -> bytes:
-    if storage.is_uri(path):
-        fs, inner = storage._fs(path)
-        with fs.open_input_stream(inner) as stream:
-            return stream.read()
-    return Path(path).read_bytes()
+    data = object_storage.read_bytes(path)
+    if data is None:
+        raise FileNotFoundError(path)
+    return data
 
 
 def _dict_checkpoints(sweep_dir: str) -> list[str]:
     if storage.is_uri(sweep_dir):
-        import pyarrow.fs
-
-        fs, inner = storage._fs(sweep_dir)
-        infos = fs.get_file_info(pyarrow.fs.FileSelector(inner, recursive=True, allow_not_found=True))
+        infos = object_storage.list_dir(sweep_dir, recursive=True)
         return [info.path for info in infos if info.base_name == DICT_CHECKPOINT]
     return [str(p) for p in Path(sweep_dir).glob(f"*/checkpoint_*/{DICT_CHECKPOINT}")]
 

@@ -6,92 +6,88 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import time
 from pathlib import Path
 
+from trainables.core import object_storage
+from trainables.core.object_storage import absolute, is_uri, join
+
 SWEEP_FILE = "sweep.json"
+CLAIM_STALE_S = 300.0  # a claim on an object store whose sweep.json never came: its starter died
 
-
-def is_uri(path: str) -> bool:
-    return "://" in str(path)
-
-
-def absolute(path: str) -> str:
-    return str(path) if is_uri(path) else str(Path(path).expanduser().resolve())
-
-
-def join(base: str, *parts: str) -> str:
-    return "/".join([str(base).rstrip("/"), *parts]) if is_uri(base) else str(Path(base, *parts))
-
-
-def _fs(path: str):
-    import pyarrow.fs
-
-    return pyarrow.fs.FileSystem.from_uri(path)
+__all__ = ["absolute", "is_uri", "join", "SWEEP_FILE"]
 
 
 def write_json(path: str, data: dict) -> None:
-    text = json.dumps(data, indent=2, default=str)
-    if not is_uri(path):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(str(path) + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-        return
-    fs, inner = _fs(path)
-    with fs.open_output_stream(inner) as stream:
-        stream.write(text.encode())
+    object_storage.write_bytes(path, json.dumps(data, indent=2, default=str).encode())
 
 
 def read_json(path: str) -> dict | None:
     try:
-        if not is_uri(path):
-            return json.loads(Path(path).read_text()) if Path(path).is_file() else None
-        fs, inner = _fs(path)
-        with fs.open_input_stream(inner) as stream:
-            return json.loads(stream.read().decode())
-    except (FileNotFoundError, OSError, json.JSONDecodeError):
+        return object_storage.read_json(path)
+    except OSError:
         return None
 
 
 def latest_sweep(storage_path: str) -> str | None:
-    """The most recently created sweep directory under a local storage path."""
-    if is_uri(storage_path) or not Path(storage_path).is_dir():
+    """The most recently created sweep directory under a storage path (a folder or a URI)."""
+    import pyarrow.fs
+
+    if not is_uri(storage_path) and not Path(storage_path).is_dir():
         return None
-    candidates = [p for p in Path(storage_path).iterdir() if (p / SWEEP_FILE).is_file()]
-    return str(max(candidates, key=lambda p: (p / SWEEP_FILE).stat().st_mtime)) if candidates else None
+    fs, _ = object_storage.filesystem(storage_path)
+    newest, newest_time = None, None
+    for info in object_storage.list_dir(storage_path):
+        if info.type != pyarrow.fs.FileType.Directory:
+            continue
+        found = fs.get_file_info(f"{info.path}/{SWEEP_FILE}")
+        if found.type == pyarrow.fs.FileType.File and (newest_time is None or found.mtime > newest_time):
+            newest, newest_time = join(storage_path, info.base_name), found.mtime
+    return newest
 
 
 CLAIM_FILE = ".claim"
 
 
 def claim(sweep_dir: str, name: str) -> None:
-    """Make this process the one starting the sweep in `sweep_dir` (a local folder): the claim
-    file is created atomically, so the same --name started twice together starts once. A claim
-    left by a process that died on this host is taken over."""
-    if is_uri(sweep_dir):
-        return
-    import socket
-
+    """Make this process the one starting the sweep in `sweep_dir`: the claim file is created
+    atomically (O_EXCL on a folder, a conditional write `If-None-Match: *` on an object store), so
+    the same --name started twice together starts once. A claim left by a starter that died is
+    taken over: on this host, when its process is gone; on an object store, also when it is older
+    than CLAIM_STALE_S and no sweep.json followed it."""
     from trainables.core.errors import SweepInputError
 
-    Path(sweep_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(sweep_dir, CLAIM_FILE)
-    me = f"{socket.gethostname()} {os.getpid()}"
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            host, _, pid = path.read_text().partition(" ")
-            if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
-                path.unlink(missing_ok=True)
-                continue
-            raise SweepInputError(
-                f"A sweep named {name!r} is being started by another process ({host}, pid {pid}) "
-                f"at {sweep_dir}; pick another --name"
-            ) from None
-        with os.fdopen(fd, "w") as handle:
-            handle.write(me)
+    path = join(sweep_dir, CLAIM_FILE)
+    me = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}).encode()
+    if object_storage.create_if_absent(path, me) is not None:
         return
+    found = object_storage.read_versioned(path)
+    if found is None:  # removed meanwhile: try once more
+        if object_storage.create_if_absent(path, me) is not None:
+            return
+        found = object_storage.read_versioned(path) or (b"", "")
+    text, tag = found
+    host, pid, when = _claim_fields(text)
+    dead_here = host == socket.gethostname() and pid is not None and not _alive(pid)
+    stale = is_uri(sweep_dir) and when is not None and time.time() - when > CLAIM_STALE_S
+    if (dead_here or stale) and read_json(join(sweep_dir, SWEEP_FILE)) is None:
+        if object_storage.replace_if_match(path, me, tag) is not None:
+            return
+    raise SweepInputError(
+        f"A sweep named {name!r} is being started by another process ({host}, pid {pid}) at {sweep_dir}; pick "
+        "another --name"
+    )
+
+
+def _claim_fields(text: bytes) -> tuple[str, int | None, float | None]:
+    """(host, pid, time) of a claim: JSON, or the `host pid` line older versions wrote."""
+    try:
+        value = json.loads(text.decode())
+        return str(value.get("host", "")), int(value["pid"]), float(value["time"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        host, _, pid = text.decode(errors="replace").partition(" ")
+        return host, int(pid) if pid.strip().isdigit() else None, None
 
 
 def _alive(pid: int) -> bool:
@@ -106,8 +102,10 @@ def _alive(pid: int) -> bool:
 
 def check_writable(storage_path: str) -> None:
     """A local storage path must be a folder this process can write, or one it can create; nothing
-    is created here (a refused sweep leaves nothing behind): the sweep creates it when it starts."""
+    is created here (a refused sweep leaves nothing behind): the sweep creates it when it starts.
+    A URI must name a store that answers, with a bucket that exists and credentials it accepts."""
     if is_uri(storage_path):
+        object_storage.check_location(storage_path, "--storage-path")
         return
     from trainables.core.paths import check_folder_target
 

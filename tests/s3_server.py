@@ -1,0 +1,83 @@
+"""A real S3 server over HTTP for the tests: moto's server (the S3 API as AWS answers it) in its own
+process, on 127.0.0.1:<port>, with two additions a test needs and moto's own command lacks:
+
+- an outage that keeps the buckets: SIGUSR1 closes the listening socket (connections are refused,
+  as when a server is down), SIGUSR2 opens it again on the same port with the same objects;
+- counts of what clients sent: GET /_embsweep/stats answers {"requests": {method: n}, "bytes_in",
+  "bytes_out"}; POST /_embsweep/reset sets them to zero.
+
+    python tests/s3_server.py --port 9321
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from collections import Counter
+
+STATS = {"requests": Counter(), "bytes_in": 0, "bytes_out": 0}
+LOCK = threading.Lock()
+
+
+def counting(app):
+    def wrapped(environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        if path == "/_embsweep/stats":
+            with LOCK:
+                body = json.dumps({**STATS, "requests": dict(STATS["requests"])}).encode()
+            start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            return [body]
+        if path == "/_embsweep/reset":
+            with LOCK:
+                STATS.update(requests=Counter(), bytes_in=0, bytes_out=0)
+            start_response("200 OK", [("Content-Length", "0")])
+            return [b""]
+        with LOCK:
+            STATS["requests"][environ.get("REQUEST_METHOD", "?")] += 1
+            STATS["bytes_in"] += int(environ.get("CONTENT_LENGTH") or 0)
+        chunks = app(environ, start_response)
+        out = []
+        for chunk in chunks:
+            out.append(chunk)
+            with LOCK:
+                STATS["bytes_out"] += len(chunk)
+        return out
+
+    return wrapped
+
+
+def main() -> int:
+    from moto.moto_server.threaded_moto_server import MotoRequestHandler
+    from moto.server import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import make_server
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    app = counting(DomainDispatcherApplication(create_backend_app))
+    state = {"server": None, "thread": None}
+
+    def start():
+        server = make_server("127.0.0.1", args.port, app, threaded=True, request_handler=MotoRequestHandler)
+        state["server"], state["thread"] = server, threading.Thread(target=server.serve_forever, daemon=True)
+        state["thread"].start()
+
+    def stop():
+        if state["server"] is not None:
+            state["server"].shutdown()
+            state["server"].server_close()
+            state["server"] = None
+
+    start()
+    signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(target=stop).start())
+    signal.signal(signal.SIGUSR2, lambda *_: start())
+    print(f"s3 server on 127.0.0.1:{args.port}", flush=True)
+    threading.Event().wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
