@@ -1,12 +1,18 @@
 """Command line of the analysis.
 
     python -m analysis report --mlflow-uri sqlite:////abs/mlflow.db [--experiment NAME]
-                              [--where PARAM=VALUE ...] --out DIR
+                              [--where PARAM=VALUE ...] --out DIR|URI [--no-log-artifacts]
     python -m analysis cka --models A,B [--checkpoints DIR] [--data-dir D] [--max-sentences N]
-                           [--unique-sentences] --out DIR [--mlflow-uri URI] [--experiment cka]
+                           [--unique-sentences] --out DIR|URI [--mlflow-uri URI] [--experiment cka]
 
-Bad input (an --out that is a file or cannot be written, no store, no experiment, no runs, unknown model)
-prints one message and exits 2.
+`--out` is a local folder (created) or an object-store URI, e.g.
+`s3://bucket/sweeps/report?endpoint_override=127.0.0.1:9000&scheme=http`: the outputs are written to
+a temporary folder and uploaded whole (analysis/outputs.py). The report is also logged as MLflow
+artifacts under `report/` of the sweeps' parent runs (`--no-log-artifacts`: not); a store that
+refuses them prints a warning line, and the report still exits 0.
+
+Bad input (an --out that is a file or cannot be written, a URI whose bucket does not exist or whose
+store refuses, no store, no experiment, no runs, unknown model) prints one message and exits 2.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import sys
 
 from trainables.core.errors import SweepInputError
 
+OUT_HELP = "output folder (created), or an object-store URI: s3://bucket/path[?endpoint_override=host:port&scheme=http]"
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
@@ -24,7 +32,13 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="tables, layer curves, Pareto fronts and an index from MLflow")
     report.add_argument("--mlflow-uri", required=True, help="tracking URI, e.g. sqlite:////abs/path/mlflow.db")
     report.add_argument("--experiment", default=None, help="experiment name (default: every experiment)")
-    report.add_argument("--out", required=True, help="output folder (created)")
+    report.add_argument("--out", required=True, help=OUT_HELP)
+    report.add_argument(
+        "--log-artifacts",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="log the report as MLflow artifacts under report/ of the sweeps' parent runs (default: on)",
+    )
     report.add_argument(
         "--where",
         action="append",
@@ -48,50 +62,73 @@ def _parser() -> argparse.ArgumentParser:
         help="the 2,552 unique test sentences (default: all 2,758 with duplicates, as the authors' code)",
     )
     cka.add_argument("--batch-size", type=int, default=64)
-    cka.add_argument("--out", required=True, help="output folder (created)")
+    cka.add_argument("--out", required=True, help=OUT_HELP)
     cka.add_argument("--mlflow-uri", default=None, help="log the CSV and plot as artifacts of a run here")
     cka.add_argument("--experiment", default="cka", help="MLflow experiment for the CKA run (default: cka)")
     return parser
 
 
+def _where(items: list[str]) -> dict[str, str]:
+    where = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SweepInputError(f"--where takes PARAM=VALUE, got {item!r}")
+        where[key] = value
+    return where
+
+
+def _report(args) -> None:
+    from analysis.outputs import local_folder, location
+    from analysis.report import build_report, log_to_parent_runs
+
+    where = _where(args.where)
+    logged, warning = [], None
+    with local_folder(args.out) as folder:
+        report = build_report(args.mlflow_uri, folder, args.experiment, where)
+        if args.log_artifacts:
+            logged, warning = log_to_parent_runs(args.mlflow_uri, report)
+    index = location(args.out, folder, report.index)
+    print(f"{len(report.runs)} trial runs ({len(report.excluded)} left out); report: {index}")
+    if logged:
+        print(f"MLflow: the report is in the artifacts report/ of parent run(s) {', '.join(logged)}")
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+
+
+def _cka(args) -> None:
+    from analysis.cka import run_cka
+
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    frame, files, run_id = run_cka(
+        models,
+        args.out,
+        data_dir=args.data_dir,
+        checkpoints=args.checkpoints,
+        max_sentences=args.max_sentences,
+        unique=args.unique_sentences,
+        tracking_uri=args.mlflow_uri,
+        experiment=args.experiment,
+        batch_size=args.batch_size,
+    )
+    print(frame.to_string(index=False))
+    print("wrote " + ", ".join(str(f) for f in files) + (f"; MLflow run {run_id}" if run_id else ""))
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
-        from trainables.core.paths import check_folder_target
+        from analysis.outputs import check_out
 
-        check_folder_target(args.out, "--out")  # before reading anything
+        check_out(args.out)  # before reading anything
         if args.mlflow_uri:
             from trainables.core.endpoints import mlflow_store
 
             args.mlflow_uri = mlflow_store(args.mlflow_uri)
         if args.command == "report":
-            from analysis.report import build_report
-
-            where = {}
-            for item in args.where:
-                key, sep, value = item.partition("=")
-                if not sep or not key:
-                    raise SweepInputError(f"--where takes PARAM=VALUE, got {item!r}")
-                where[key] = value
-            report = build_report(args.mlflow_uri, args.out, args.experiment, where)
-            print(f"{len(report.runs)} trial runs ({len(report.excluded)} left out); report: {report.index}")
+            _report(args)
         else:
-            from analysis.cka import run_cka
-
-            models = [m.strip() for m in args.models.split(",") if m.strip()]
-            frame, files, run_id = run_cka(
-                models,
-                args.out,
-                data_dir=args.data_dir,
-                checkpoints=args.checkpoints,
-                max_sentences=args.max_sentences,
-                unique=args.unique_sentences,
-                tracking_uri=args.mlflow_uri,
-                experiment=args.experiment,
-                batch_size=args.batch_size,
-            )
-            print(frame.to_string(index=False))
-            print("wrote " + ", ".join(str(f) for f in files) + (f"; MLflow run {run_id}" if run_id else ""))
+            _cka(args)
     except SweepInputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -263,7 +263,7 @@ def plot_cka(frame: pd.DataFrame):
 
 
 def write_outputs(frame: pd.DataFrame, out_dir) -> list[Path]:
-    """Write cka.csv, cka.png and cka.svg into out_dir."""
+    """Write cka.csv, cka.png and cka.svg into the local folder out_dir."""
     from analysis.plots import save_figure
 
     out_dir = Path(out_dir)
@@ -319,18 +319,23 @@ def run_cka(
     tracking_uri=None,
     experiment="cka",
     batch_size=64,
-) -> tuple[pd.DataFrame, list[Path], str | None]:
-    """The `python -m analysis cka` command: compute, write, and log if `tracking_uri` is given."""
+) -> tuple[pd.DataFrame, list[Path | str], str | None]:
+    """The `python -m analysis cka` command: compute, write, and log if `tracking_uri` is given.
+    `out_dir` is a local folder or an object-store URI (analysis/outputs.py); the files returned are
+    where they were written (paths, or URIs)."""
+    from analysis.outputs import check_out, local_folder, location
     from trainables.core.paths import default_data_dir
 
     if len(models) != 2:
         raise SweepInputError(f"--models takes exactly two models separated by a comma, got {len(models)}: {models}")
+    check_out(out_dir)  # before hours of embedding
     data_dir = data_dir or default_data_dir()
     sentences = stsb_test_sentences(data_dir, max_sentences, unique=unique)
     frame = compare_models(models[0], models[1], sentences, checkpoints=checkpoints, batch_size=batch_size)
-    files = write_outputs(frame, out_dir)
     run_id = None
-    if tracking_uri:
-        params = {"data_dir": str(data_dir), "unique_sentences": unique, "checkpoints": str(checkpoints or "")}
-        run_id = log_to_mlflow(frame, files, tracking_uri, experiment, params)
-    return frame, files, run_id
+    with local_folder(out_dir) as folder:
+        files = write_outputs(frame, folder)
+        if tracking_uri:
+            params = {"data_dir": str(data_dir), "unique_sentences": unique, "checkpoints": str(checkpoints or "")}
+            run_id = log_to_mlflow(frame, files, tracking_uri, experiment, params)
+    return frame, [location(out_dir, folder, f) for f in files], run_id

@@ -15,11 +15,18 @@ Writes into OUT:
 - for runs of a paper's preset (param `preset`): a section naming the table or figure, and
   tables/paper_<preset>.csv with the paper's published numbers beside the sweep's (analysis/published.py);
 - README.md: the index that shows all of it, including the excluded runs.
+
+`build_report` writes a local folder; `python -m analysis report --out` also takes an object-store
+URI (the folder is built in a temporary folder and uploaded whole, analysis/outputs.py).
+`log_to_parent_runs` then logs the folder as MLflow artifacts under `report/` of every sweep (parent
+run, the trials' `mlflow.parentRunId`) whose trials the report includes, so that the MLflow UI shows
+the tables and figures beside the sweep; a store that refuses them costs a warning, not the report.
 """
 
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,7 +52,11 @@ from analysis.tables import (
     table_axes,
     to_markdown,
 )
+from trainables.core import object_storage
+from trainables.core.errors import SweepInputError
 from trainables.core.paths import check_folder_target
+
+REPORT_ARTIFACT_PATH = "report"  # the report's folder among a parent run's artifacts
 
 
 @dataclass
@@ -177,6 +188,11 @@ def select_runs(runs: pd.DataFrame, where: dict[str, str] | None) -> pd.DataFram
 def build_report(tracking_uri: str, out_dir, experiment: str | None = None, where: dict | None = None) -> Report:
     """Read MLflow, write every output into out_dir, return what was written. `where` keeps only
     the runs whose params have the given values (to separate sweeps run with different settings)."""
+    if object_storage.is_uri(out_dir):  # never a local folder named "s3:"
+        raise SweepInputError(
+            f"build_report writes a local folder, not {out_dir}; write into analysis.outputs.local_folder(URI) "
+            "or run python -m analysis report --out URI"
+        )
     out_dir = Path(out_dir)
     check_folder_target(out_dir, "--out")  # a file there: refused before reading the store
     figures, tables = out_dir / "figures", out_dir / "tables"
@@ -313,3 +329,52 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
     report.index.write_text("\n".join(lines) + "\n")
     report.files.append(report.index)
     return report
+
+
+# ---- the report as artifacts of the sweeps' parent runs -------------------------------------
+def parent_run_ids(runs: pd.DataFrame) -> list[str]:
+    """The parent runs (sweeps) of the report's trial runs, in order of first appearance."""
+    if "parent_run_id" not in runs:
+        return []
+    return list(dict.fromkeys(str(p) for p in runs["parent_run_id"].dropna() if str(p)))
+
+
+def log_to_parent_runs(tracking_uri: str, report: Report) -> tuple[list[str], str | None]:
+    """Log the report's folder as artifacts under `report/` of each parent run of its trials.
+
+    Returns (the runs it was logged to, None) or, when the MLflow store or its artifact store
+    refuses (a run deleted, a bucket gone, no write permission), (the runs done, one warning line):
+    the report's files are written already, so this never fails the report."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    logged = []
+    with _few_http_retries():
+        for run_id in parent_run_ids(report.runs):
+            try:
+                client.log_artifacts(run_id, str(report.out_dir), artifact_path=REPORT_ARTIFACT_PATH)
+            except Exception as error:  # any store's error: MlflowException, OSError, boto's, HTTP's
+                message = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+                return logged, (
+                    f"the report was not logged to MLflow as artifacts {REPORT_ARTIFACT_PATH}/ of parent run {run_id}"
+                    f"{f' (logged to {len(logged)} other(s))' if logged else ''}: {message}; its files are complete "
+                    "where the report is (pass --no-log-artifacts to skip this step)"
+                )
+            logged.append(run_id)
+    return logged, None
+
+
+@contextmanager
+def _few_http_retries():
+    """MLflow's HTTP client retries a failing upload for minutes (7 retries, backoff 2 s doubling);
+    a report that logs its files after writing them gives up after 2, unless the user set them."""
+    import os
+
+    names = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+    added = [name for name in names if name not in os.environ]
+    os.environ.update({name: names[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)

@@ -4,6 +4,8 @@
     python -m sweeps.mlflow_server --storage-path /mnt/shared/runs --port 5001
     python -m sweeps.mlflow_server --backend-store-uri postgresql://... --host 0.0.0.0 \
         --allowed-hosts mlflow.example.org
+    python -m sweeps.mlflow_server --backend-store-uri postgresql://... \
+        --storage-path 's3://bucket/runs?endpoint_override=minio.internal:9000&scheme=http'
 
 The store is `sqlite:///<storage-path>/mlflow.db` (the file a local sweep writes by default, so
 the same runs can be served), artifacts go to `<storage-path>/mlartifacts` and are proxied by the
@@ -15,6 +17,18 @@ driver or an unreachable database is refused (exit 2) before the server starts. 
 runner (GenAI jobs: a job process and several Huey consumers, ~1 GB) is off unless `--enable-jobs`
 is given: a sweep's runs do not use it. Arguments after `--` go to `mlflow server` unchanged. The process is
 replaced by `mlflow server` (same pid; Ctrl-C stops it).
+
+Artifacts on an object store: `--artifacts-destination s3://bucket/mlartifacts?endpoint_override=host:port&scheme=http`,
+or `--storage-path s3://bucket/runs...` with a `--backend-store-uri` (a database: SQLite needs a local
+file), whose artifacts then go to `<storage-path>/mlartifacts`. MLflow's S3 artifact repository reads
+no query from the URI: it takes the endpoint from the environment variable MLFLOW_S3_ENDPOINT_URL
+(else boto3's AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS). So the server gets the destination
+without its query, and MLFLOW_S3_ENDPOINT_URL set to the query's endpoint (else to AWS_ENDPOINT_URL_S3
+or AWS_ENDPOINT_URL, where set). Credentials come from the AWS chain the server inherits (environment,
+profile, instance role), never from the URI (refused) or the command line. The destination is checked
+before the server starts (a bucket that does not exist, credentials refused, an endpoint that does not
+answer: one line, exit 2). Clients log artifacts through the server (`mlflow-artifacts:` URIs), so
+they need no credentials for the bucket.
 """
 
 from __future__ import annotations
@@ -24,8 +38,13 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from trainables.core import object_storage
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+S3_ENDPOINT_ENV = "MLFLOW_S3_ENDPOINT_URL"  # where MLflow's S3 artifact repository reads its endpoint
+AWS_ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--storage-path",
         default="runs",
         help="the sweeps' --storage-path: the store is <storage-path>/mlflow.db, artifacts "
-        "<storage-path>/mlartifacts (runs)",
+        "<storage-path>/mlartifacts (runs); a URI (s3://...) needs --backend-store-uri",
     )
     parser.add_argument(
         "--backend-store-uri",
@@ -46,7 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="another store instead (e.g. sqlite:////abs/mlflow.db or postgresql://...)",
     )
     parser.add_argument(
-        "--artifacts-destination", default=None, help="where proxied artifacts go (<storage-path>/mlartifacts)"
+        "--artifacts-destination",
+        default=None,
+        help="where proxied artifacts go (<storage-path>/mlartifacts): a folder, or s3://bucket/path"
+        "[?endpoint_override=host:port&scheme=http]",
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=5000, help="port (5000)")
@@ -65,10 +87,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def artifacts_destination(args: argparse.Namespace) -> str:
+    """Where proxied artifacts go, as the user gave it (a URI keeps its query): --artifacts-destination,
+    else <storage-path>/mlartifacts."""
+    if args.artifacts_destination:
+        return args.artifacts_destination
+    if object_storage.is_uri(args.storage_path):
+        return object_storage.join(args.storage_path, "mlartifacts")
+    return str(Path(args.storage_path).expanduser().resolve() / "mlartifacts")
+
+
+def s3_endpoint(destination: str) -> str | None:
+    """The S3 endpoint of an s3:// destination: its query's, else the environment's (MLflow's own
+    variable first, then boto3's); None for AWS itself and for every other destination."""
+    if not object_storage.is_uri(destination) or object_storage.split(destination)[0] != "s3":
+        return None
+    return object_storage.endpoint_url(destination) or next(
+        (os.environ[name] for name in (S3_ENDPOINT_ENV, *AWS_ENDPOINT_ENV) if os.environ.get(name)), None
+    )
+
+
+def server_environment(args: argparse.Namespace) -> dict[str, str]:
+    """What the server's environment needs besides this one's: MLFLOW_S3_ENDPOINT_URL for an S3
+    destination on another endpoint than AWS (MLflow reads the endpoint from there, not from a URI)."""
+    endpoint = s3_endpoint(artifacts_destination(args))
+    return {S3_ENDPOINT_ENV: endpoint} if endpoint else {}
+
+
 def server_command(args: argparse.Namespace, extra: list[str] | None = None) -> list[str]:
-    storage = Path(args.storage_path).expanduser().resolve()
-    store = args.backend_store_uri or f"sqlite:///{storage / 'mlflow.db'}"
-    artifacts = args.artifacts_destination or str(storage / "mlartifacts")
+    if args.backend_store_uri:
+        store = args.backend_store_uri
+    else:
+        store = f"sqlite:///{Path(args.storage_path).expanduser().resolve() / 'mlflow.db'}"
     command = [
         sys.executable,
         "-m",
@@ -77,7 +127,7 @@ def server_command(args: argparse.Namespace, extra: list[str] | None = None) -> 
         "--backend-store-uri",
         store,
         "--artifacts-destination",
-        artifacts,
+        artifacts_destination(args).split("?", 1)[0],  # the endpoint travels in MLFLOW_S3_ENDPOINT_URL
         "--host",
         args.host,
         "--port",
@@ -90,36 +140,44 @@ def server_command(args: argparse.Namespace, extra: list[str] | None = None) -> 
     return command + list(extra or [])
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-    parser = build_parser()
-    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
-    if "://" in args.storage_path and not (args.backend_store_uri and args.artifacts_destination):
-        parser.error(
-            "--storage-path is a URI: a SQLite store needs a local path; pass --backend-store-uri and "
-            "--artifacts-destination"
-        )
-    command = server_command(args, extra)
-    if args.print_command:
-        print(shlex.join(command))
-        return 0
-    if args.backend_store_uri is None:
-        Path(args.storage_path).expanduser().resolve().mkdir(parents=True, exist_ok=True)
-    else:  # a missing driver or an unreachable database: one line now, not a traceback in the server's log
-        from trainables.core.endpoints import mlflow_store
-        from trainables.core.errors import SweepInputError
+def check_destination(args: argparse.Namespace) -> None:
+    """Refuse (SweepInputError), within seconds, an object-store destination that cannot work; the
+    check reaches the endpoint the server will use (MLFLOW_S3_ENDPOINT_URL included)."""
+    destination = artifacts_destination(args)
+    if not object_storage.is_uri(destination):
+        return
+    object_storage.refuse_credentials(destination, "--artifacts-destination")
+    endpoint = s3_endpoint(destination)
+    if endpoint and not object_storage.endpoint_url(destination):
+        parts = urlsplit(endpoint)
+        separator = "&" if object_storage.split(destination)[2] else "?"
+        destination += f"{separator}endpoint_override={parts.netloc}&scheme={parts.scheme or 'https'}"
+    object_storage.check_location(destination, "--artifacts-destination")
 
-        try:  # a password moves to the driver's variable (PGPASSWORD), which the server inherits
-            store = mlflow_store(args.backend_store_uri, "--backend-store-uri")
-        except SweepInputError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-        command[command.index("--backend-store-uri") + 1] = store
+
+def _refused(args: argparse.Namespace) -> str | None:
+    """One line when the database or the artifact store cannot work (the store's URI is then the one
+    without its password: mlflow_store moves it to the driver's variable), else None."""
+    from trainables.core.endpoints import mlflow_store
+    from trainables.core.errors import SweepInputError
+
+    try:
+        if args.backend_store_uri is not None:
+            args.backend_store_uri = mlflow_store(args.backend_store_uri, "--backend-store-uri")
+        check_destination(args)
+    except SweepInputError as error:
+        return str(error)
+    return None
+
+
+def _announce(args: argparse.Namespace, command: list[str], environment: dict[str, str]) -> None:
     shown = f"[{args.host}]" if ":" in args.host else args.host
+    artifacts = command[command.index("--artifacts-destination") + 1]
+    if environment:
+        artifacts += f" at {environment[S3_ENDPOINT_ENV]}"
     print(
-        f"MLflow server on http://{shown}:{args.port} (store: {command[command.index('--backend-store-uri') + 1]}); "
-        f"sweeps log to it with --mlflow-uri http://{shown}:{args.port}",
+        f"MLflow server on http://{shown}:{args.port} (store: {command[command.index('--backend-store-uri') + 1]}; "
+        f"artifacts: {artifacts}); sweeps log to it with --mlflow-uri http://{shown}:{args.port}",
         flush=True,
     )
     if args.host not in LOCAL_HOSTS:
@@ -128,6 +186,39 @@ def main(argv: list[str] | None = None) -> int:
             "MLflow accepts only localhost/private-IP Host headers unless --allowed-hosts is given.",
             flush=True,
         )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    parser = build_parser()
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if object_storage.is_uri(args.storage_path) and not args.backend_store_uri:
+        parser.error(
+            "--storage-path is a URI: a SQLite store needs a local file; pass --backend-store-uri "
+            "(e.g. postgresql://user@host:5432/mlflow), artifacts then go to <storage-path>/mlartifacts"
+        )
+    if args.print_command:  # what would run; nothing is reached (the environment goes to stderr)
+        from trainables.core.errors import SweepInputError
+
+        try:
+            object_storage.refuse_credentials(artifacts_destination(args), "--artifacts-destination")
+        except SweepInputError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        print(shlex.join(server_command(args, extra)))
+        for name, value in server_environment(args).items():
+            print(f"environment: {name}={value}", file=sys.stderr)
+        return 0
+    refused = _refused(args)  # a missing driver, an unreachable database or bucket: one line, not a traceback
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
+    if args.backend_store_uri is None:
+        Path(args.storage_path).expanduser().resolve().mkdir(parents=True, exist_ok=True)
+    command, environment = server_command(args, extra), server_environment(args)
+    _announce(args, command, environment)
+    os.environ.update(environment)
     os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "true" if args.enable_jobs else "false"
     os.execv(command[0], command)
     return 0  # not reached

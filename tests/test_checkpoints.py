@@ -40,7 +40,7 @@ def test_best_dev_checkpoint_is_a_sentence_transformer_and_evaluates_as_in_the_t
     assert best.name == "best" and Path(finished_trial.data.tags[schema.TAG_CHECKPOINT]) == best.parent
     assert (best / "modules.json").is_file()
     # --keep-checkpoints best (the default): the finished trial kept its best-dev folder, no optimiser state
-    assert {p.name for p in best.parent.iterdir()} == {"best", "state.pt", "trial.json"}
+    assert {p.name for p in best.parent.iterdir()} == {"best", "best.files.json", "state.pt", "trial.json"}
     assert finished_trial.data.params["keep_checkpoints"] == "best"
 
     sentences = ["A man is playing a guitar.", "Two dogs run on the beach.", "A woman slices an onion."]

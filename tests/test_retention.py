@@ -1,13 +1,15 @@
 """`--keep-checkpoints`: what a finished trial's checkpoint keeps, and that a finished trial
 restored from it reports its result again without training (trainables/training/retention.py)."""
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
+from trainables.core.object_storage import file_manifest
 from trainables.training import retention
-from trainables.training.trainable import BEST_DIR, EpochTrainable
+from trainables.training.trainable import BEST_DIR, BEST_FILES, EpochTrainable
 
 
 class Counting(EpochTrainable):
@@ -65,7 +67,7 @@ def test_a_finished_trial_keeps_what_its_flag_says(tmp_path, keep):
     running.mkdir()
     trial.step()
     trial.save_checkpoint(str(running))  # mid-trial: everything a retry needs, whatever the flag
-    assert {p.name for p in running.iterdir()} == {"state.pt", "trial.json", "encoder", BEST_DIR}
+    assert {p.name for p in running.iterdir()} == {"state.pt", "trial.json", "encoder", BEST_DIR, BEST_FILES}
     assert "method" in torch.load(running / "state.pt", weights_only=True)
 
     results = _finish(trial)
@@ -74,7 +76,7 @@ def test_a_finished_trial_keeps_what_its_flag_says(tmp_path, keep):
     trial.save_checkpoint(str(final))
     expected = {"state.pt", "trial.json"}
     if keep != "none":
-        expected.add(BEST_DIR)
+        expected |= {BEST_DIR, BEST_FILES}
     if keep in ("last", "all"):
         expected.add("encoder")
     assert {p.name for p in final.iterdir()} == expected
@@ -82,6 +84,8 @@ def test_a_finished_trial_keeps_what_its_flag_says(tmp_path, keep):
     assert ("method" in state) == (keep in ("last", "all"))
     if keep != "none":
         assert (final / BEST_DIR / "weight.txt").read_text() == "2.0"
+        # the list a reader on another node checks its copy against: the float16 rewrite included
+        assert json.loads((final / BEST_FILES).read_text()) == file_manifest(final / BEST_DIR)
 
     restored = Counting(_config(keep))
     restored.load_checkpoint(str(final))
@@ -97,7 +101,7 @@ def test_a_trial_planned_before_the_flag_existed_keeps_its_last_whole_checkpoint
     trial = Counting(config)
     _finish(trial)
     trial.save_checkpoint(str(tmp_path))
-    assert {p.name for p in tmp_path.iterdir()} == {"state.pt", "trial.json", "encoder", BEST_DIR}
+    assert {p.name for p in tmp_path.iterdir()} == {"state.pt", "trial.json", "encoder", BEST_DIR, BEST_FILES}
 
 
 def test_the_disk_figures_follow_the_flag():

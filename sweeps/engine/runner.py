@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from sweeps.engine import presets, seal, storage
 from sweeps.engine.cli import build_parser, check_name, check_numbers, default_name
-from trainables.core import endpoints
+from trainables.core import endpoints, object_storage
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Method, MetricContract, PlanContext
 from trainables.core.paths import PROJECT_ROOT
@@ -96,11 +96,14 @@ def package_versions() -> dict:
 
 
 def _resolve_resume(args) -> tuple[str, dict]:
-    path = (
-        storage.latest_sweep(storage.absolute(args.storage_path))
-        if args.resume == "latest"
-        else storage.absolute(args.resume)
-    )
+    """The sweep folder to resume and its sweep.json: `--resume latest` (the newest under
+    --storage-path), a sweep folder, or a storage path (a folder or URI holding sweeps: its newest)."""
+    given = args.storage_path if args.resume == "latest" else args.resume
+    if storage.is_uri(given):
+        object_storage.check_location(given, "--resume")
+    path = storage.absolute(given)
+    if args.resume == "latest" or storage.read_json(storage.join(path, storage.SWEEP_FILE)) is None:
+        path = storage.latest_sweep(path) or (None if args.resume == "latest" else path)
     if path is None:
         raise SweepInputError(
             f"--resume: no sweep found under {args.storage_path}; pass the sweep's directory (it holds "

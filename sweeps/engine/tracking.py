@@ -502,11 +502,26 @@ def run_name(config: dict, contract=None) -> str:
     return label if "method" in contract.axes else f"{method} {label}"
 
 
-def checkpoint_location(checkpoint) -> str:
-    """Where a Tune checkpoint lives: a local path, or `<scheme>://path` on a remote filesystem."""
+def checkpoint_location(checkpoint, sweep_dir: str | None = None) -> str:
+    """Where a Tune checkpoint lives: a local path, or `<scheme>://path` on a remote filesystem, with
+    the endpoint query of the sweep's storage URI (so a reader reaches the same S3-compatible store)."""
+    from trainables.core.object_storage import with_query_of
+
     filesystem = getattr(checkpoint, "filesystem", None)
     scheme = getattr(filesystem, "type_name", "local") if filesystem is not None else "local"
-    return str(checkpoint.path) if scheme == "local" else f"{scheme}://{checkpoint.path}"
+    return str(checkpoint.path) if scheme == "local" else with_query_of(str(checkpoint.path), scheme, sweep_dir or "")
+
+
+def best_digest(checkpoint) -> str | None:
+    """The digest of the checkpoint's best-dev folder as its trial listed it (`best.files.json`), which
+    `runs:/` readers check their copies against; None when the checkpoint lists none."""
+    from trainables.core.object_storage import listing_digest
+
+    try:
+        with checkpoint.filesystem.open_input_stream(f"{checkpoint.path}/{schema.BEST_FILES}") as stream:
+            return listing_digest(json.loads(stream.read().decode())["files"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 class MlflowSweepCallback(tune.Callback):
@@ -589,7 +604,11 @@ class MlflowSweepCallback(tune.Callback):
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
         self.run_for(trial.config)
-        self.writer.submit(self._op("log", trial.config, tags={schema.TAG_CHECKPOINT: checkpoint_location(checkpoint)}))
+        tags = {schema.TAG_CHECKPOINT: checkpoint_location(checkpoint, self.sweep_dir)}
+        digest = best_digest(checkpoint)
+        if digest:
+            tags[schema.TAG_BEST_DIGEST] = digest
+        self.writer.submit(self._op("log", trial.config, tags=tags))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.run_for(trial.config)

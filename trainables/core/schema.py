@@ -76,6 +76,8 @@ TAG_CONFIG_HASH = "embsweep.config_hash"
 TAG_PARENT = "mlflow.parentRunId"
 TAG_FAILURE = "embsweep.failure"  # why a trial failed for good (not retried)
 TAG_CHECKPOINT = "embsweep.checkpoint"  # the trial's latest checkpoint; its best-dev model is <checkpoint>/best
+TAG_BEST_DIGEST = "embsweep.best_digest"  # digest of <checkpoint>/best.files.json: what a copy is checked against
+BEST_FILES = "best.files.json"  # beside best/ in a checkpoint: each file of best/ with its size and sha256
 
 
 def config_hash(config: dict) -> str:

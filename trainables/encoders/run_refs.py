@@ -2,9 +2,10 @@
 
 A trial's run carries tag `embsweep.checkpoint` (its latest checkpoint, written by the sweep
 driver's MLflow callback); the checkpoint's `best/` folder holds the best-dev weights as a
-sentence-transformers model folder. `resolve_run(reference, mlflow_uri)` returns that folder (a
-checkpoint on a remote filesystem is copied into the local cache first) and refuses, with the
-reason, a run that does not exist, never recorded a checkpoint, or whose folder is gone.
+sentence-transformers model folder. `resolve_run(reference, mlflow_uri)` returns that folder and
+refuses, with the reason, a run that does not exist, never recorded a checkpoint, or whose folder is gone. A checkpoint
+on an object store is copied once into this node's cache and checked against the file list its trial
+wrote (`best.files.json`, whose digest the run's tag `embsweep.best_digest` holds).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainables.core.errors import SweepInputError
-from trainables.core.schema import TAG_CHECKPOINT
+from trainables.core.schema import BEST_FILES, TAG_BEST_DIGEST, TAG_CHECKPOINT
 
 PREFIX = "runs:/"
 BEST_DIR = "best"
@@ -47,29 +48,36 @@ def resolve_run(reference: str, mlflow_uri: str) -> Path:
             f"{reference}: run {run_id} ({run.info.run_name}) recorded no checkpoint (tag {TAG_CHECKPOINT}); "
             "it is not a trial of this project's sweeps, or it ended before its first epoch"
         )
-    best = _local_copy(checkpoint, run_id) / BEST_DIR
-    if not (best / "config.json").is_file() and run.data.params.get("keep_checkpoints") == "none":
+    best = _local_best(reference, checkpoint, run_id, run.data.tags.get(TAG_BEST_DIGEST))
+    found = best is not None and (best / "config.json").is_file()
+    if not found and run.data.params.get("keep_checkpoints") == "none":
         raise SweepInputError(
             f"{reference}: run {run_id} ({run.info.run_name}) kept no model (its sweep ran with "
             "--keep-checkpoints none); run the trial again with --keep-checkpoints best"
         )
-    if not (best / "config.json").is_file():
+    if not found:
         raise SweepInputError(
-            f"{reference}: the best-dev model of run {run_id} is not at {best} (the sweep's folder was "
-            "moved or deleted); pass the model folder itself instead"
+            f"{reference}: the best-dev model of run {run_id} is not at {checkpoint}/{BEST_DIR} (the sweep's folder "
+            "was moved or deleted); pass the model folder itself instead"
         )
     return best
 
 
-def _local_copy(checkpoint: str, run_id: str) -> Path:
-    if "://" not in checkpoint:
-        return Path(checkpoint)
-    import pyarrow.fs
+def _local_best(reference: str, checkpoint: str, run_id: str, digest: str | None) -> Path | None:
+    """The checkpoint's `best/` folder on this node: the folder itself on a local or shared file
+    system; from an object store, a copy in this node's cache made once and checked file by file
+    against the `best.files.json` the trial wrote, whose digest the run recorded."""
+    from trainables.core import object_storage
 
-    target = Path("~/.cache/embsweep/runs").expanduser() / run_id
-    if not target.is_dir():
-        source, inner = pyarrow.fs.FileSystem.from_uri(checkpoint)
-        pyarrow.fs.copy_files(
-            inner, str(target), source_filesystem=source, destination_filesystem=pyarrow.fs.LocalFileSystem()
+    if not object_storage.is_uri(checkpoint):
+        return Path(checkpoint) / BEST_DIR
+    listing = object_storage.read_json(object_storage.join(checkpoint, BEST_FILES))
+    if listing is None or not isinstance(listing.get("files"), dict):
+        return None
+    if digest and object_storage.listing_digest(listing["files"]) != digest:
+        raise SweepInputError(
+            f"{reference}: the file list of run {run_id}'s best-dev model ({checkpoint}/{BEST_FILES}) is not the "
+            "one its trial recorded; the stored checkpoint was changed: run the trial again"
         )
-    return target
+    name = f"runs/{run_id}-{object_storage.listing_digest(listing['files'])[:16]}"
+    return object_storage.cached_copy(object_storage.join(checkpoint, BEST_DIR), name, listing)

@@ -97,15 +97,19 @@ def build_tiny_model(
     return directory
 
 
+def smoke_models_dir(storage_path: str) -> Path:
+    """`<storage path>/_smoke_models`, or the system temp dir's when the storage path is a URI."""
+    import tempfile
+
+    return Path(tempfile.gettempdir() if "://" in str(storage_path) else storage_path, "_smoke_models")
+
+
 def smoke_model(storage_path: str, data_dir) -> Path:
     """The tiny BERT of `--smoke-test` runs, built once beside the storage path (or in the system
     temp dir when the storage path is a URI), its vocabulary from STS-B training sentences."""
-    import tempfile
-
     from trainables.data.stsb import load_stsb
 
-    local = tempfile.gettempdir() if "://" in str(storage_path) else storage_path
-    target = Path(local, "_smoke_models", "tiny-bert")
+    target = smoke_models_dir(storage_path) / "tiny-bert"
     if not (target / "config.json").is_file():
         sentences = [e.sentence1 for e in load_stsb(data_dir)["train"][:2000]]
         build_tiny_model("bert", target, layers=4, hidden=32, sentences=sentences)

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from ray import tune
 
+from trainables.core import schema
 from trainables.core.errors import SweepInputError, TrialFailure
 from trainables.core.faults import maybe_hold
 from trainables.evaluation.metrics import BestTracker
@@ -37,6 +38,7 @@ from trainables.training.divergence import check_converging
 from trainables.training.retention import LEGACY, LEGACY_BEST_DTYPE, keeps_best, keeps_training_state, store_half
 
 BEST_DIR = "best"  # the best-dev model folder inside every checkpoint
+BEST_FILES = schema.BEST_FILES
 
 
 def _assigned_cpus() -> int:
@@ -85,6 +87,15 @@ def _newest_sibling(filesystem, path: str) -> str | None:
         if _exists(filesystem, f"{candidate}/state.pt"):
             return candidate
     return None
+
+
+def _list_best(checkpoint_dir: Path) -> None:
+    """Write `best.files.json` beside `best/`: what a `runs:/` reader on another node checks its copy against."""
+    from trainables.core.object_storage import file_manifest
+
+    if (checkpoint_dir / BEST_DIR).is_dir():
+        listing = file_manifest(checkpoint_dir / BEST_DIR)
+        (checkpoint_dir / BEST_FILES).write_text(json.dumps(listing, indent=1, sort_keys=True))
 
 
 def _plain(value):
@@ -207,6 +218,7 @@ class EpochTrainable(tune.Trainable):
             self.save_best(Path(checkpoint_dir) / BEST_DIR)
             if finished and self.trial_config.get("best_dtype", LEGACY_BEST_DTYPE) == "float16":
                 store_half(Path(checkpoint_dir) / BEST_DIR)
+            _list_best(Path(checkpoint_dir))
         (Path(checkpoint_dir) / "trial.json").write_text(json.dumps(self.trial_config, indent=2, default=str))
         return None
 

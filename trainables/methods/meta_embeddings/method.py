@@ -192,13 +192,14 @@ def trial_grid(methods: list[str], variants: list[str] | None, sources: list[str
 
 
 def smoke_sources(storage_path: str, data_dir) -> list[str]:
-    """`--smoke-test` sources: a tiny BERT (32-d) and a tiny MPNet (48-d), built once beside the storage."""
+    """`--smoke-test` sources: a tiny BERT (32-d) and a tiny MPNet (48-d), built once beside the storage
+    (beside the smoke-test BERT when the storage path is a URI)."""
     from trainables.data.stsb import load_stsb
-    from trainables.encoders.tiny import build_tiny_model
+    from trainables.encoders.tiny import build_tiny_model, smoke_models_dir
 
     folders = []
     for kind, hidden in (("bert", 32), ("mpnet", 48)):
-        target = Path(storage_path, "_smoke_models", f"tiny-{kind}-{hidden}")
+        target = smoke_models_dir(storage_path) / f"tiny-{kind}-{hidden}"
         if not (target / "config.json").is_file():
             sentences = [e.sentence1 for e in load_stsb(data_dir, ("train",))["train"][:2000]]
             build_tiny_model(kind, target, layers=2, hidden=hidden, sentences=sentences)
