@@ -17,7 +17,11 @@ import uuid
 from pathlib import Path
 
 EXTERNAL_ENV = "EMBSWEEP_TEST_S3_ENDPOINT"
-TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+TEST_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 def free_port() -> int:
@@ -29,7 +33,8 @@ def free_port() -> int:
 class S3Server:
     """tests/s3_server.py in its own process: `outage()` / `restore()` keep its objects."""
 
-    def __init__(self, log: Path):
+    def __init__(self, log: Path, env: dict | None = None):
+        self.env = {**os.environ, **(env or {})}
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -44,6 +49,7 @@ class S3Server:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                env=self.env,
             )
         deadline = time.monotonic() + timeout
         while not self.answers():

@@ -20,11 +20,11 @@ import os
 import shlex
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from analysis_helpers import build_store, log_runs
 from mlflow import MlflowClient
 from server_helpers import MlflowServer
 
@@ -45,17 +45,55 @@ PROBE = {  # a one-sweep store of a contract without selection: a table, no figu
     "metric_mode": "max",
     "metric_columns": "",
 }
-PROBE_ROWS = [
-    {"model": "bert-base-cased", "layer": layer, "seed": seed, "probe_dev": 70.0 + layer, "probe_test": 60.0 + seed}
-    for layer in (0, 1)
-    for seed in (0, 1)
-]
+MODELS = ("bert-base-cased", "google/electra-small-discriminator")
+
+
+def log_probe_sweep(client, experiment_id: str, model: str) -> str:
+    """A sweep (parent run) of PROBE on one model, 2 layers x 2 seeds (a trial run each); its run id."""
+    from mlflow.entities import Metric, Param
+
+    parent = client.create_run(experiment_id, tags={TAG_ROLE: "sweep"}, run_name=f"probe {model}").info.run_id
+    for layer in (0, 1):
+        for seed in (0, 1):
+            run_id = client.create_run(experiment_id, tags={TAG_PARENT: parent, TAG_ROLE: "trial"}).info.run_id
+            params = [Param(k, str(v)) for k, v in {**PROBE, "model": model, "layer": layer, "seed": seed}.items()]
+            metrics = [Metric("probe_dev", 70.0 + layer, 0, 0), Metric("probe_test", 60.0 + seed, 0, 0)]
+            client.log_batch(run_id, metrics=metrics, params=params)
+            client.set_terminated(run_id)
+    client.set_terminated(parent)
+    return parent
+
+
+def log_store(tracking_uri: str, models=MODELS, artifact_location: str | None = None) -> list[str]:
+    """Experiment "made" with a sweep per model; the parent run ids."""
+    client = MlflowClient(tracking_uri)
+    experiment_id = client.create_experiment("made", artifact_location=artifact_location)
+    return [log_probe_sweep(client, experiment_id, model) for model in models]
+
+
+@dataclass
+class Store:
+    uri: str
+    artifacts: Path  # the experiment's artifact location
+    parents: list[str]
+
+
+@pytest.fixture(scope="module")
+def empty_database(tmp_path_factory) -> Path:
+    """An MLflow SQLite database with its tables made once (that takes seconds), copied by `store`."""
+    path = tmp_path_factory.mktemp("empty-store") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
 
 
 @pytest.fixture
-def store(tmp_path):
-    """The analysis tests' store (two sweeps: two parent runs) with its artifacts under tmp_path/store."""
-    return build_store(tmp_path / "store")
+def store(tmp_path, empty_database) -> Store:
+    """A SQLite store of two sweeps (parent runs) whose artifacts go under tmp_path/store/artifacts."""
+    folder = tmp_path / "store"
+    folder.mkdir()
+    shutil.copy(empty_database, folder / "mlflow.db")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    return Store(uri, folder / "artifacts", log_store(uri, artifact_location=(folder / "artifacts").as_uri()))
 
 
 @pytest.fixture
@@ -66,12 +104,6 @@ def scratch(tmp_path, monkeypatch):
     monkeypatch.chdir(work)
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     return work, temp
-
-
-def parents(uri: str, experiment: str) -> list:
-    client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
-    return [r for r in runs if r.data.tags.get(TAG_ROLE) == "sweep"]
 
 
 def artifact_files(uri: str, run_id: str, path: str = "report") -> set[str]:
@@ -87,6 +119,16 @@ def report_files(folder: Path) -> set[str]:
     return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
 
 
+def warnings(stderr: str) -> list[str]:
+    """The command's own lines (MLflow logs INFO lines to stderr too)."""
+    return [line for line in stderr.splitlines() if line.startswith(("warning: ", "error: "))]
+
+
+def files_under(s3, prefix: str) -> set[str]:
+    """The objects under `prefix` (relative to it), without the folder markers pyarrow writes ("x/")."""
+    return {key.removeprefix(prefix) for key in s3.keys(prefix) if not key.endswith("/")}
+
+
 def no_bucket_uri(s3, prefix: str) -> str:
     return f"s3://no-such-bucket-{s3.bucket[-12:]}/{prefix}?endpoint_override={s3.host_port}&scheme=http"
 
@@ -94,52 +136,51 @@ def no_bucket_uri(s3, prefix: str) -> str:
 # ---- report and cka to a URI ----------------------------------------------------------------
 def test_report_to_a_uri_is_uploaded_whole_and_logged_to_each_parent_run(store, s3, scratch, capsys):
     work, temp = scratch
-    out = s3.uri("sweeps/electra/report")
-    assert analysis_main(["report", "--mlflow-uri", store.uri, "--experiment", store.experiment, "--out", out]) == 0
+    out = s3.uri("sweeps/probe/report")
+    assert analysis_main(["report", "--mlflow-uri", store.uri, "--experiment", "made", "--out", out]) == 0
     stdout, stderr = capsys.readouterr()
-    prefix = "sweeps/electra/report/"
-    keys = {key.removeprefix(prefix) for key in s3.keys(prefix)}
-    assert {"README.md", "runs.csv", "summary.csv", "excluded_runs.csv", "pareto_points.csv"} <= keys
-    assert {"figures/pareto_tmft_stsb.png", "figures/layer_curves_tmft_stsb.svg", "tables/table1_stsb.md"} <= keys
-    where = f"s3://{s3.bucket}/sweeps/electra/report/README.md?endpoint_override={s3.host_port}&scheme=http"
-    assert f"34 trial runs (4 left out); report: {where}" in stdout and not stderr
+    prefix = "sweeps/probe/report/"
+    keys = files_under(s3, prefix)
+    assert {"README.md", "runs.csv", "summary.csv", "excluded_runs.csv", "tables/scores_probe_all.md"} <= keys
+    assert {"figures/curves_probe_all_bert-base-cased.png", "figures/curves_probe_all_bert-base-cased.svg"} <= keys
+    where = f"s3://{s3.bucket}/sweeps/probe/report/README.md?endpoint_override={s3.host_port}&scheme=http"
+    assert f"8 trial runs (0 left out); report: {where}" in stdout and not warnings(stderr)
     assert s3.read(prefix + "README.md").decode().startswith("# Sweep report")
-    assert len(pd.read_csv(s3.client.get_object(Bucket=s3.bucket, Key=prefix + "runs.csv")["Body"])) == 34
+    assert len(pd.read_csv(s3.client.get_object(Bucket=s3.bucket, Key=prefix + "runs.csv")["Body"])) == 8
     assert not list(work.iterdir()) and not list(temp.iterdir())  # no "s3:" folder, no temporary folder left
 
-    sweeps = parents(store.uri, store.experiment)
-    assert len(sweeps) == 2 and all(run.info.run_id in stdout for run in sweeps)
-    for run in sweeps:
-        assert artifact_files(store.uri, run.info.run_id) == {f"report/{key}" for key in keys}
-        local = Path(run.info.artifact_uri.removeprefix("file://")) / "report"
-        assert local.is_relative_to(store.path.parent / "artifacts")  # the run's own artifact location
+    assert f"MLflow: the report is in the artifacts report/ of parent run(s) {', '.join(store.parents)}" in stdout
+    for parent in store.parents:
+        assert artifact_files(store.uri, parent) == {f"report/{key}" for key in keys}
+        local = store.artifacts / parent / "artifacts" / "report"  # the run's own artifact location
         assert (local / "README.md").read_bytes() == s3.read(prefix + "README.md")
 
 
 def test_a_local_report_is_logged_to_its_parent_runs_unless_told_not_to(store, tmp_path, capsys):
-    args = ["report", "--mlflow-uri", store.uri, "--experiment", store.experiment, "--where", "seed=0"]
+    args = ["report", "--mlflow-uri", store.uri, "--experiment", "made"]
     assert analysis_main([*args, "--out", str(tmp_path / "first"), "--no-log-artifacts"]) == 0
     assert "MLflow:" not in capsys.readouterr().out
-    sweeps = parents(store.uri, store.experiment)
-    assert all(not artifact_files(store.uri, run.info.run_id) for run in sweeps)
+    assert all(not artifact_files(store.uri, parent) for parent in store.parents)
+    assert not store.artifacts.exists()
 
-    assert analysis_main([*args, "--out", str(tmp_path / "second")]) == 0
-    assert f"report: {tmp_path / 'second' / 'README.md'}" in capsys.readouterr().out
+    first, second = store.parents
+    assert analysis_main([*args, "--where", f"model={MODELS[1]}", "--out", str(tmp_path / "second")]) == 0
+    stdout = capsys.readouterr().out
+    assert f"report: {tmp_path / 'second' / 'README.md'}" in stdout and f"parent run(s) {second}\n" in stdout
     expected = {f"report/{name}" for name in report_files(tmp_path / "second")}
-    for run in sweeps:
-        assert artifact_files(store.uri, run.info.run_id) == expected
+    assert artifact_files(store.uri, second) == expected and not artifact_files(store.uri, first)
 
 
-def test_an_artifact_store_that_cannot_be_written_costs_a_warning_not_the_report(tmp_path, capsys):
-    uri = log_runs(tmp_path / "store", PROBE, PROBE_ROWS)
-    (tmp_path / "store" / "artifacts").write_text("a file where the artifact folder should be")
+def test_an_artifact_store_that_cannot_be_written_costs_a_warning_not_the_report(store, tmp_path, capsys):
+    store.artifacts.write_text("a file where the artifact folder should be")
     out = tmp_path / "report"
-    assert analysis_main(["report", "--mlflow-uri", uri, "--out", str(out)]) == 0
+    assert analysis_main(["report", "--mlflow-uri", store.uri, "--out", str(out)]) == 0
     stdout, stderr = capsys.readouterr()
     assert f"report: {out / 'README.md'}" in stdout and "MLflow:" not in stdout
-    [line] = stderr.splitlines()
-    assert line.startswith("warning: the report was not logged to MLflow as artifacts report/ of parent run ")
-    assert "--no-log-artifacts" in line
+    [line] = warnings(stderr)
+    expected = f"warning: the report was not logged to MLflow as artifacts report/ of parent run {store.parents[0]}: "
+    assert line.startswith(expected)
+    assert "Not a directory" in line and "--no-log-artifacts" in line
     assert {"README.md", "runs.csv", "summary.csv", "tables/scores_probe_all.md"} <= report_files(out)
 
 
@@ -150,7 +191,7 @@ def test_a_uri_whose_bucket_does_not_exist_is_refused_before_anything_is_read(s3
     before = {b["Name"] for b in s3.client.list_buckets()["Buckets"]}
     for command in (["report", "--mlflow-uri", absent], ["cka", "--models", "a,b", "--mlflow-uri", absent]):
         assert analysis_main([*command, "--out", out]) == 2
-        [line] = capsys.readouterr().err.splitlines()
+        [line] = warnings(capsys.readouterr().err)
         assert line.startswith(f"error: --out {out}: the bucket 'no-such-bucket-") and "does not exist" in line
     assert {b["Name"] for b in s3.client.list_buckets()["Buckets"]} == before and not s3.keys()
     assert not list(work.iterdir()) and not list(temp.iterdir())
@@ -169,12 +210,12 @@ def test_cka_to_a_uri_is_uploaded_and_its_uris_printed(s3, scratch, data_dir, ca
     out = s3.uri("cka/bert-vs-electra")
     argv = ["cka", "--models", ",".join(models), "--data-dir", str(data_dir), "--max-sentences", "8", "--out", out]
     assert analysis_main(argv) == 0
-    assert sorted(s3.keys("cka/")) == [f"cka/bert-vs-electra/cka.{ext}" for ext in ("csv", "png", "svg")]
+    assert files_under(s3, "cka/bert-vs-electra/") == {"cka.csv", "cka.png", "cka.svg"}
     frame = pd.read_csv(s3.client.get_object(Bucket=s3.bucket, Key="cka/bert-vs-electra/cka.csv")["Body"])
     assert frame["layer"].tolist() == [0, 1] and frame["cka"].between(0, 1).all()
     query = f"?endpoint_override={s3.host_port}&scheme=http"
     assert f"wrote s3://{s3.bucket}/cka/bert-vs-electra/cka.csv{query}, " in capsys.readouterr().out
-    assert not list(work.iterdir()) and not list(temp.iterdir())
+    assert not list(work.iterdir()) and not list(temp.glob("embsweep-out-*"))
 
 
 # ---- the MLflow server's artifacts in a bucket ----------------------------------------------
@@ -235,27 +276,10 @@ def test_server_starts_with_the_endpoint_in_its_environment_or_not_at_all(s3, tm
 
 
 # ---- real servers (slow) --------------------------------------------------------------------
-def log_probe_sweep(tracking_uri: str, experiment: str = "served") -> str:
-    """A sweep (parent run) with PROBE_ROWS as its trial runs, logged through `tracking_uri`."""
-    from mlflow.entities import Metric, Param
-
-    client = MlflowClient(tracking_uri)
-    experiment_id = client.create_experiment(experiment)
-    parent = client.create_run(experiment_id, tags={TAG_ROLE: "sweep"}, run_name="probe").info.run_id
-    for row in PROBE_ROWS:
-        run_id = client.create_run(experiment_id, tags={TAG_PARENT: parent, TAG_ROLE: "trial"}).info.run_id
-        params = {**PROBE, **{k: v for k, v in row.items() if not isinstance(v, float)}}
-        metrics = [Metric(k, v, 0, 0) for k, v in row.items() if isinstance(v, float)]
-        client.log_batch(run_id, metrics=metrics, params=[Param(k, str(v)) for k, v in params.items()])
-        client.set_terminated(run_id)
-    client.set_terminated(parent)
-    return parent
-
-
 def check_served_artifacts_land_in_the_bucket(server: MlflowServer, s3, root: str, tmp_path: Path, capsys) -> None:
     """A client's artifact and the report, logged through the server, are objects under `root`/."""
     client = MlflowClient(server.uri)
-    parent = log_probe_sweep(server.uri)
+    [parent] = log_store(server.uri, models=MODELS[:1])
     assert client.get_run(parent).info.artifact_uri.startswith("mlflow-artifacts:/")
     note = tmp_path / "note.txt"
     note.write_text("through the server")
@@ -264,10 +288,10 @@ def check_served_artifacts_land_in_the_bucket(server: MlflowServer, s3, root: st
     assert key.endswith(f"/{parent}/artifacts/notes/note.txt") and s3.read(key) == b"through the server"
 
     out = s3.uri("reports/served")
-    assert analysis_main(["report", "--mlflow-uri", server.uri, "--experiment", "served", "--out", out]) == 0
+    assert analysis_main(["report", "--mlflow-uri", server.uri, "--experiment", "made", "--out", out]) == 0
     stdout, stderr = capsys.readouterr()
     assert f"MLflow: the report is in the artifacts report/ of parent run(s) {parent}" in stdout, stderr
-    report = {k.removeprefix("reports/served/") for k in s3.keys("reports/served/")}
+    report = files_under(s3, "reports/served/")
     logged = {k.split("/artifacts/report/", 1)[1] for k in s3.keys(root + "/") if f"/{parent}/artifacts/report/" in k}
     assert report == logged and {"README.md", "tables/scores_probe_all.md"} <= logged
     assert {a.path for a in client.list_artifacts(parent, "report")} >= {"report/README.md", "report/tables"}

@@ -11,8 +11,8 @@ the driver after the sweep's MLflow parent run exists and before any trial start
   child of the sweep's parent run, param and tag `stage_key`; written through the sweep's
   spooling `MlflowWriter`, like the trials' runs) and is computed as a Ray task with
   the trial's CPUs and a whole GPU when the trials use GPUs (`--stage-cpus`, `--stage-gpus`), all
-  missing stages at once as resources allow, each under the store's lock (a second sweep asking
-  for the same stage at the same time waits for it and reuses it);
+  missing stages at once as resources allow, each under the store's lock, or claim on an object
+  store (a second sweep asking for the same stage at the same time waits for it and reuses it);
 - the trials then get `upstream_run_id` = that run's id (a list of ids, in order, for a list of
   keys). A trial whose stage failed is dropped (and reported); the sweep exits non-zero.
 
@@ -217,7 +217,7 @@ def prepare_stages(plan, specs: dict) -> None:
     import ray
 
     from sweeps.engine.tracking import MlflowWriter, spool_path
-    from trainables.stages.store import StageStore
+    from trainables.stages.store import open_store, patiently
 
     client = _client(plan.mlflow_uri)
     writer = MlflowWriter(plan.mlflow_uri, spool_path(plan.sweep_dir, plan.parent_run_id))
@@ -225,8 +225,9 @@ def prepare_stages(plan, specs: dict) -> None:
     run_ids, failures, missing = {}, {}, []
     stores = {}
     for key, spec in specs.items():
-        store = stores.setdefault(spec["root"], StageStore(spec["root"]))
-        manifest = store.read_manifest(key)
+        if spec["root"] not in stores:
+            stores[spec["root"]] = open_store(spec["root"])
+        manifest = patiently(lambda: stores[spec["root"]].read_manifest(key))
         if manifest is not None:
             run_ids[key] = reused_stage_run(client, writer, plan, spec, manifest)
         else:

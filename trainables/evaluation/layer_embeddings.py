@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainables.stages.store import local_stage
 from trainables.stages.upstream import STAGES, StageKind, encoding_result
 
 PARAMS_FILE = "params.json"
@@ -56,8 +57,9 @@ def stage_spec(
 
 
 def load(stage_dir, layer: int, pooling: str) -> tuple[np.ndarray, int]:
-    """(embeddings of the suite's sentences, parameter count) of one layer and pooling."""
-    stage_dir = Path(stage_dir)
+    """(embeddings of the suite's sentences, parameter count) of one layer and pooling; `stage_dir` is a
+    folder or a stage's URI (trainables/stages/store.py `local_stage`)."""
+    stage_dir = local_stage(stage_dir)
     params = json.loads((stage_dir / PARAMS_FILE).read_text())
     return np.load(stage_dir / embeddings_file(layer, pooling)), int(params[str(int(layer))])
 

@@ -2,33 +2,38 @@
 
 A stage runs as a Ray task on any node, and the driver starts Ray without forwarding workers'
 output (`log_to_driver=False`), so progress crosses processes and nodes through the stage store,
-a shared file system by design (trainables/stages/store.py), as `<store>/<key>.progress.json`:
+a shared folder or an object store (trainables/stages/store.py), as `<store>/<key>.progress.json`:
 
 - `clear_progress(spec)`: trainables/stages/upstream.py removes an earlier attempt's record when it
   starts computing the stage (the driver then says "starting" until the first record);
 - `StageProgress(spec, total)`: the stage creates it once it knows its number of steps, calls
   `step()` once per optimiser step (per batch, for a stage without an optimiser) and `finish()`
-  at the end; the record (steps done, total, start time, time of writing) is written by atomic
-  replace at the start, after the first step, at most every `interval` seconds, and at the end;
+  at the end; the record (steps done, total, start time, time of writing) is written whole (an atomic
+  replace, or a PUT) at the start, after the first step, at most every `interval` seconds, and at
+  the end; a write the object store does not take is skipped (the next one catches up);
 - `read_progress(spec)` and `progress_line(label, record)`: what the driver prints.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
+
+from trainables.core import object_storage
+from trainables.core.object_storage import StorageUnavailable
 
 SUFFIX = ".progress.json"
 
 
-def progress_path(spec: dict) -> Path:
-    return Path(spec["root"]) / f"{spec['key']}{SUFFIX}"
+def progress_path(spec: dict) -> Path | str:
+    """Where the stage's record is: a local path, or a URI in an object store."""
+    location = object_storage.join(spec["root"], f"{spec['key']}{SUFFIX}")
+    return location if object_storage.is_uri(location) else Path(location)
 
 
 def clear_progress(spec: dict) -> None:
-    progress_path(spec).unlink(missing_ok=True)
+    object_storage.delete(progress_path(spec))
 
 
 class StageProgress:
@@ -55,16 +60,18 @@ class StageProgress:
     def _write(self) -> None:
         self._written = self.clock()
         record = {"done": self.done, "total": self.total, "started": self.started, "updated": self._written}
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, self.path)
+        try:
+            object_storage.write_bytes(self.path, json.dumps(record).encode())
+        except (StorageUnavailable, OSError):
+            if not object_storage.is_uri(self.path):
+                raise
 
 
 def read_progress(spec: dict) -> dict | None:
-    """The stage's latest record, or None while it has none."""
+    """The stage's latest record, or None while it has none (or the store does not answer)."""
     try:
-        return json.loads(progress_path(spec).read_text())
-    except (OSError, ValueError):
+        return object_storage.read_json(progress_path(spec))
+    except (StorageUnavailable, OSError):
         return None
 
 

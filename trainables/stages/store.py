@@ -353,7 +353,7 @@ class ObjectStageStore:
         if claim is None:
             return self.path(key)
         with claim:
-            if self._patiently(lambda: self.read_manifest(key)) is None:
+            if patiently(lambda: self.read_manifest(key)) is None:
                 self._compute(key, claim.attempt, compute_fn, metadata)
         return self.path(key)
 
@@ -431,20 +431,23 @@ class ObjectStageStore:
             try:
                 manifest = _run_compute(key, compute_fn, tmp, metadata)
                 manifest.update(attempt=attempt, **object_storage.file_manifest(tmp))
-                self._patiently(lambda: object_storage.upload_dir(tmp, prefix))
+                patiently(lambda: object_storage.upload_dir(tmp, prefix))
             except BaseException:
                 _quietly(object_storage.delete_tree, prefix)
                 raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         text = _manifest_text(manifest).encode()
-        self._patiently(lambda: object_storage.create_if_absent(object_storage.join(self.path(key), MANIFEST), text))
-        winner = self._patiently(lambda: self.read_manifest(key))
-        # the winner, not create_if_absent's answer, says who committed: a retried create that had succeeded answers None
-        if winner is None or winner["attempt"] != attempt:
-            _quietly(object_storage.delete_tree, prefix)
-        else:
+        patiently(lambda: object_storage.create_if_absent(object_storage.join(self.path(key), MANIFEST), text))
+        # The manifest, not create_if_absent's answer, says who committed: a retried create that had succeeded
+        # the first time answers None.
+        winner = patiently(lambda: self.read_manifest(key))
+        if winner is None:
+            raise RuntimeError(f"stage {key}: {MANIFEST} was committed but cannot be read back from {self.root}")
+        if winner["attempt"] == attempt:
             _quietly(self._discard_other_attempts, key, attempt)
+        else:
+            _quietly(object_storage.delete_tree, prefix)
 
     def _discard_other_attempts(self, key: str, attempt: str) -> None:
         """Delete the uploads of attempts that failed, died, or lost the commit."""
@@ -452,18 +455,18 @@ class ObjectStageStore:
             if info.base_name not in (attempt, MANIFEST):
                 object_storage.delete_tree(object_storage.join(self.path(key), info.base_name))
 
-    @staticmethod
-    def _patiently(action: Callable[[], Any]) -> Any:
-        """`action()`, again while the store does not answer, for up to OUTAGE_PATIENCE_S."""
-        started, delay = time.monotonic(), 0.5
-        while True:
-            try:
-                return action()
-            except (StorageUnavailable, OSError):
-                if time.monotonic() - started > OUTAGE_PATIENCE_S:
-                    raise
-            time.sleep(delay)
-            delay = min(delay * 2, POLL_MAX_S)
+
+def patiently(action: Callable[[], Any]) -> Any:
+    """`action()`, again while the object store does not answer, for up to OUTAGE_PATIENCE_S."""
+    started, delay = time.monotonic(), 0.5
+    while True:
+        try:
+            return action()
+        except (StorageUnavailable, OSError):
+            if time.monotonic() - started > OUTAGE_PATIENCE_S:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, POLL_MAX_S)
 
 
 def _quietly(action: Callable, *args) -> None:

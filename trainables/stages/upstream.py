@@ -7,12 +7,15 @@ A stage is described by a plain-JSON `spec`:
 
 `key = stage_key(model id + weights fingerprint, config, data checksum)` (`make_spec` in trainables/stages/store.py), so
 every trial and every later sweep with the same storage path that needs the same stage finds the
-same directory `<root>/<key>/`. `execute(spec, run_id, mlflow_uri)` returns the stage's manifest:
-it computes the stage under the store's lock unless it is already there (one process computes,
-concurrent callers wait and reuse). Each computation appends one line to
-`<root>/executions.jsonl` (key, kind, model, layer, seconds, host, pid): the record of how often
-stages really ran, which the tests and `benchmarks/stage_reuse.py` read. While it computes, a
-stage reports its steps in `<root>/<key>.progress.json` for the driver (trainables/stages/progress.py).
+same directory `<root>/<key>/` (`root` is a local folder or an s3:// URI: trainables/stages/store.py).
+`execute(spec, run_id, mlflow_uri)` returns the stage's manifest: it computes the stage under the
+store's lock (or claim, on an object store) unless it is already there (one process computes,
+concurrent callers wait and reuse). Each computation records itself (key, kind, model, layer,
+seconds, host, pid): a line of `<root>/executions.jsonl` in a folder, an object
+`<root>/executions/<key>-<uuid>.json` on an object store (which cannot append); `read_executions`
+reads both, the record of how often stages really ran, which the tests and `benchmarks/stage_reuse.py`
+read. While it computes, a stage reports its steps in `<root>/<key>.progress.json` for the driver
+(trainables/stages/progress.py).
 
 The MLflow run of a stage is created by the sweep driver (sweeps/engine/stages_plan.py), which passes its
 id in; the manifest's `result` keeps it (`mlflow_run_id`, `mlflow_uri`) with the per-epoch history.
@@ -25,11 +28,14 @@ import math
 import os
 import socket
 import time
+import uuid
 from pathlib import Path
 
+from trainables.core import object_storage
 from trainables.core.registry import Registry
 
 EXECUTION_LOG = "executions.jsonl"
+EXECUTIONS_DIR = "executions"
 
 
 class StageKind:
@@ -87,6 +93,13 @@ def _finite(value):
 
 
 def append_execution(root, record: dict) -> None:
+    """Record one computation of a stage: a line of the log in a folder, an object of its own on an object store."""
+    if object_storage.is_uri(root):
+        from trainables.stages.store import patiently
+
+        location = object_storage.join(root, EXECUTIONS_DIR, f"{record['key']}-{uuid.uuid4().hex[:12]}.json")
+        patiently(lambda: object_storage.write_bytes(location, json.dumps(record).encode()))
+        return
     line = json.dumps(record, sort_keys=True) + "\n"
     fd = os.open(Path(root) / EXECUTION_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
@@ -96,10 +109,18 @@ def append_execution(root, record: dict) -> None:
 
 
 def read_executions(root) -> list[dict]:
-    path = Path(root) / EXECUTION_LOG
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """Every recorded computation of the store at `root`: the log's lines, then the objects in finishing order."""
+    log = object_storage.read_bytes(object_storage.join(root, EXECUTION_LOG))
+    records = [json.loads(line) for line in (log or b"").decode().splitlines() if line.strip()]
+    folder = object_storage.join(root, EXECUTIONS_DIR)
+    objects = [object_storage.read_json(object_storage.join(folder, info.base_name)) for info in _files(folder)]
+    return records + sorted((r for r in objects if r is not None), key=lambda r: r.get("finished") or 0)
+
+
+def _files(folder) -> list:
+    import pyarrow.fs
+
+    return [info for info in object_storage.list_dir(folder) if info.type == pyarrow.fs.FileType.File]
 
 
 def _set_threads() -> None:
@@ -119,11 +140,11 @@ def _set_threads() -> None:
 def execute(spec: dict, run_id: str | None = None, mlflow_uri: str | None = None) -> dict:
     """The stage's manifest, computing the stage first unless the store already holds it."""
     from trainables.stages.progress import clear_progress
-    from trainables.stages.store import StageStore
+    from trainables.stages.store import open_store, patiently
 
-    store = StageStore(spec["root"])
+    store = open_store(spec["root"])
     kind = STAGES.get(spec["kind"])
-    if store.lookup(spec["key"]) is None:  # imports outside the timed compute (a fresh worker pays them once)
+    if patiently(lambda: store.lookup(spec["key"])) is None:  # imports outside the timed compute (paid once)
         import transformers  # noqa: F401
 
     def compute(out_dir: Path) -> dict:
@@ -151,4 +172,4 @@ def execute(spec: dict, run_id: str | None = None, mlflow_uri: str | None = None
 
     metadata = {k: spec[k] for k in ("kind", "model", "model_identity", "data_checksum", "config")}
     store.get_or_compute(spec["key"], compute, metadata)
-    return store.read_manifest(spec["key"])
+    return patiently(lambda: store.read_manifest(spec["key"]))

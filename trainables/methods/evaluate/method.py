@@ -116,6 +116,7 @@ class Evaluate(Method):
 
     @classmethod
     def plan(cls, args, context) -> MethodPlan:
+        from trainables.core import object_storage
         from trainables.encoders.loading import load_config, model_depth, resolve_model
         from trainables.encoders.run_refs import is_run_reference, run_id_of
         from trainables.evaluation.sets import load_suite
@@ -170,7 +171,7 @@ class Evaluate(Method):
                             **extra,
                             "stage_key": spec["key"],
                             "upstream_run_id": None,
-                            "_upstream_path": str(root / spec["key"]),
+                            "_upstream_path": object_storage.join(root, spec["key"]),
                         }
                     )
                     costs[(model, layer)] = TrialCost(memory_bytes=0.0, seconds=0.0, gpu=False)

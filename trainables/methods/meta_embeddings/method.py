@@ -340,6 +340,7 @@ class MetaEmbeddings(Method):
 
     @classmethod
     def plan(cls, args, context) -> MethodPlan:
+        from trainables.core import object_storage
         from trainables.data.stsb import load_stsb, stsb_checksums
         from trainables.encoders.loading import load_config, resolve_model
         from trainables.evaluation.sets import load_suite
@@ -401,7 +402,7 @@ class MetaEmbeddings(Method):
             "upstream_method": "token-embeddings",
             "stage_key": [spec["key"] for spec in specs],
             "upstream_run_id": None,
-            "_source_paths": [str(root / spec["key"]) for spec in specs],
+            "_source_paths": [object_storage.join(root, spec["key"]) for spec in specs],
         }
         configs = [
             {

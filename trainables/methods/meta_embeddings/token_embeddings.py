@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainables.stages.store import local_stage
 from trainables.stages.upstream import STAGES, StageKind, encoding_result
 
 WORDS_FILE, STARTS_FILE = "words.npy", "starts.npy"
@@ -95,8 +96,8 @@ def stage_spec(
 
 
 def load(stage_dir) -> tuple[np.ndarray, np.ndarray]:
-    """(words memory-mapped, starts in memory) of a finished stage."""
-    stage_dir = Path(stage_dir)
+    """(words memory-mapped, starts in memory) of a finished stage (a folder, or a URI: `local_stage`)."""
+    stage_dir = local_stage(stage_dir)
     return np.load(stage_dir / WORDS_FILE, mmap_mode="r"), np.load(stage_dir / STARTS_FILE)
 
 

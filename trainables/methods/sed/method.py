@@ -184,6 +184,7 @@ class SED(Method):
 
     @classmethod
     def plan(cls, args, context) -> MethodPlan:
+        from trainables.core import object_storage
         from trainables.encoders.loading import resolve_model
         from trainables.encoders.precision import stage_precision
         from trainables.evaluation.sets import load_suite
@@ -248,7 +249,7 @@ class SED(Method):
             "upstream_method": "sed-targets",
             "stage_key": spec["key"],
             "upstream_run_id": None,
-            "_upstream_path": str(root / spec["key"]),
+            "_upstream_path": object_storage.join(root, spec["key"]),
         }
         configs = [{**base, "member": "teacher", "replica": i, "seed": i} for i in range(len(teachers))]
         configs.append({**base, "member": "ensemble", "replica": 0, "seed": 0})

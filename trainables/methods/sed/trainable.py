@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from trainables.methods.sed.targets import DEV_SET, TARGETS_FILE, encode, eval_sentences, pooled
+from trainables.stages.store import local_stage
 from trainables.training.trainable import EpochTrainable
 
 
@@ -30,7 +31,7 @@ class SEDData:
 class SEDTrainable(EpochTrainable):
     def build(self, config: dict, data: SEDData) -> None:
         self.member, self.data = config["member"], data
-        self.stage = Path(config["_upstream_path"])
+        self.stage = local_stage(config["_upstream_path"])
         self.eval_layers = int(config["eval_pool_layers"])
         self.best_weights = None
         if self.member != "student":

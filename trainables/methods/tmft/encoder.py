@@ -10,6 +10,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from trainables.encoders.loading import load_pretrained, random_init, truncate
+from trainables.stages.store import local_stage
 
 # Full pretrained models kept in this worker between trials (actors are reused): loading is
 # done once per model per worker, each trial copies only the layers it needs.
@@ -45,6 +46,8 @@ def build_encoder(
     upstream_path: str | None = None,
 ):
     """The layer-`layer` encoder: pretrained (or random) weights, or an upstream stage's."""
+    if upstream_method in ("dapt", "tsdae", "ws"):
+        upstream_path = local_stage(upstream_path)
     if upstream_method in ("dapt", "tsdae"):  # a whole encoder: start from the stage's weights
         return truncate(pretrained(str(Path(upstream_path) / STAGE_ENCODER_DIR)), layer)
     encoder = random_init(model_path, layer, seed) if random_weights else truncate(pretrained(model_path), layer)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+from trainables.core import object_storage
 from trainables.core.errors import SweepInputError
 from trainables.core.method import MethodPlan, MetricContract, register_method
 from trainables.data.word_similarity import SPLIT_METHODS as WS_SPLITS
@@ -129,7 +130,7 @@ class Improvements(TMFT):
         group.add_argument(
             "--stage-dir",
             default=None,
-            help="the stage store (default: <storage-path>/stages; must be a local or shared file system)",
+            help="the stage store (default: <storage-path>/stages): a local or shared folder, or an s3:// URI",
         )
         group.add_argument(
             "--stage-cpus", type=float, default=None, help="CPUs per stage task (default: --cpus-per-trial)"
@@ -243,7 +244,7 @@ class Improvements(TMFT):
                         "stage_key": spec["key"],
                         "upstream_run_id": None,
                         **downstream_params(kind, a),
-                        "_upstream_path": str(root / spec["key"]),
+                        "_upstream_path": object_storage.join(root, spec["key"]),
                     }
                 )
         planned.configs = configs

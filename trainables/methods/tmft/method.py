@@ -310,6 +310,7 @@ class TMFT(Method):
     def plan_one_pass(cls, planned: MethodPlan, paths: dict, args, context) -> None:
         """A zero-epoch sweep: one `embeddings` stage per model (all its layers from one forward
         pass over the task's dev and test sentences), read by every trial of that model."""
+        from trainables.core import object_storage
         from trainables.encoders.precision import stage_precision
         from trainables.evaluation.sets import load_suite
         from trainables.evaluation.zero_shot import default_max_length
@@ -340,7 +341,7 @@ class TMFT(Method):
                         "upstream_method": ZERO_SHOT_STAGE,
                         "stage_key": spec["key"],
                         "upstream_run_id": None,
-                        "_upstream_path": str(root / spec["key"]),
+                        "_upstream_path": object_storage.join(root, spec["key"]),
                     }
                 )
         planned.data.zero_shot = suite
