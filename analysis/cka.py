@@ -16,6 +16,9 @@ written before `best/` existed, with a warning), and returns one CKA per layer i
 By default the sentences are all 2,758 of the test split (sentence1 and sentence2 of every pair,
 duplicates included), as the authors' code does; `unique=True` takes the 2,552 unique ones in
 order of first appearance.
+
+`run_cka` (the command) writes cka.csv, cka.png and cka.svg into a folder or, for an object-store
+URI `--out`, uploads them there (analysis/outputs.py), and logs them as artifacts of an MLflow run.
 """
 
 from __future__ import annotations

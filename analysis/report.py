@@ -354,14 +354,20 @@ def log_to_parent_runs(tracking_uri: str, report: Report) -> tuple[list[str], st
             try:
                 client.log_artifacts(run_id, str(report.out_dir), artifact_path=REPORT_ARTIFACT_PATH)
             except Exception as error:  # any store's error: MlflowException, OSError, boto's, HTTP's
-                message = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
-                return logged, (
-                    f"the report was not logged to MLflow as artifacts {REPORT_ARTIFACT_PATH}/ of parent run {run_id}"
-                    f"{f' (logged to {len(logged)} other(s))' if logged else ''}: {message}; its files are complete "
-                    "where the report is (pass --no-log-artifacts to skip this step)"
-                )
+                return logged, _not_logged(run_id, logged, error)
             logged.append(run_id)
     return logged, None
+
+
+def _not_logged(run_id: str, logged: list[str], error: BaseException, limit: int = 300) -> str:
+    """The warning line: which run, the error's first line (at most `limit` characters), what to do."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    others = f" (logged to {len(logged)} other(s))" if logged else ""
+    return (
+        f"the report was not logged to MLflow as artifacts {REPORT_ARTIFACT_PATH}/ of parent run {run_id}{others}: "
+        f"{text}; its files are complete where the report is (pass --no-log-artifacts to skip this step)"
+    )
 
 
 @contextmanager

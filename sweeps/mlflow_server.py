@@ -97,6 +97,11 @@ def artifacts_destination(args: argparse.Namespace) -> str:
     return str(Path(args.storage_path).expanduser().resolve() / "mlartifacts")
 
 
+def _without_query(destination: str) -> str:
+    """A URI without its query, which MLflow would not read (a local path as it is)."""
+    return destination.split("?", 1)[0] if object_storage.is_uri(destination) else destination
+
+
 def s3_endpoint(destination: str) -> str | None:
     """The S3 endpoint of an s3:// destination: its query's, else the environment's (MLflow's own
     variable first, then boto3's); None for AWS itself and for every other destination."""
@@ -127,7 +132,7 @@ def server_command(args: argparse.Namespace, extra: list[str] | None = None) -> 
         "--backend-store-uri",
         store,
         "--artifacts-destination",
-        artifacts_destination(args).split("?", 1)[0],  # the endpoint travels in MLFLOW_S3_ENDPOINT_URL
+        _without_query(artifacts_destination(args)),  # the endpoint travels in MLFLOW_S3_ENDPOINT_URL
         "--host",
         args.host,
         "--port",
@@ -146,7 +151,6 @@ def check_destination(args: argparse.Namespace) -> None:
     destination = artifacts_destination(args)
     if not object_storage.is_uri(destination):
         return
-    object_storage.refuse_credentials(destination, "--artifacts-destination")
     endpoint = s3_endpoint(destination)
     if endpoint and not object_storage.endpoint_url(destination):
         parts = urlsplit(endpoint)
@@ -188,6 +192,21 @@ def _announce(args: argparse.Namespace, command: list[str], environment: dict[st
         )
 
 
+def _print_command(args: argparse.Namespace, extra: list[str]) -> int:
+    """The command on stdout and what its environment gets on stderr; nothing is reached or started."""
+    from trainables.core.errors import SweepInputError
+
+    try:
+        object_storage.refuse_credentials(artifacts_destination(args), "--artifacts-destination")
+    except SweepInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(shlex.join(server_command(args, extra)))
+    for name, value in server_environment(args).items():
+        print(f"environment: {name}={value}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
@@ -198,18 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             "--storage-path is a URI: a SQLite store needs a local file; pass --backend-store-uri "
             "(e.g. postgresql://user@host:5432/mlflow), artifacts then go to <storage-path>/mlartifacts"
         )
-    if args.print_command:  # what would run; nothing is reached (the environment goes to stderr)
-        from trainables.core.errors import SweepInputError
-
-        try:
-            object_storage.refuse_credentials(artifacts_destination(args), "--artifacts-destination")
-        except SweepInputError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-        print(shlex.join(server_command(args, extra)))
-        for name, value in server_environment(args).items():
-            print(f"environment: {name}={value}", file=sys.stderr)
-        return 0
+    if args.print_command:
+        return _print_command(args, extra)
     refused = _refused(args)  # a missing driver, an unreachable database or bucket: one line, not a traceback
     if refused:
         print(f"error: {refused}", file=sys.stderr)

@@ -45,16 +45,19 @@ def wait_for(predicate, driver, log, timeout=240, what="condition"):
     pytest.fail(f"{ended} before {what}; its output ends:\n" + log.read_text()[-4000:])
 
 
-def kill_driver_when(script: str, argv: list[str], log, predicate, what: str) -> None:
+def kill_driver_when(
+    script: str, argv: list[str], log, predicate, what: str, env: dict | None = None, cwd=PROJECT_ROOT
+) -> None:
     """Start `python script *argv` as a sweep driver in its own session (output to `log`), wait until
     `predicate()` holds, then SIGKILL the driver and everything it started."""
     with open(log, "w") as out:
         driver = subprocess.Popen(
-            [sys.executable, script, *argv],
-            cwd=PROJECT_ROOT,
+            [sys.executable, str(PROJECT_ROOT / script), *argv],
+            cwd=cwd,
             start_new_session=True,
             stdout=out,
             stderr=subprocess.STDOUT,
+            env=env,
         )
     try:
         wait_for(predicate, driver, log, what=what)

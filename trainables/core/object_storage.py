@@ -156,17 +156,82 @@ def _error_code(error) -> str:
 
 
 # --- reading and writing ------------------------------------------------------------------------
+RETRY_ENV = "EMBSWEEP_STORAGE_RETRY_S"
+
+
+def retry_seconds() -> float:
+    """How long a read or write of an object store is tried again while the store does not answer."""
+    return float(os.environ.get(RETRY_ENV, 300.0))
+
+
+def _transient(error: BaseException) -> bool:
+    if isinstance(error, StorageUnavailable):
+        return True
+    if isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
+        return False
+    text = str(error)
+    return isinstance(error, OSError) and any(
+        mark in text
+        for mark in (
+            "NETWORK_CONNECTION",
+            "connect to server",
+            "curlCode",
+            "Connection refused",
+            "timed out",
+            "SERVICE_UNAVAILABLE",
+            "SLOW_DOWN",
+            "INTERNAL_FAILURE",
+        )
+    )
+
+
+def retrying(operation, location, what: str):
+    """`operation()`, tried again with growing pauses while an object store does not answer (a local
+    location is tried once): a storage outage of a few minutes delays the sweep instead of failing it.
+    One line goes to stderr when the store stops answering, and one when it answers again."""
+    import sys
+    import time
+
+    if not is_uri(location):
+        return operation()
+    deadline, pause, warned = time.monotonic() + retry_seconds(), 0.5, False
+    while True:
+        try:
+            result = operation()
+        except Exception as error:
+            if not _transient(error) or time.monotonic() + pause > deadline:
+                raise
+            if not warned:
+                print(
+                    f"warning: the object store does not answer ({what} {location}); trying again for up to "
+                    f"{retry_seconds():.0f} s ({RETRY_ENV})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                warned = True
+            time.sleep(pause)
+            pause = min(pause * 2, 10.0)
+            continue
+        if warned:
+            print(f"the object store answers again ({what} {location})", file=sys.stderr, flush=True)
+        return result
+
+
 def read_bytes(location) -> bytes | None:
     """The object's or file's bytes, None when it does not exist."""
     if not is_uri(location):
         path = Path(location)
         return path.read_bytes() if path.is_file() else None
     fs, inner = filesystem(location)
-    try:
-        with fs.open_input_stream(inner) as stream:
-            return stream.read()
-    except FileNotFoundError:
-        return None
+
+    def read():
+        try:
+            with fs.open_input_stream(inner) as stream:
+                return stream.read()
+        except FileNotFoundError:
+            return None
+
+    return retrying(read, location, "reading")
 
 
 def write_bytes(location, data: bytes) -> None:
@@ -183,8 +248,12 @@ def write_bytes(location, data: bytes) -> None:
             tmp.unlink(missing_ok=True)
         return
     fs, inner = filesystem(location)
-    with fs.open_output_stream(inner) as stream:
-        stream.write(data)
+
+    def write():
+        with fs.open_output_stream(inner) as stream:
+            stream.write(data)
+
+    retrying(write, location, "writing")
 
 
 def read_json(location) -> dict | None:
@@ -217,7 +286,8 @@ def list_dir(location, recursive: bool = False) -> list:
     import pyarrow.fs
 
     fs, inner = filesystem(location)
-    return fs.get_file_info(pyarrow.fs.FileSelector(inner, recursive=recursive, allow_not_found=True))
+    selector = pyarrow.fs.FileSelector(inner, recursive=recursive, allow_not_found=True)
+    return retrying(lambda: fs.get_file_info(selector), location, "listing")
 
 
 def delete_tree(location) -> None:
@@ -246,7 +316,12 @@ def upload_dir(local: Path, location) -> None:
     import pyarrow.fs
 
     fs, inner = filesystem(location)
-    pyarrow.fs.copy_files(str(local), inner, source_filesystem=pyarrow.fs.LocalFileSystem(), destination_filesystem=fs)
+    local_fs = pyarrow.fs.LocalFileSystem()
+    retrying(
+        lambda: pyarrow.fs.copy_files(str(local), inner, source_filesystem=local_fs, destination_filesystem=fs),
+        location,
+        "uploading to",
+    )
 
 
 def download_dir(location, local: Path) -> None:
@@ -254,7 +329,12 @@ def download_dir(location, local: Path) -> None:
 
     fs, inner = filesystem(location)
     Path(local).mkdir(parents=True, exist_ok=True)
-    pyarrow.fs.copy_files(inner, str(local), source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem())
+    local_fs = pyarrow.fs.LocalFileSystem()
+    retrying(
+        lambda: pyarrow.fs.copy_files(inner, str(local), source_filesystem=fs, destination_filesystem=local_fs),
+        location,
+        "downloading",
+    )
 
 
 # --- atomic writes that locks are made of ---------------------------------------------------------
@@ -346,10 +426,15 @@ def _s3_call(location: str, operation: str, **kwargs):
     key = (endpoint_url(location), query(location).get("region"))
     if key not in _CLIENTS:
         _CLIENTS[key] = s3_client(location)
-    try:
-        return getattr(_CLIENTS[key], operation)(**kwargs)
-    except (EndpointConnectionError, BotoConnectionError, ReadTimeoutError) as error:
-        raise StorageUnavailable(f"the object store at {endpoint_url(location) or 'AWS'} did not answer: {error}")
+
+    def call():
+        try:
+            return getattr(_CLIENTS[key], operation)(**kwargs)
+        except (EndpointConnectionError, BotoConnectionError, ReadTimeoutError) as error:
+            where = endpoint_url(location) or "AWS"
+            raise StorageUnavailable(f"the object store at {where} did not answer: {error}") from None
+
+    return retrying(call, location, operation)
 
 
 def _needs_s3(location: str) -> None:

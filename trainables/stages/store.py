@@ -61,10 +61,11 @@ writes (trainables/core/object_storage.py `create_if_absent`: `If-None-Match: *`
    than the TTL, EMBSWEEP_STAGE_CLAIM_TTL_S, default 60 s, by this waiter's clock or unchanged for a
    TTL of polling): create `<key>.claim.<n+1>` only if absent. Of several takers one creates it;
    the others keep polling. A live claim: keep polling (until `timeout`, then TimeoutError).
-3. The claim's holder looks at the manifest again, runs `compute_fn` in a local temporary folder,
-   uploads the files under `<key>/<attempt>/`, and creates `<key>/stage.json`. If another attempt
-   committed first (a holder taken for dead that still finished), it deletes its own prefix and
-   returns the winner's stage; the winner deletes the prefixes of other (failed, dead) attempts.
+3. The claim's holder looks at the manifest again, runs `compute_fn` in a local temporary folder
+   (in the node cache, EMBSWEEP_CACHE_DIR), uploads the files under `<key>/<attempt>/`, and creates
+   `<key>/stage.json`. If another attempt committed first (a holder taken for dead that still
+   finished), it deletes its own prefix and returns the winner's stage; the winner deletes the
+   prefixes of other (failed, dead) attempts.
 4. If `compute_fn` raises, the holder deletes what it uploaded and marks its claim released; no
    manifest is written, so the next call recomputes. If the holder dies, its heartbeat stops and a
    waiter takes over after the TTL.
@@ -426,7 +427,8 @@ class ObjectStageStore:
     # --- computing and committing -------------------------------------------------------------
     def _compute(self, key: str, attempt: str, compute_fn: Callable[[Path], Any], metadata: dict) -> None:
         prefix = object_storage.join(self.path(key), attempt)
-        tmp = Path(tempfile.mkdtemp(prefix=f"embsweep-stage-{key[:16]}-"))
+        object_storage.cache_root().mkdir(parents=True, exist_ok=True)  # this node's disk for large copies
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-stage-{key[:16]}-", dir=object_storage.cache_root()))
         try:
             try:
                 manifest = _run_compute(key, compute_fn, tmp, metadata)
@@ -490,14 +492,15 @@ def local_stage(location) -> Path:
     if not object_storage.is_uri(location):
         return Path(location)
     root, key = object_storage.parent(location), object_storage.basename(location)
-    manifest = ObjectStageStore(root).read_manifest(key)
+    manifest = patiently(lambda: ObjectStageStore(root).read_manifest(key))
     if manifest is None:
         raise SweepInputError(f"{location}: no finished stage there (no complete {MANIFEST}); run the sweep again")
     name = f"stages/{key}"
     if _local_manifest(object_storage.cache_root() / name).get("attempt") not in (None, manifest["attempt"]):
         shutil.rmtree(object_storage.cache_root() / name, ignore_errors=True)  # a copy of a stage computed again
     expected = {"files": manifest["files"], "digest": manifest.get("digest")}
-    copy = object_storage.cached_copy(object_storage.join(location, manifest["attempt"]), name, expected)
+    files = object_storage.join(location, manifest["attempt"])
+    copy = patiently(lambda: object_storage.cached_copy(files, name, expected))
     if _local_manifest(copy) != manifest:
         object_storage.write_bytes(copy / MANIFEST, _manifest_text(manifest).encode())
     return copy
