@@ -179,3 +179,47 @@ def test_a_changed_checkpoint_in_the_bucket_is_refused(s3, tmp_path, monkeypatch
     s3.client.put_object(Bucket=s3.bucket, Key=key, Body=json.dumps({"files": {}}).encode())
     with pytest.raises(SweepInputError, match="is not the one its trial recorded"):
         resolve_run(f"runs:/{run_id}", uri)
+
+
+def test_a_write_during_an_outage_waits_for_the_store(s3, capsys):
+    """The store down for 3 s: a claim (a conditional write) is tried again until the store answers, with
+    one line each way (pyarrow's writes retry inside the AWS SDK first; the slow outage test covers them)."""
+    import threading
+
+    if s3.server is None:
+        pytest.skip("an external S3 endpoint cannot be stopped by the test")
+    target = object_storage.join(s3.uri("runs"), "during-outage.json")
+    s3.server.outage()
+    threading.Timer(3.0, s3.server.restore).start()
+    started = time.monotonic()
+    assert object_storage.create_if_absent(target, b"{}") is not None
+    assert time.monotonic() - started >= 2.5
+    assert s3.read("runs/during-outage.json") == b"{}"
+    err = capsys.readouterr().err
+    assert "does not answer" in err and "answers again" in err, err
+
+
+def test_a_write_gives_up_after_the_retry_time(s3, monkeypatch):
+    if s3.server is None:
+        pytest.skip("an external S3 endpoint cannot be stopped by the test")
+    monkeypatch.setenv(object_storage.RETRY_ENV, "1")
+    s3.server.outage()
+    try:
+        with pytest.raises(object_storage.StorageUnavailable):
+            object_storage.create_if_absent(object_storage.join(s3.uri("runs"), "never.json"), b"{}")
+    finally:
+        s3.server.restore()
+
+
+def test_folders_copy_to_and_from_a_bucket_from_the_command_line(s3, tmp_path, capsys):
+    source = tmp_path / "data" / "stsbenchmark"
+    source.mkdir(parents=True)
+    (source / "sts-train.csv").write_text("a\tb\n")
+    uri = object_storage.join(s3.uri("data"))
+    assert object_storage.main(["upload", str(tmp_path / "data"), uri]) == 0
+    assert "data/stsbenchmark/sts-train.csv" in s3.keys("data/")
+    assert object_storage.main(["download", uri, str(tmp_path / "copy")]) == 0
+    assert (tmp_path / "copy" / "stsbenchmark" / "sts-train.csv").read_text() == "a\tb\n"
+    missing = uri.replace(s3.bucket, "no-such-bucket-here")
+    assert object_storage.main(["download", missing, str(tmp_path / "none")]) == 2
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "none").exists()

@@ -114,9 +114,17 @@ def _short(error: BaseException) -> str:
 
 
 def ensure_experiment(tracking_uri: str, name: str) -> str:
+    """The experiment's id, created if missing. A local SQLite store keeps its artifacts (the reports
+    logged to a sweep's run) in `mlartifacts/` beside the database, not in `./mlruns` of whichever
+    folder the sweep was started from; a server or a database store uses its own artifact root."""
     client = _client(tracking_uri)
     experiment = client.get_experiment_by_name(name)
-    return experiment.experiment_id if experiment else client.create_experiment(name)
+    if experiment:
+        return experiment.experiment_id
+    location = None
+    if str(tracking_uri).startswith("sqlite:///"):
+        location = (Path(str(tracking_uri)[len("sqlite:///") :]).parent / "mlartifacts").resolve().as_uri()
+    return client.create_experiment(name, artifact_location=location)
 
 
 @contextlib.contextmanager

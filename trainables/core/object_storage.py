@@ -16,7 +16,12 @@ because locations are written to sweep.json, MLflow params and logs.
   checks a copy against (`cached_copy`: a verified copy in this node's cache, made once);
 - `check_location(location, flag)`: refuses, within seconds and before any compute, a URI pyarrow
   cannot open, a bucket that does not exist, credentials the service refuses, an endpoint that does
-  not answer.
+  not answer;
+- `retrying`: every read and write of an object store is tried again, with growing pauses, while
+  the store does not answer (up to $EMBSWEEP_STORAGE_RETRY_S, 300 s): an outage delays a sweep.
+
+`python -m trainables.core.object_storage download URI FOLDER` (or `upload FOLDER URI`) copies a
+folder, e.g. the data sets onto each node of a cluster without a shared file system.
 """
 
 from __future__ import annotations
@@ -571,3 +576,38 @@ def _check_bucket(location: str, flag: str) -> None:
             f"{flag} {location}: the object store at {where or 'AWS S3'} does not answer "
             f"({type(error).__name__}); start it or fix endpoint_override / AWS_ENDPOINT_URL"
         ) from None
+
+
+def main(argv=None) -> int:
+    """`python -m trainables.core.object_storage download URI FOLDER` (or `upload FOLDER URI`): copy a
+    folder between an object store and this machine, e.g. the data sets onto each node of a cluster
+    without a shared file system (cluster.yaml)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m trainables.core.object_storage", description=main.__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    download = commands.add_parser("download", help="copy URI's folder into FOLDER")
+    download.add_argument("uri")
+    download.add_argument("folder")
+    upload = commands.add_parser("upload", help="copy FOLDER to URI")
+    upload.add_argument("folder")
+    upload.add_argument("uri")
+    args = parser.parse_args(argv)
+    try:
+        check_location(args.uri, args.command)
+        if args.command == "download":
+            download_dir(args.uri, Path(args.folder))
+        else:
+            if not Path(args.folder).is_dir():
+                raise SweepInputError(f"upload: {args.folder} is not a folder")
+            upload_dir(Path(args.folder), args.uri)
+    except SweepInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"{args.command}ed {args.uri if args.command == 'download' else args.folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
