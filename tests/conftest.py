@@ -101,6 +101,13 @@ def ray_session():
     from sweeps.engine.runner import QUIET_ENV
 
     os.environ.update(QUIET_ENV)
+    # the workers upload checkpoints to the tests' S3 server with the credentials of their environment,
+    # as a cloud node does with its own (never through Ray's runtime environment)
+    from s3_helpers import EXTERNAL_ENV, TEST_CREDENTIALS
+
+    if not os.environ.get(EXTERNAL_ENV):
+        for key, value in TEST_CREDENTIALS.items():
+            os.environ.setdefault(key, value)
     ray.init(address="local", num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()

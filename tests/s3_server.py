@@ -22,6 +22,30 @@ STATS = {"requests": Counter(), "bytes_in": 0, "bytes_out": 0}
 LOCK = threading.Lock()
 
 
+class CountingInput:
+    """The request body as the server reads it (chunked uploads carry no Content-Length)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def _counted(self, data):
+        with LOCK:
+            STATS["bytes_in"] += len(data)
+        return data
+
+    def read(self, *args):
+        return self._counted(self.stream.read(*args))
+
+    def readline(self, *args):
+        return self._counted(self.stream.readline(*args))
+
+    def __iter__(self):
+        return (self._counted(line) for line in self.stream)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 def counting(app):
     def wrapped(environ, start_response):
         path = environ.get("PATH_INFO", "")
@@ -37,7 +61,7 @@ def counting(app):
             return [b""]
         with LOCK:
             STATS["requests"][environ.get("REQUEST_METHOD", "?")] += 1
-            STATS["bytes_in"] += int(environ.get("CONTENT_LENGTH") or 0)
+        environ["wsgi.input"] = CountingInput(environ["wsgi.input"])
         chunks = app(environ, start_response)
         out = []
         for chunk in chunks:

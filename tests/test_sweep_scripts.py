@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from mlflow_helpers import runs_by_role
 
+from trainables.core import schema
 from trainables.methods import get_method
 
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
@@ -43,3 +44,23 @@ def test_smoke_test_runs_end_to_end(script, sweep_env):
         assert contract in child.data.metrics, (contract, sorted(child.data.metrics))
         assert child.data.params["sweep_axes"] and child.data.params["metric_mode"] in ("max", "min")
     assert method.name in {c.data.params["method"] for c in children} or method.name == "improvements"
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("script", sorted(sweep_scripts()))
+def test_smoke_test_runs_with_its_storage_on_s3(script, sweep_env, s3, monkeypatch):
+    """Every script with --storage-path on an S3 server: its sweep.json, Tune state and trials' best
+    folders land in the bucket (stages too, for the scripts that have them) and nothing locally."""
+    monkeypatch.chdir(sweep_env["tmp"])
+    base = list(sweep_env["base"])
+    base[base.index("--storage-path") + 1] = s3.uri("runs")
+    flags = ["--smoke-test", "--name", f"s3-{script}", *base]
+    assert importlib.import_module(f"sweeps.{script}").main(flags) == 0
+    _, children = runs_by_role(sweep_env["uri"])
+    assert children and all(c.info.status == "FINISHED" for c in children)
+    keys = s3.keys("runs/")
+    assert f"runs/s3-{script}/sweep.json" in keys and f"runs/s3-{script}/tuner.pkl" in keys
+    for child in children:
+        checkpoint = child.data.tags[schema.TAG_CHECKPOINT]
+        assert checkpoint.startswith(f"s3://{s3.bucket}/runs/s3-{script}/") and "endpoint_override=" in checkpoint
+    assert not (sweep_env["tmp"] / "runs").exists()

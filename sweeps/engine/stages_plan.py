@@ -217,7 +217,7 @@ def prepare_stages(plan, specs: dict) -> None:
     import ray
 
     from sweeps.engine.tracking import MlflowWriter, spool_path
-    from trainables.stages.store import open_store, patiently
+    from trainables.stages.store import open_store
 
     client = _client(plan.mlflow_uri)
     writer = MlflowWriter(plan.mlflow_uri, spool_path(plan.sweep_dir, plan.parent_run_id))
@@ -227,7 +227,7 @@ def prepare_stages(plan, specs: dict) -> None:
     for key, spec in specs.items():
         if spec["root"] not in stores:
             stores[spec["root"]] = open_store(spec["root"])
-        manifest = patiently(lambda: stores[spec["root"]].read_manifest(key))
+        manifest = stores[spec["root"]].read_manifest(key)
         if manifest is not None:
             run_ids[key] = reused_stage_run(client, writer, plan, spec, manifest)
         else:

@@ -70,8 +70,9 @@ writes (trainables/core/object_storage.py `create_if_absent`: `If-None-Match: *`
    manifest is written, so the next call recomputes. If the holder dies, its heartbeat stops and a
    waiter takes over after the TTL.
 
-An object store that does not answer (an outage, StorageUnavailable / OSError) is waited for: the
-poll goes on until the timeout, and the holder's uploads and commit are retried for OUTAGE_PATIENCE_S.
+An object store that does not answer (an outage) is waited for: every read and write is tried again
+for up to $EMBSWEEP_STORAGE_RETRY_S (trainables/core/object_storage.py `retrying`), and a waiter's
+poll goes on through errors until its timeout.
 Clocks of the nodes must agree to well within the TTL (NTP); a holder whose clock runs behind may be
 taken for dead, which costs a second compute, never a wrong stage.
 """
@@ -101,7 +102,6 @@ TMP_PREFIX = ".tmp-"
 CLAIM_TTL_ENV = "EMBSWEEP_STAGE_CLAIM_TTL_S"
 DEFAULT_CLAIM_TTL_S = 60.0
 POLL_MAX_S = 2.0  # the longest wait between two looks at an object store
-OUTAGE_PATIENCE_S = 300.0  # how long an object store may not answer before the stage fails
 
 
 def _canonical_json(value: Any) -> str:
@@ -354,7 +354,7 @@ class ObjectStageStore:
         if claim is None:
             return self.path(key)
         with claim:
-            if patiently(lambda: self.read_manifest(key)) is None:
+            if self.read_manifest(key) is None:
                 self._compute(key, claim.attempt, compute_fn, metadata)
         return self.path(key)
 
@@ -376,7 +376,7 @@ class ObjectStageStore:
                 failing_since = None
             except (StorageUnavailable, OSError):
                 failing_since = failing_since or time.monotonic()
-                if deadline is None and time.monotonic() - failing_since > OUTAGE_PATIENCE_S:
+                if deadline is None and time.monotonic() - failing_since > object_storage.retry_seconds():
                     raise
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -433,17 +433,17 @@ class ObjectStageStore:
             try:
                 manifest = _run_compute(key, compute_fn, tmp, metadata)
                 manifest.update(attempt=attempt, **object_storage.file_manifest(tmp))
-                patiently(lambda: object_storage.upload_dir(tmp, prefix))
+                object_storage.upload_dir(tmp, prefix)
             except BaseException:
                 _quietly(object_storage.delete_tree, prefix)
                 raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         text = _manifest_text(manifest).encode()
-        patiently(lambda: object_storage.create_if_absent(object_storage.join(self.path(key), MANIFEST), text))
+        object_storage.create_if_absent(object_storage.join(self.path(key), MANIFEST), text)
         # The manifest, not create_if_absent's answer, says who committed: a retried create that had succeeded
         # the first time answers None.
-        winner = patiently(lambda: self.read_manifest(key))
+        winner = self.read_manifest(key)
         if winner is None:
             raise RuntimeError(f"stage {key}: {MANIFEST} was committed but cannot be read back from {self.root}")
         if winner["attempt"] == attempt:
@@ -456,19 +456,6 @@ class ObjectStageStore:
         for info in object_storage.list_dir(self.path(key)):
             if info.base_name not in (attempt, MANIFEST):
                 object_storage.delete_tree(object_storage.join(self.path(key), info.base_name))
-
-
-def patiently(action: Callable[[], Any]) -> Any:
-    """`action()`, again while the object store does not answer, for up to OUTAGE_PATIENCE_S."""
-    started, delay = time.monotonic(), 0.5
-    while True:
-        try:
-            return action()
-        except (StorageUnavailable, OSError):
-            if time.monotonic() - started > OUTAGE_PATIENCE_S:
-                raise
-        time.sleep(delay)
-        delay = min(delay * 2, POLL_MAX_S)
 
 
 def _quietly(action: Callable, *args) -> None:
@@ -492,7 +479,7 @@ def local_stage(location) -> Path:
     if not object_storage.is_uri(location):
         return Path(location)
     root, key = object_storage.parent(location), object_storage.basename(location)
-    manifest = patiently(lambda: ObjectStageStore(root).read_manifest(key))
+    manifest = ObjectStageStore(root).read_manifest(key)
     if manifest is None:
         raise SweepInputError(f"{location}: no finished stage there (no complete {MANIFEST}); run the sweep again")
     name = f"stages/{key}"
@@ -500,7 +487,7 @@ def local_stage(location) -> Path:
         shutil.rmtree(object_storage.cache_root() / name, ignore_errors=True)  # a copy of a stage computed again
     expected = {"files": manifest["files"], "digest": manifest.get("digest")}
     files = object_storage.join(location, manifest["attempt"])
-    copy = patiently(lambda: object_storage.cached_copy(files, name, expected))
+    copy = object_storage.cached_copy(files, name, expected)
     if _local_manifest(copy) != manifest:
         object_storage.write_bytes(copy / MANIFEST, _manifest_text(manifest).encode())
     return copy

@@ -95,10 +95,8 @@ def _finite(value):
 def append_execution(root, record: dict) -> None:
     """Record one computation of a stage: a line of the log in a folder, an object of its own on an object store."""
     if object_storage.is_uri(root):
-        from trainables.stages.store import patiently
-
         location = object_storage.join(root, EXECUTIONS_DIR, f"{record['key']}-{uuid.uuid4().hex[:12]}.json")
-        patiently(lambda: object_storage.write_bytes(location, json.dumps(record).encode()))
+        object_storage.write_bytes(location, json.dumps(record).encode())
         return
     line = json.dumps(record, sort_keys=True) + "\n"
     fd = os.open(Path(root) / EXECUTION_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
@@ -140,11 +138,11 @@ def _set_threads() -> None:
 def execute(spec: dict, run_id: str | None = None, mlflow_uri: str | None = None) -> dict:
     """The stage's manifest, computing the stage first unless the store already holds it."""
     from trainables.stages.progress import clear_progress
-    from trainables.stages.store import open_store, patiently
+    from trainables.stages.store import open_store
 
     store = open_store(spec["root"])
     kind = STAGES.get(spec["kind"])
-    if patiently(lambda: store.lookup(spec["key"])) is None:  # imports outside the timed compute (paid once)
+    if store.lookup(spec["key"]) is None:  # imports outside the timed compute (paid once)
         import transformers  # noqa: F401
 
     def compute(out_dir: Path) -> dict:
@@ -172,4 +170,4 @@ def execute(spec: dict, run_id: str | None = None, mlflow_uri: str | None = None
 
     metadata = {k: spec[k] for k in ("kind", "model", "model_identity", "data_checksum", "config")}
     store.get_or_compute(spec["key"], compute, metadata)
-    return patiently(lambda: store.read_manifest(spec["key"]))
+    return store.read_manifest(spec["key"])
