@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
+from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
@@ -34,18 +38,22 @@ def cluster(s3_server, tmp_path_factory):
     root = tmp_path_factory.mktemp("s3-cluster")
     endpoint = os.environ.get(EXTERNAL_ENV) or s3_server.endpoint
     saved = dict(os.environ)
-    if not os.environ.get(EXTERNAL_ENV):
-        os.environ.update(TEST_CREDENTIALS)
+    secret = None
+    if not os.environ.get(EXTERNAL_ENV):  # moto takes any secret: one no file can hold by chance
+        secret = f"embsweep-secret-{uuid.uuid4().hex}"
+        os.environ.update({**TEST_CREDENTIALS, "AWS_SECRET_ACCESS_KEY": secret})
     os.environ["EMBSWEEP_CACHE_DIR"] = str(root / "node-cache")
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # short: Ray's socket paths must stay short
     store = S3Store(endpoint, s3_server)
-    nodes = TwoNodeRay(root, env=dict(os.environ))
+    nodes = TwoNodeRay(root, env={**os.environ, "RAY_TMPDIR": str(ray_tmp)})
     try:
         nodes.start()
-        yield {"store": store, "nodes": nodes, "root": root, "env": dict(nodes.env)}
+        yield {"store": store, "nodes": nodes, "root": root, "env": dict(nodes.env), "secret": secret, "ray": ray_tmp}
     finally:
         nodes.stop()
         os.environ.clear()
         os.environ.update(saved)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 @pytest.fixture
@@ -119,6 +127,29 @@ def test_an_improvements_stage_is_computed_once_in_the_bucket_and_reused(cluster
         _, key = object_storage.bucket_key(object_storage.join(checkpoint, "best", "config.json"))
         assert key in store.keys(key)
     _nothing_local(place)
+    _no_secret_written(cluster, place)
+
+
+def _no_secret_written(cluster, place) -> None:
+    """The secret key reached no object of the bucket, no file of the MLflow store, the node caches or
+    Ray's session folders (logs, runtime environments): only the environment of each process."""
+    secret = cluster["secret"]
+    if secret is None:
+        return
+    store = cluster["store"]
+    leaks = [key for key in store.keys() if secret.encode() in store.read(key)]
+    for root in (place["work"].parent, cluster["root"], cluster["ray"]):
+        for path in root.rglob("*"):
+            if path.is_file() and not path.is_symlink() and not path.name.endswith(".sock"):
+                try:
+                    data = path.read_bytes()
+                    if secret.encode() in data:
+                        at = data.index(secret.encode())
+                        leaks.append(f"{path}: ...{data[max(0, at - 300) : at + 40]!r}")
+                except OSError:
+                    pass
+    assert list(cluster["ray"].rglob("raylet.out")), "the cluster wrote its logs elsewhere"
+    assert not leaks, f"the secret key is in {leaks[:10]}"
 
 
 def test_a_killed_driver_resumes_from_the_storage_uri_with_every_trial_once(cluster, place, tiny_models):

@@ -291,6 +291,21 @@ def _init_ray(plan: SweepPlan) -> None:
             )
 
 
+CLOUD_CREDENTIAL_ENV = frozenset(
+    {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SECURITY_TOKEN", "AWS_SESSION_TOKEN"}
+)
+
+
+def _credentials_stay_on_their_nodes() -> None:
+    """Ray Tune copies the driver's AWS credentials into every trial actor's runtime environment
+    (`ray.tune.execution.class_cache.ENV_VARS_TO_PROPAGATE`), which Ray's runtime_env_agent writes to its
+    log on each node. Trials upload their checkpoints with the credentials of the node they run on (its
+    instance role or environment), so the driver's are not copied."""
+    from ray.tune.execution import class_cache
+
+    class_cache.ENV_VARS_TO_PROPAGATE = frozenset(class_cache.ENV_VARS_TO_PROPAGATE) - CLOUD_CREDENTIAL_ENV
+
+
 def _check_resources(plan: SweepPlan) -> None:
     import ray
 
@@ -517,6 +532,7 @@ def run_sweep(plan: SweepPlan):
 
     _init_ray(plan)
     _check_resources(plan)
+    _credentials_stay_on_their_nodes()
     if plan.parent_run_id is None:
         storage.claim(plan.sweep_dir, plan.name)
         plan.parent_run_id = start_parent_run(
