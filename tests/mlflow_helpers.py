@@ -17,3 +17,12 @@ def runs_by_role(uri: str, experiment: str = "test") -> tuple[list, list]:
 
 def metric_steps(uri: str, run_id: str, key: str) -> list[int]:
     return [m.step for m in MlflowClient(uri).get_metric_history(run_id, key)]
+
+
+def one_finished_and_one_started(uri: str) -> bool:
+    """A trial's run FINISHED and another RUNNING with an epoch logged: the moment the driver-killed tests
+    stop the driver."""
+    _, children = runs_by_role(uri)
+    finished = [c for c in children if c.info.status == "FINISHED"]
+    started = [c for c in children if c.info.status == "RUNNING" and metric_steps(uri, c.info.run_id, "dev_spearman")]
+    return bool(finished and started)

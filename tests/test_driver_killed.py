@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-from mlflow_helpers import metric_steps, runs_by_role
+from mlflow_helpers import one_finished_and_one_started, runs_by_role
 from sweep_helpers import kill_driver_when, sweep_args
 
 from sweeps.electra_layers import main
@@ -22,19 +22,11 @@ def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_
     sweep = sweep_args(tiny_models["bert"], settings, *sweep_env["flags"])
     uri = sweep_env["uri"]
 
-    def one_finished_and_one_started():
-        _, children = runs_by_role(uri)
-        finished = [c for c in children if c.info.status == "FINISHED"]
-        started = [
-            c for c in children if c.info.status == "RUNNING" and metric_steps(uri, c.info.run_id, "dev_spearman")
-        ]
-        return finished and started
-
     kill_driver_when(
         "sweeps/electra_layers.py",
         [*sweep, "--name", "killed", "--address", address],
         sweep_env["tmp"] / "driver.log",
-        one_finished_and_one_started,
+        lambda: one_finished_and_one_started(uri),
         what="the first trial to finish and the second to log an epoch",
     )
     killed_at = time.time() * 1000

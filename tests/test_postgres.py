@@ -5,17 +5,15 @@ binaries, in a temp folder, stopped and deleted at the end): a sweep run as a sc
 killed mid-sweep and resumed leaves each trial's run once with every epoch once, the report reads the
 store, and `python -m sweeps.mlflow_server` serves it."""
 
-import importlib
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-from mlflow_helpers import metric_steps, runs_by_role
+from mlflow_helpers import one_finished_and_one_started, runs_by_role
+from postgres_helpers import installed, postgres_database
 from server_helpers import MlflowServer, free_port
 from sweep_helpers import kill_driver_when, sweep_args
 
@@ -26,13 +24,6 @@ from trainables.core.endpoints import mlflow_store
 from trainables.core.errors import SweepInputError
 
 SECRET = "S3cretPassw0rd"
-
-
-def _installed(module: str, install: str):
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        pytest.fail(f"{module} is not installed; the PostgreSQL tests need it: {install}")
 
 
 def _refused_everywhere(uri: str, tmp_path: Path, capsys, monkeypatch) -> list[str]:
@@ -62,7 +53,7 @@ def test_without_the_driver_a_postgresql_uri_is_refused_before_anything_starts(t
 
 @pytest.mark.slow
 def test_an_unreachable_postgresql_server_is_refused_within_seconds(tmp_path, capsys, monkeypatch):
-    _installed("psycopg", "pip install -e '.[postgres]'")
+    installed("psycopg", "pip install -e '.[postgres]'")
     uri = f"postgresql://mlflow:{SECRET}@127.0.0.1:{free_port()}/mlflow"
     started = time.monotonic()
     errors = _refused_everywhere(uri, tmp_path, capsys, monkeypatch)
@@ -73,21 +64,9 @@ def test_an_unreachable_postgresql_server_is_refused_within_seconds(tmp_path, ca
 
 @pytest.fixture(scope="module")
 def postgres():
-    """The URI of a fresh database on a real PostgreSQL server (Unix socket only, trust authentication).
-    pgserver runs initdb and the server as its own system user when this runs as root (initdb refuses root)."""
-    _installed("psycopg", "pip install -e '.[postgres]'")
-    pgserver = _installed("pgserver", "pip install -e '.[test]'")
-    import psycopg
-
-    root = Path(tempfile.mkdtemp(prefix="embsweep-pg-"))  # short: the socket's path must stay short
-    server = pgserver.get_server(root / "pgdata", cleanup_mode="delete")
-    try:
-        with psycopg.connect(server.get_uri(), autocommit=True) as connection:
-            connection.execute("CREATE DATABASE embsweep")
-        yield f"postgresql://postgres@/embsweep?host={server.get_postmaster_info().socket_dir}"
-    finally:
-        server.cleanup()
-        shutil.rmtree(root, ignore_errors=True)
+    """The URI of a fresh database on a real PostgreSQL server (tests/postgres_helpers.py)."""
+    with postgres_database() as uri:
+        yield uri
 
 
 @pytest.mark.slow
@@ -100,17 +79,11 @@ def test_sweep_killed_and_resumed_report_and_server_on_postgresql(postgres, swee
     sweep = sweep_args(tiny_models["bert"], "--layers 1 --seeds 0,1 --epochs 3 --max-concurrent 1", *flags)
     address = ray_session.get_runtime_context().gcs_address
 
-    def one_finished_and_one_started():
-        _, children = runs_by_role(uri)
-        return [c for c in children if c.info.status == "FINISHED"] and [
-            c for c in children if c.info.status == "RUNNING" and metric_steps(uri, c.info.run_id, "dev_spearman")
-        ]
-
     kill_driver_when(
         "sweeps/electra_layers.py",
         [*sweep, "--name", "pg", "--address", address],
         sweep_env["tmp"] / "driver.log",
-        one_finished_and_one_started,
+        lambda: one_finished_and_one_started(uri),
         what="a trial to finish and the next to log an epoch",
     )
     killed_at = time.time() * 1000

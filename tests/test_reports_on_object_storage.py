@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import shlex
 import shutil
@@ -26,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
+from postgres_helpers import postgres_database
 from server_helpers import MlflowServer
 
 from analysis.__main__ import main as analysis_main
@@ -320,29 +320,11 @@ def test_server_on_sqlite_with_the_endpoint_only_in_aws_endpoint_url(s3, tmp_pat
     assert not (tmp_path / "server" / "mlartifacts").exists()
 
 
-def _installed(module: str, install: str):
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        pytest.fail(f"{module} is not installed; the PostgreSQL tests need it: {install}")
-
-
 @pytest.fixture
 def postgres():
-    """The URI of a fresh database on a real PostgreSQL server (as tests/test_postgres.py starts one)."""
-    _installed("psycopg", "pip install -e '.[postgres]'")
-    pgserver = _installed("pgserver", "pip install -e '.[test]'")
-    import psycopg
-
-    root = Path(tempfile.mkdtemp(prefix="embsweep-pg-"))  # short: the socket's path must stay short
-    server = pgserver.get_server(root / "pgdata", cleanup_mode="delete")
-    try:
-        with psycopg.connect(server.get_uri(), autocommit=True) as connection:
-            connection.execute("CREATE DATABASE embsweep")
-        yield f"postgresql://postgres@/embsweep?host={server.get_postmaster_info().socket_dir}"
-    finally:
-        server.cleanup()
-        shutil.rmtree(root, ignore_errors=True)
+    """The URI of a fresh database on a real PostgreSQL server (tests/postgres_helpers.py)."""
+    with postgres_database() as uri:
+        yield uri
 
 
 @pytest.mark.slow

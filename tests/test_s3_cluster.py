@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-from mlflow_helpers import metric_steps, runs_by_role
+from mlflow_helpers import metric_steps, one_finished_and_one_started, runs_by_role
 from ray_nodes import TwoNodeRay
 from s3_helpers import EXTERNAL_ENV, TEST_CREDENTIALS, S3Store
 from sweep_helpers import kill_driver_when, run_script, sweep_args, wait_for
@@ -158,19 +158,11 @@ def test_a_killed_driver_resumes_from_the_storage_uri_with_every_trial_once(clus
     settings = "--layers 1,2 --seeds 0,1 --epochs 3 --max-concurrent 1 --max-train-samples 320"
     sweep = sweep_args(tiny_models["bert"], settings, *_storage_flags(place))
 
-    def one_finished_and_one_started():
-        _, children = runs_by_role(uri)
-        finished = [c for c in children if c.info.status == "FINISHED"]
-        started = [
-            c for c in children if c.info.status == "RUNNING" and metric_steps(uri, c.info.run_id, "dev_spearman")
-        ]
-        return finished and started
-
     kill_driver_when(
         "sweeps/electra_layers.py",
         [*sweep, "--name", "killed"],
         place["work"].parent / "driver.log",
-        one_finished_and_one_started,
+        lambda: one_finished_and_one_started(uri),
         what="the first trial to finish and the second to log an epoch",
         env=cluster["env"],
         cwd=place["work"],
