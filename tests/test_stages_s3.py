@@ -14,16 +14,10 @@ import pytest
 from trainables.core import object_storage
 from trainables.core.errors import SweepInputError
 from trainables.core.object_storage import StorageUnavailable
+from trainables.stages.manifest import MANIFEST
+from trainables.stages.object_store import CLAIM_TTL_ENV, ObjectStageStore
 from trainables.stages.progress import StageProgress, clear_progress, read_progress
-from trainables.stages.store import (
-    CLAIM_TTL_ENV,
-    MANIFEST,
-    ObjectStageStore,
-    local_stage,
-    open_store,
-    stage_key,
-    stage_root,
-)
+from trainables.stages.store import local_stage, open_store, stage_key, stage_root
 from trainables.stages.upstream import append_execution, read_executions
 
 KEY = stage_key("tiny-bert", {"stage": "dapt", "epochs": 1}, "abc123")
