@@ -26,7 +26,7 @@ from sweep_helpers import kill_driver_when, run_script, sweep_args, wait_for
 from trainables.core import object_storage
 from trainables.core.paths import PROJECT_ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.objectstore]  # their own CI step (.ci/run)
 
 SMALL = ["--max-eval-samples", "60", "--batch-size", "16", "--cpus-per-trial", "1", "--gpus-per-trial", "0"]
 
