@@ -53,7 +53,9 @@ def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
     for child in children:  # retention on (the default, best): each finished trial kept its best-dev folder only
         checkpoint = Path(child.data.tags[TAG_CHECKPOINT])
-        assert {p.name for p in checkpoint.iterdir()} == {"best", "state.pt", "trial.json"}, child.info.run_name
+        assert {p.name for p in checkpoint.iterdir()} == {"best", "best.files.json", "state.pt", "trial.json"}, (
+            child.info.run_name
+        )
 
     assert main([*sweep, "--name", "clean", "--experiment", "clean"]) == 0
     _, clean = runs_by_role(uri, "clean")
