@@ -117,6 +117,11 @@ def ray_session():
 def sweep_env(tmp_path, ray_session, data_dir):
     """Common flags for a fast sweep into a fresh storage path and MLflow store: `flags`, and `base`, the
     same without the sample and batch-size limits (for scripts and methods that set their own)."""
+    return sweep_environment(tmp_path, data_dir)
+
+
+def sweep_environment(tmp_path, data_dir) -> dict:
+    """What `sweep_env` gives, in a folder of the caller's (a module-scoped fixture's, say)."""
     storage = tmp_path / "runs"
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     base = ["--storage-path", str(storage), "--mlflow-uri", uri, "--experiment", "test", "--data-dir", str(data_dir)]

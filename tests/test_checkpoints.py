@@ -16,7 +16,15 @@ from trainables.core import schema
 from trainables.core.errors import SweepInputError
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
+def sweep_env(tmp_path_factory, ray_session, data_dir):
+    """One store for this module: the trial below is trained once for all its tests."""
+    from conftest import sweep_environment
+
+    return sweep_environment(tmp_path_factory.mktemp("checkpoints"), data_dir)
+
+
+@pytest.fixture(scope="module")
 def finished_trial(sweep_env, tiny_models):
     flags = list(sweep_env["flags"])
     flags[flags.index("--max-eval-samples") : flags.index("--max-eval-samples") + 2] = []  # the full STS-B dev
