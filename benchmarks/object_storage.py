@@ -108,6 +108,8 @@ def main() -> int:
             env,
         )
         sweep_cost = _stats(endpoint)
+        keys = _keys(endpoint)
+        best = sorted(k for k in keys if k.endswith("/best/config.json"))
         _stats(endpoint, reset=True)
         resumed = _sweep(["--resume", uri], work, env)
         resume_cost = _stats(endpoint)
@@ -117,6 +119,10 @@ def main() -> int:
         print(f"S3 storage:    {remote:.1f} s ({remote / local:.2f}x the local run's wall time)")
         print(f"  the S3 run: {_cost(sweep_cost)}")
         print(f"  in the bucket after it: {stored[0]} objects, {stored[1] / 1e6:.1f} MB")
+        print(
+            f"  embsweep/s3/sweep.json in the bucket: {'embsweep/s3/sweep.json' in keys}; "
+            f"trials' best-dev folders there: {len(best)}"
+        )
         print(f"resume of the finished sweep from the storage URI alone: {resumed:.1f} s; {_cost(resume_cost)}")
         leftovers = sorted(p.name for p in work.iterdir() if p.name not in {"local", "node-cache", "s3.log"})
         print(f"local files beside the runs: {leftovers}")
@@ -131,6 +137,14 @@ def _boto_credentials() -> dict:
         "aws_secret_access_key": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
         "region_name": CREDENTIALS["AWS_DEFAULT_REGION"],
     }
+
+
+def _keys(endpoint: str) -> list[str]:
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=endpoint, **_boto_credentials())
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket="runs")
+    return [item["Key"] for page in pages for item in page.get("Contents", [])]
 
 
 def _bucket_size(endpoint: str) -> tuple[int, int]:
