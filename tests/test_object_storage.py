@@ -86,7 +86,7 @@ def _sweep(tmp_path, data_dir, tiny_models, storage_uri, *more):
 
 
 @pytest.mark.parametrize(
-    "case", ["no bucket", "wrong credentials", "no answer", "bad scheme", "credentials in the uri"]
+    "case", ["no bucket", "wrong credentials", "no credentials", "no answer", "bad scheme", "credentials in the uri"]
 )
 def test_bad_storage_is_refused_before_ray_starts(
     case, s3, tmp_path, data_dir, tiny_models, monkeypatch, capsys, request
@@ -96,6 +96,7 @@ def test_bad_storage_is_refused_before_ray_starts(
     uri = {
         "no bucket": s3.uri("runs").replace(s3.bucket, "no-such-bucket-here"),
         "wrong credentials": s3.uri("runs"),
+        "no credentials": s3.uri("runs"),
         "no answer": f"s3://{s3.bucket}/runs?endpoint_override=127.0.0.1:{free_port()}&scheme=http",
         "bad scheme": "nosuchfs://bucket/runs",
         "credentials in the uri": s3.uri("runs") + "&access_key=AKIA&secret_key=hush",
@@ -106,6 +107,12 @@ def test_bad_storage_is_refused_before_ray_starts(
         checking = S3Server(tmp_path.parent / f"{tmp_path.name}-iam.log", env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
         request.addfinalizer(checking.stop)
         uri = f"s3://{s3.bucket}/runs?endpoint_override=127.0.0.1:{checking.start().port}&scheme=http"
+    if case == "no credentials":  # none in the environment, no profile, no instance role to ask
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+            monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.chdir(tmp_path)
     before = set(s3.keys())
     code, seconds = _sweep(tmp_path, data_dir, tiny_models, uri, "--name", "refused")
@@ -113,6 +120,7 @@ def test_bad_storage_is_refused_before_ray_starts(
     expected = {
         "no bucket": "does not exist",
         "wrong credentials": "refused the credentials",
+        "no credentials": "no AWS credentials found",
         "no answer": "does not answer",
         "bad scheme": "cannot open this URI",
         "credentials in the uri": "carries credentials",

@@ -149,7 +149,10 @@ def s3_client(uri: str, timeout: float | None = None, attempts: int | None = Non
     if attempts is not None:
         options["retries"] = {"max_attempts": attempts, "mode": "standard"}
     region = query(uri).get("region")
-    return boto3.client("s3", endpoint_url=endpoint_url(uri), region_name=region, config=Config(**options))
+    # a session of its own: boto3's default session keeps the credentials it found first, even when the
+    # environment no longer holds them (and pyarrow, which reads them afresh, would then be refused)
+    session = boto3.session.Session()
+    return session.client("s3", endpoint_url=endpoint_url(uri), region_name=region, config=Config(**options))
 
 
 def _s3(uri: str) -> bool:
