@@ -86,7 +86,8 @@ def _sweep(tmp_path, data_dir, tiny_models, storage_uri, *more):
 
 
 @pytest.mark.parametrize(
-    "case", ["no bucket", "wrong credentials", "no credentials", "no answer", "bad scheme", "credentials in the uri"]
+    "case",
+    ["no bucket", "wrong credentials", "no credentials", "no answer", "bad scheme", "not s3", "credentials in the uri"],
 )
 def test_bad_storage_is_refused_before_ray_starts(
     case, s3, tmp_path, data_dir, tiny_models, monkeypatch, capsys, request
@@ -99,6 +100,7 @@ def test_bad_storage_is_refused_before_ray_starts(
         "no credentials": s3.uri("runs"),
         "no answer": f"s3://{s3.bucket}/runs?endpoint_override=127.0.0.1:{free_port()}&scheme=http",
         "bad scheme": "nosuchfs://bucket/runs",
+        "not s3": "gs://bucket/runs",
         "credentials in the uri": s3.uri("runs") + "&access_key=AKIA&secret_key=hush",
     }[case]
     if case == "wrong credentials":  # a server that checks every key (moto accepts any unless told)
@@ -123,6 +125,7 @@ def test_bad_storage_is_refused_before_ray_starts(
         "no credentials": "no AWS credentials found",
         "no answer": "does not answer",
         "bad scheme": "cannot open this URI",
+        "not s3": "goes through the S3 API",
         "credentials in the uri": "carries credentials",
     }[case]
     assert code == 2 and expected in err and len(err.splitlines()) == 1, err

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from trainables.core import object_storage
+from trainables.core.errors import SweepInputError
 from trainables.core.object_storage import absolute, is_uri, join
 
 SWEEP_FILE = "sweep.json"
@@ -56,8 +57,6 @@ def claim(sweep_dir: str, name: str) -> None:
     the same --name started twice together starts once. A claim left by a starter that died is
     taken over: on this host, when its process is gone; on an object store, also when it is older
     than CLAIM_STALE_S and no sweep.json followed it."""
-    from trainables.core.errors import SweepInputError
-
     path = join(sweep_dir, CLAIM_FILE)
     me = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}).encode()
     if object_storage.create_if_absent(path, me) is not None:
@@ -106,6 +105,12 @@ def check_writable(storage_path: str) -> None:
     A URI must name a store that answers, with a bucket that exists and credentials it accepts."""
     if is_uri(storage_path):
         object_storage.check_location(storage_path, "--storage-path")
+        if object_storage.split(storage_path)[0] != "s3":  # claims of names and stages are conditional writes
+            raise SweepInputError(
+                f"--storage-path {storage_path}: a sweep's storage on an object store goes through the S3 API (its "
+                "claims are S3 conditional writes); pass s3://<bucket>/<path>, with the endpoint of GCS, R2, MinIO "
+                "or Ceph as ?endpoint_override=<host>:<port>"
+            )
         return
     from trainables.core.paths import check_folder_target
 
