@@ -183,3 +183,14 @@ def test_executions_and_progress_are_objects_in_the_bucket(s3):
     assert read_progress(spec)["done"] == 3 and f"stages/{KEY}.progress.json" in s3.keys()
     clear_progress(spec)
     assert read_progress(spec) is None
+
+
+def test_a_committed_manifest_whose_attempt_is_no_id_is_refused(s3):
+    """The attempt id becomes part of a path: a stage.json edited to point elsewhere is refused."""
+    store = ObjectStageStore(s3.uri("stages"))
+    store.get_or_compute(KEY, lambda out: (out / "w.txt").write_text("x"))
+    key = f"stages/{KEY}/{MANIFEST}"
+    manifest = json.loads(s3.read(key))
+    s3.client.put_object(Bucket=s3.bucket, Key=key, Body=json.dumps({**manifest, "attempt": "../../elsewhere"}))
+    with pytest.raises(SweepInputError, match="is not one this store writes"):
+        local_stage(store.path(KEY))

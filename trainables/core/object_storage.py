@@ -9,7 +9,7 @@ because locations are written to sweep.json, MLflow params and logs.
 
 - `join`, `parent`, `basename`: path arithmetic that keeps the query at the end of a URI;
 - `filesystem(location)`: pyarrow's filesystem and the path inside it;
-- `read_bytes` / `write_bytes` / `exists` / `list_dir` / `delete_tree`, `upload_dir`, `download_dir`;
+- `read_bytes` / `write_bytes` / `list_dir` / `delete` / `delete_tree`, `upload_dir`, `download_dir`;
 - `create_if_absent` and `replace_if_match`: the atomic writes that locks are made of (O_EXCL
   locally, S3's conditional writes `If-None-Match: *` / `If-Match: <etag>` on an object store);
 - `file_manifest(folder)`: every file's size and sha256, and one digest over them, which a reader
@@ -273,20 +273,6 @@ def read_json(location) -> dict | None:
     except (UnicodeDecodeError, ValueError):
         return None
     return value if isinstance(value, dict) else None
-
-
-def exists(location) -> bool:
-    import pyarrow.fs
-
-    fs, inner = filesystem(location)
-    return fs.get_file_info(inner).type != pyarrow.fs.FileType.NotFound
-
-
-def is_dir(location) -> bool:
-    import pyarrow.fs
-
-    fs, inner = filesystem(location)
-    return fs.get_file_info(inner).type == pyarrow.fs.FileType.Directory
 
 
 def list_dir(location, recursive: bool = False) -> list:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -109,6 +110,11 @@ class ObjectStageStore:
         manifest = object_storage.read_json(object_storage.join(self.path(key), MANIFEST))
         if manifest is None or manifest.get("complete") is not True or not isinstance(manifest.get("files"), dict):
             return None
+        if not re.fullmatch(r"[0-9a-f]{16}", str(manifest.get("attempt"))):  # it becomes part of a path
+            raise SweepInputError(
+                f"{object_storage.join(self.path(key), MANIFEST)}: its attempt {manifest.get('attempt')!r} is not one "
+                "this store writes; the stage store was changed by someone else: delete the stage's folder"
+            )
         return manifest
 
     def lookup(self, key: str) -> str | None:
