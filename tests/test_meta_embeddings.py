@@ -355,22 +355,34 @@ def test_a_reused_actor_gives_each_method_its_own_result(small_stages):
     actor.stop()
 
 
-def test_conc_and_avg_do_not_depend_on_a_sources_scale(small_stages, tmp_path):
-    # all-MiniLM-L6-v2's word vectors are ~2.4x longer than all-mpnet-base-v2's: unnormalised, the
-    # longer source decided CONC, which then scored below the better source alone
+def test_l2_baselines_do_not_depend_on_a_sources_scale_and_raw_ones_do(small_stages, tmp_path):
+    # all-MiniLM-L6-v2's word vectors are ~2.4x longer than all-mpnet-base-v2's: raw (the paper's
+    # eq. 11-14), the longer source decides CONC; `l2` normalises each source's sentence vectors first
     words, starts = te.load(small_stages["paths"][0])
     scaled = tmp_path / "scaled"
     scaled.mkdir()
     te.save(scaled, [np.asarray(words[starts[i] : starts[i + 1]], np.float32) * 64 for i in range(len(starts) - 1)])
     data = small_stages["data"]
     for meta, variant in (("conc", "-"), ("avg", "zero-pad"), ("svd", "full")):
-        plain = _trainable(_config(small_stages, meta=meta, variant=variant), data).train()
-        config = _config(
-            small_stages, meta=meta, variant=variant, _source_paths=[str(scaled), small_stages["paths"][1]]
-        )
-        assert _trainable(config, data).train()["stsb_spearman"] == pytest.approx(plain["stsb_spearman"], abs=1e-6), (
-            meta
-        )
+        scores = {}
+        for inputs in ("l2", "raw"):
+            plain = _config(small_stages, meta=meta, variant=variant, baseline_inputs=inputs)
+            big = {**plain, "_source_paths": [str(scaled), small_stages["paths"][1]]}
+            scores[inputs] = [_trainable(c, data).train()["stsb_spearman"] for c in (plain, big)]
+        assert scores["l2"][0] == pytest.approx(scores["l2"][1], abs=1e-6), meta
+        assert scores["raw"][0] != pytest.approx(scores["raw"][1], abs=1e-4), meta
+
+
+def test_raw_conc_is_the_concatenation_of_each_sources_pooled_vectors(small_stages):
+    from trainables.methods.meta_embeddings.models import mean_pooled, sentence_vectors
+
+    sources = [te.load(path) for path in small_stages["paths"]]
+    rows = np.arange(5)
+    raw = [sentence_vectors(s, rows, "mean", "raw") for s in sources]
+    assert all(np.array_equal(r, mean_pooled(s, rows)) for r, s in zip(raw, sources))
+    normalised = sentence_vectors(sources[0], rows, "mean", "l2")
+    assert np.allclose(np.linalg.norm(normalised, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(normalised * np.linalg.norm(raw[0], axis=1, keepdims=True), raw[0], atol=1e-5)
 
 
 def test_model_vectors_are_each_sentence_pooled_alone_in_the_order_asked(small_stages):
@@ -560,6 +572,7 @@ def test_sources_sharing_a_folder_name_are_told_apart(tiny_models, tmp_path, dat
     rows = {(c["meta"], c["variant"], c["source_index"]) for c in plan.configs}
     assert rows == {("sse", "a/tiny", 0), ("sse", "b/tiny", 1), ("conc", "-", -1)}
     assert len(plan.configs) == 6 and {c["sources"] for c in plan.configs} == {"a/tiny,b/tiny"}
+    assert {c["meta"]: c["baseline_inputs"] for c in plan.configs} == {"sse": None, "conc": "raw"}  # eq. 11-14
     # unique names keep their folder name (the labels of earlier sweeps); a hub id its model name
     assert source_labels([tiny_models["bert"], tiny_models["mpnet"]]) == ["bert", "mpnet"]
     assert source_labels(["org/tiny", str(a), "sentence-transformers/all-MiniLM-L6-v2"]) == [
@@ -578,3 +591,11 @@ def test_svd_and_gcca_refuse_fewer_train_sentences_than_components_in_the_trial(
         with pytest.raises(SweepInputError, match=f"needs at least {needed} different ones, but gets 2"):
             me.baseline_vectors(meta, variant, views, _views(), None, 8, 0)
     assert me.baseline_vectors("svd", "train", _views(n=10), _views(), None, 8, 0).shape == (300, 8)
+
+
+def test_the_papers_presets_run_the_raw_baselines_and_their_reports_say_so():
+    from trainables.methods.meta_embeddings.paper import PRESETS
+
+    for preset in PRESETS.values():
+        assert preset.flags["baseline_inputs"] == "raw"
+        assert "baseline_inputs" in dict(preset.shown)

@@ -4,6 +4,7 @@ code trains it, what a planned trial records, and the TSDAE paper's presets (tsd
 
 from argparse import Namespace
 
+import numpy as np
 import pytest
 from sweep_helpers import sweep_args
 
@@ -22,8 +23,27 @@ def _resolve(objective, corpus_size=1000, model_max=512, **flags):
 
 
 PAPER_VALUES = {  # (steps, batch, lr, optimizer, schedule, warm-up, decay, clip, pooling, mlp, temperature, length,
-    # dropout, decoder dropout, final weights, eval cadence) on a 1,000-sentence corpus and a 512-token model
-    "tsdae": (100_000, 8, 3e-5, "adamw", "constant", 0, 0.0, 1.0, "cls", "none", None, 512, True, True, "last", 1000),
+    # scoring length, dropout, decoder dropout, final weights, eval cadence) on a 1,000-sentence corpus and a
+    # 512-token model
+    "tsdae": (
+        100_000,
+        8,
+        3e-5,
+        "adamw",
+        "constant",
+        0,
+        0.0,
+        1.0,
+        "cls",
+        "none",
+        None,
+        512,
+        512,
+        True,
+        True,
+        "last",
+        1000,
+    ),
     "mlm": (
         100_000,
         8,
@@ -37,12 +57,33 @@ PAPER_VALUES = {  # (steps, batch, lr, optimizer, schedule, warm-up, decay, clip
         "none",
         None,
         128,
+        512,
         True,
         None,
         "last",
         1000,
     ),
-    "simcse": (16, 64, 3e-5, "adamw", "linear", 0, 0.0, 1.0, "cls", "train", 0.05, 32, True, None, "best-dev", 16),
+    # SimCSE as the TSDAE paper ran it (the default) and at the SimCSE paper's later settings
+    "simcse": (2, 512, 5e-5, "adamw", "linear", 0, 0.0, 1.0, "cls", "keep", 0.05, 32, 512, True, None, "best-dev", 2),
+    "simcse-paper": (
+        16,
+        64,
+        3e-5,
+        "adamw",
+        "linear",
+        0,
+        0.0,
+        1.0,
+        "cls",
+        "train",
+        0.05,
+        32,
+        512,
+        True,
+        None,
+        "best-dev",
+        16,
+    ),
     "ct": (
         100_000,
         16,
@@ -56,6 +97,7 @@ PAPER_VALUES = {  # (steps, batch, lr, optimizer, schedule, warm-up, decay, clip
         "none",
         None,
         75,
+        512,
         False,
         None,
         "last",
@@ -67,8 +109,12 @@ KEYS = SETTING_KEYS  # the order of PAPER_VALUES' rows
 
 @pytest.mark.parametrize("objective", sorted(PAPER_VALUES))
 def test_each_objective_runs_at_its_own_papers_settings_by_default(objective):
-    settings = _resolve(objective)
+    if objective == "simcse-paper":
+        settings = _resolve("simcse", simcse_settings="simcse-paper")
+    else:
+        settings = _resolve(objective)
     assert tuple(settings[k] for k in KEYS) == PAPER_VALUES[objective]
+    assert settings["simcse_settings"] == {"simcse": "tsdae-paper", "simcse-paper": "simcse-paper"}.get(objective)
     assert settings["settings"] == "paper" and settings["epochs"] == -(-settings["steps"] // settings["eval_steps"])
     untrained = _resolve("none", model_max=128)
     assert (untrained["pooling"], untrained["max_length"], untrained["steps"], untrained["lr"]) == (
@@ -80,8 +126,9 @@ def test_each_objective_runs_at_its_own_papers_settings_by_default(objective):
 
 
 def test_simcse_trains_one_epoch_of_the_corpus_and_ct_in_batch_takes_adamw_with_cts_pooling():
-    assert _resolve("simcse", corpus_size=1_000_000)["steps"] == 15_625  # wiki1m at 64 a batch
-    assert _resolve("simcse", corpus_size=65)["steps"] == 2
+    assert _resolve("simcse", corpus_size=1_000_000)["steps"] == 1954  # wiki1m at 512 a batch (TSDAE's SimCSE)
+    assert _resolve("simcse", corpus_size=1_000_000, simcse_settings="simcse-paper")["steps"] == 15_625  # at 64
+    assert _resolve("simcse", corpus_size=65, simcse_settings="simcse-paper")["steps"] == 2
     in_batch = _resolve("ct", ct_variant="in-batch")
     assert (in_batch["optimizer"], in_batch["lr"], in_batch["pooling"], in_batch["dropout"]) == (
         "adamw",
@@ -92,7 +139,7 @@ def test_simcse_trains_one_epoch_of_the_corpus_and_ct_in_batch_takes_adamw_with_
 
 
 def test_flags_given_win_for_every_objective_and_shared_settings_give_every_objective_tsdaes():
-    for objective in PAPER_VALUES:
+    for objective in ("tsdae", "mlm", "simcse", "ct"):
         given = _resolve(objective, lr=1e-4, batch_size=4, pooling="mean", steps=50, max_length=40, eval_steps=7)
         assert (given["lr"], given["batch_size"], given["pooling"], given["steps"], given["max_length"]) == (
             1e-4,
@@ -186,7 +233,9 @@ def test_simcse_mlp_over_cls_is_trained_and_left_out_of_the_encoder(tiny_models,
 
     import torch
 
-    training = _training(tiny_models["bert"], "simcse", stsb_sentences[:200], batch_size=8)
+    training = _training(
+        tiny_models["bert"], "simcse", stsb_sentences[:200], batch_size=8, simcse_settings="simcse-paper"
+    )
     assert (training.config["mlp"], training.config["temperature"]) == ("train", 0.05)
     assert training.loss.scale == pytest.approx(20.0)
     trained_model = training.loss.model
@@ -240,12 +289,14 @@ def test_a_planned_trial_records_the_settings_it_runs_with(tmp_path, data_dir, t
         tmp_path,
         data_dir,
         tiny_models["bert"],
-        "--method none,tsdae,mlm,simcse,ct --seeds 0 --max-sentences 130 --eval-sets none",
+        "--method none,tsdae,mlm,simcse,ct --seeds 0 --max-sentences 130 --eval-sets none "
+        "--simcse-settings simcse-paper",
     )
     by_objective = {c["objective"]: c for c in plan.configs}
-    for objective, values in PAPER_VALUES.items():
-        expected = dict(zip(KEYS, values))
-        expected["max_length"] = min(126, expected["max_length"])  # the tiny model's limit caps the papers' lengths
+    for objective in ("tsdae", "mlm", "simcse", "ct"):
+        expected = dict(zip(KEYS, PAPER_VALUES["simcse-paper" if objective == "simcse" else objective]))
+        for key in ("max_length", "eval_max_length"):  # the tiny model's limit caps the papers' lengths
+            expected[key] = min(126, expected[key])
         expected.update({"simcse": {"steps": 3, "eval_steps": 3}}.get(objective, {}))
         assert {k: by_objective[objective][k] for k in KEYS} == expected, objective
     assert (by_objective["none"]["pooling"], by_objective["none"]["max_length"]) == ("mean", 126)
@@ -393,3 +444,183 @@ def test_a_done_trial_keeps_the_weights_its_final_scores_came_from(tiny_models, 
     assert torch.equal(kept("last", 3, "done-last"), last)
     assert not torch.equal(kept("last", 2, "running-last"), last)
     assert not torch.equal(kept("best-dev", 3, "done-best"), last)
+
+
+def test_simcse_as_the_tsdae_paper_ran_it_keeps_its_linear_layer_in_the_encoder(tiny_models, stsb_sentences, tmp_path):
+    """TSDAE Appendix B: SimCSE with "a linear layer on the CLS token embedding as the pooling method"
+    (SimCSE's April 2021 code: linear + tanh over [CLS], kept at test time), batch 512, lr 5e-5."""
+    import json
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    training = _training(tiny_models["bert"], "simcse", stsb_sentences[:200], batch_size=8)
+    config = training.config
+    assert (config["mlp"], config["lr"], config["simcse_settings"]) == ("keep", 5e-5, "tsdae-paper")
+    assert len(training.st) == 3 and training.loss.model is training.st
+    dense = training.st[2].linear
+    assert any(p is dense.weight for group in training.optimizer.param_groups for p in group["params"])
+    before = dense.weight.detach().clone()
+    training.run(2)
+    assert not torch.equal(before, dense.weight)
+    training.st.save(str(tmp_path / "saved"))
+    assert len(json.loads((tmp_path / "saved" / "modules.json").read_text())) == 3
+    training.st.eval()
+    sentence = ["a man is playing a guitar"]
+    with torch.no_grad():
+        pooled = training.st[1](training.st[0](dict(training._tokenize(sentence))))["sentence_embedding"]
+        expected = torch.tanh(dense(pooled)).numpy()
+    loaded = SentenceTransformer(str(tmp_path / "saved"), device="cpu").encode(sentence, convert_to_numpy=True)
+    assert np.allclose(loaded, expected, atol=1e-5)
+    assert _resolve("simcse", batch_size=512)["batch_size"] == 512  # the paper's batch (the tiny test trains 8)
+
+
+def test_a_flag_can_set_one_objectives_value_and_leave_the_others(tmp_path, data_dir, tiny_models):
+    plan = _plan(
+        tmp_path,
+        data_dir,
+        tiny_models["bert"],
+        "--method tsdae,simcse,ct --batch-size 8,simcse=16 --lr simcse=1e-4 --seeds 0 --max-sentences 64 "
+        "--eval-sets none --steps 4",
+    )
+    got = {c["objective"]: (c["batch_size"], c["lr"]) for c in plan.configs}
+    assert got == {"tsdae": (8, 3e-5), "simcse": (16, 1e-4), "ct": (8, 1e-5)}
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ("--method tsdae --batch-size simcse=16", "gives a value for simcse, which --method tsdae does not run"),
+        ("--method tsdae --lr tsdae=-1", "--lr must be positive"),
+        ("--method tsdae --eval-max-length 0", "--eval-max-length must be a positive integer"),
+    ],
+)
+def test_a_per_objective_value_is_checked_like_any_other(flags, message, tmp_path, data_dir, tiny_models):
+    with pytest.raises(SweepInputError, match=message):
+        _plan(tmp_path, data_dir, tiny_models["bert"], flags)
+
+
+@pytest.mark.parametrize("value", ["simcsee=16", "simcse=x", "8,8", "simcse=8,simcse=9"])
+def test_a_malformed_per_objective_value_is_a_usage_error(value, capsys):
+    from sweeps.engine.runner import parser_for
+
+    with pytest.raises(SystemExit) as exit:
+        parser_for("tsdae").parse_args(["--batch-size", value])
+    assert exit.value.code == 2 and "--batch-size" in capsys.readouterr().err
+
+
+def test_the_corpus_size_figure_gives_every_objective_ten_epochs_up_to_100k_steps(tmp_path, data_dir, tiny_models):
+    """§7.1: "10 epochs up to 100k training steps" for every objective, SimCSE included."""
+    plan = _plan(
+        tmp_path,
+        data_dir,
+        tiny_models["bert"],
+        "--method tsdae,mlm,simcse,ct --batch-size simcse=8 --max-sentences 16,64 --corpus-epochs 10 "
+        "--eval-sets none --seeds 0",
+    )
+    for c in plan.configs:
+        assert c["steps"] * c["batch_size"] == 10 * c["max_sentences"], c["objective"]
+        assert c["corpus_epochs"] == 10
+    from trainables.methods.tsdae.settings import with_corpus_epochs
+
+    simcse = _resolve("simcse", corpus_size=65_536, simcse_settings="simcse-paper")
+    assert simcse["steps"] == 1024  # its own budget: one epoch
+    assert with_corpus_epochs(simcse, 10, 65_536)["steps"] == 10_240  # the figure's: ten
+    assert with_corpus_epochs(_resolve("tsdae"), 10, 1_000_000)["steps"] == 100_000  # the cap
+    assert with_corpus_epochs(_resolve("tsdae"), 10, 1_000_000, cap=500)["steps"] == 500  # --steps given
+
+
+def test_scoring_encodes_at_the_models_length_whatever_the_training_length(tiny_models, stsb_sentences):
+    from trainables.methods.tsdae.trainable import TSDAETrainable
+
+    assert _resolve("simcse", model_max=512)["max_length"] == 32 and _resolve("simcse")["eval_max_length"] == 512
+    assert _resolve("ct", eval_max_length={"ct": 64, "*": 128})["eval_max_length"] == 64
+    training = _training(tiny_models["bert"], "simcse", stsb_sentences[:50], batch_size=8, max_length=8)
+    long = " ".join(stsb_sentences[:6])
+    seen = []
+
+    class Suite:
+        sentences = [long]
+
+        def score(self, embeddings):
+            seen.append(embeddings)
+            return {}
+
+    trial = object.__new__(TSDAETrainable)
+    trial.st, trial.trial_config = training.st, training.config
+    assert training.config["eval_max_length"] == 64 and training.st.max_seq_length == 8
+    trial._scores(Suite())
+    assert training.st.max_seq_length == 8  # the training length is back for the next steps
+    truncated = training.st.encode([long], convert_to_numpy=True)
+    assert not np.allclose(seen[0], truncated)
+    training.st.max_seq_length = 64
+    assert np.allclose(seen[0], training.st.encode([long], convert_to_numpy=True), atol=1e-6)
+
+
+@pytest.mark.parametrize("scores, kept", [((0.7, 0.5), 1), ((0.4, 0.6), 2), ((0.5, 0.5), 2)])
+def test_top_ct_eval_keeps_the_better_copy_of_each_epoch(scores, kept, tiny_models, stsb_sentences):
+    """The CT code: after each epoch both copies are scored on STS-B dev and the better (copy 2 on a
+    tie: `eval_1 > eval_2`) is the epoch's model; the trial records which copy its best weights are."""
+    import torch
+
+    from trainables.methods.tsdae.trainable import TSDAETrainable
+
+    training = _training(tiny_models["bert"], "ct", stsb_sentences[:50], batch_size=8, ct_keep="better")
+    training.config["ct_keep"] = "better"
+    first = training.first_copy()
+    assert first is training.loss.model1 and first is not training.st
+    with torch.no_grad():
+        for p in first.parameters():
+            p.add_(0.5)
+    trial = object.__new__(TSDAETrainable)
+    trial.st, trial.training, trial.trial_config, trial.dev, trial.suite = (
+        training.st,
+        training,
+        training.config,
+        0,
+        None,
+    )
+    trial.best_copy = trial.epoch_copy = 2
+    trial._scores = lambda suite, model=None: {
+        "stsb_dev_spearman": scores[0] if model is first else scores[1],
+        "stsb_dev_pearson": 0.0,
+    }
+    metrics = trial.evaluate()
+    assert (metrics["dev_spearman"], metrics["dev_spearman_copy1"], metrics["dev_spearman_copy2"]) == (
+        max(scores),
+        *scores,
+    )
+    trial.remember_best()
+    source = first if kept == 1 else training.st
+    assert all(torch.equal(v, source.state_dict()[k]) for k, v in trial.best_weights.items())
+    assert trial.final_metrics() == {"best_copy": kept}
+    plain = _training(tiny_models["bert"], "ct", stsb_sentences[:50], batch_size=8)
+    assert plain.first_copy() is None  # the default: sentence-transformers' second copy alone
+
+
+def test_the_tsdae_table2_estimate_counts_the_trials_its_plan_runs():
+    from sweeps.engine.runner import parser_for
+    from trainables.methods.tsdae import tsdae_paper
+
+    flags = tsdae_paper.PRESETS["tsdae-table2"].flags
+    argv = [f"--{k.replace('_', '-')}={v}" for k, v in flags.items()]
+    args = parser_for("tsdae").parse_args(argv)
+    assert tsdae_paper.estimate(args).trials == 4 * (4 * 5 + 1)  # the untrained encoder once per corpus
+
+
+def test_the_sed_teachers_command_trains_uncased_bert_large_keeping_the_better_copy():
+    import shlex
+
+    from sweeps.engine.runner import parser_for
+    from trainables.methods.sed import paper
+
+    argv = shlex.split(paper.TEACHERS_COMMAND)
+    assert argv[:2] == ["python", "sweeps/tsdae.py"]
+    args = parser_for("tsdae").parse_args(argv[2:])
+    assert (args.models, args.ct_keep, args.eval_steps, args.final_weights) == (
+        "bert-large-uncased",
+        "better",
+        500,
+        "best-dev",
+    )
+    assert paper.PRESETS["sed-table3"].flags["student"] == "bert-large-uncased"

@@ -26,16 +26,16 @@ Methods (`meta`) and their variants (`variant`):
   0.1 x its mean feature std, `gcca_shrinkage`) fitted on the STS-B train
   sentences, d = min(--width, smallest source size); a sentence is the mean of its views' scores.
 Every trial runs under each `--pooling` (max, mean: an axis; paper Table 1 has both rows for the
-baselines); the baselines pool each source's word vectors, l2-normalised per source
-(`sentence_vectors`): what SBERT sources with a `Normalize` module
-(the default all-MiniLM-L6-v2 and all-mpnet-base-v2) output, and what keeps one source's scale
-from deciding CONC, AVG and SVD (all-MiniLM-L6-v2's word vectors are ~2.4x longer than
-all-mpnet-base-v2's; unnormalised, CONC scored below mpnet alone: STS-B test 82.67 vs 83.04,
-normalised 83.43). The authors' sources had no `Normalize`, so their CONC was unnormalised; SSE
-is unaffected (cosine). UNSUP and SUP use `--pooling` (max, the authors' default and the
-paper's best); note that the sources above were trained with mean pooling, and max-pooling their
-own word vectors costs them 3-7 points (mpnet STS-B test 80.28 max vs 83.04 mean), so compare
-UNSUP/SUP with SSE at `--pooling mean` too.
+baselines); the baselines pool each source's raw word vectors (`--baseline-inputs raw`, the
+default: the paper's eq. 11-14, and the authors' sources had no `Normalize`), or each pooled
+sentence vector l2-normalised per source first (`l2`: what SBERT sources with a `Normalize` module,
+such as all-MiniLM-L6-v2 and all-mpnet-base-v2, output, and what keeps one source's scale from
+deciding CONC, AVG and SVD: all-MiniLM-L6-v2's word vectors are ~2.4x longer than
+all-mpnet-base-v2's). Every baseline run records `baseline_inputs`; SSE is unaffected (cosine).
+UNSUP and SUP use `--pooling` (max, the authors' default and the paper's best); note that the
+sources above were trained with mean pooling, and max-pooling their own word vectors costs them
+3-7 points (mpnet STS-B test 80.28 max vs 83.04 mean), so compare UNSUP/SUP with SSE at
+`--pooling mean` too.
 
 Model (both variants): per source a projection P_i (width x d_i, no bias, torch's default
 initialisation) and a scalar weight a_i ~ U(-1, 1); word vectors w_{i,t} = a_i P_i x_{i,t}.
@@ -102,6 +102,8 @@ from trainables.core.method import (
 from trainables.methods.meta_embeddings import paper, token_embeddings
 from trainables.methods.meta_embeddings.models import (
     ABLATIONS,
+    BASELINE_INPUTS,
+    BASELINES,
     OPTIMIZERS,
     PAPER_LOSSES,
     POOLINGS,
@@ -171,6 +173,11 @@ def parse_variants(text: str) -> list[str] | None:
     if text == "main":
         return [v for v in known if v not in ABLATIONS]
     return parse_names(text, "--variants", known)
+
+
+def _paper_loss_runs(trial: dict) -> bool:
+    """Whether a trial trains with the paper's loss (--paper-loss): UNSUP's paper model and its ablations."""
+    return trial["meta"] == "unsup" and trial["variant"] != "authors_code"
 
 
 def trial_grid(methods: list[str], variants: list[str] | None, sources: list[str]) -> list[dict]:
@@ -286,6 +293,13 @@ class MetaEmbeddings(Method):
         train.add_argument(
             "--max-train-samples", type=int, default=None, help="the first N STS-B train pairs (default: all)"
         )
+        what.add_argument(
+            "--baseline-inputs",
+            choices=BASELINE_INPUTS,
+            default="raw",
+            help="what CONC, AVG, SVD and GCCA combine: raw (the paper's eq. 11-14: each source's pooled vectors as "
+            "they are) or l2 (each source's pooled sentence vector l2-normalised first)",
+        )
 
     @classmethod
     def check(cls, args) -> None:
@@ -396,8 +410,6 @@ class MetaEmbeddings(Method):
             "lr": args.lr,
             "weight_decay": args.weight_decay,
             "width": args.width,
-            "paper_loss": args.paper_loss,
-            "margin": args.margin,
             "max_train_samples": args.max_train_samples,
             "upstream_method": "token-embeddings",
             "stage_key": [spec["key"] for spec in specs],
@@ -413,6 +425,10 @@ class MetaEmbeddings(Method):
                 "optimizer": (args.optimizer or default_optimizer(trial["variant"]))
                 if trial["meta"] in TRAINED
                 else "",
+                "baseline_inputs": args.baseline_inputs if trial["meta"] in BASELINES else None,
+                # the paper's loss, and its margin, only where they run (not recorded on other trials)
+                "paper_loss": args.paper_loss if _paper_loss_runs(trial) else "",
+                "margin": args.margin if _paper_loss_runs(trial) and args.paper_loss == "hinge" else "",
                 "seed": seed,
             }
             for seed in parse_int_list(args.seeds, "--seeds")

@@ -28,6 +28,7 @@ VARIANTS = {
 
 
 TRAINED = ("unsup", "sup")
+BASELINES = ("conc", "avg", "svd", "gcca")  # what `--baseline-inputs` changes (SSE scores by the cosine: unchanged)
 
 
 POOLINGS = ("max", "mean")
@@ -90,9 +91,15 @@ def max_pooled(source, rows) -> np.ndarray:
     return out
 
 
-def sentence_vectors(source, rows, pooling: str = "mean") -> np.ndarray:
-    """The baselines' view of a source: `mean_pooled` (or `max_pooled`), each row l2-normalised (zeros stay zeros)."""
+BASELINE_INPUTS = ("raw", "l2")  # the paper's eq. 11-14 pool the raw word vectors; l2: each sentence normalised
+
+
+def sentence_vectors(source, rows, pooling: str = "mean", inputs: str = "raw") -> np.ndarray:
+    """The baselines' view of a source: `mean_pooled` (or `max_pooled`) as they are (`raw`, the paper's
+    eq. 11-14), or each row l2-normalised (`l2`; zeros stay zeros)."""
     vectors = max_pooled(source, rows) if pooling == "max" else mean_pooled(source, rows)
+    if inputs == "raw":
+        return vectors
     return vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
 
 

@@ -106,12 +106,13 @@ def _preset(name, reproduces, flags, rows, columns, source) -> Preset:
         "meta-embeddings",
         "sweeps/meta_embeddings.py",
         reproduces,
-        {"sources": SOURCES, "pooling": "max,mean", **flags},
+        {"sources": SOURCES, "pooling": "max,mean", "baseline_inputs": "raw", **flags},
         source,
         rows,
         NOTE,
         paper=PAPER,
         columns=columns,
+        shown=(("baseline_inputs", "baselines' inputs (the paper's: raw)"),),
     )
 
 

@@ -146,12 +146,13 @@ class MetaEmbeddingTrainable(EpochTrainable):
             rows = np.unique(np.concatenate([*self.data.dev[:2], self.data.suite_rows]))
             train_rows = np.unique(np.concatenate(self.data.train[:2]))
             pooling = self.trial_config.get("pooling") or "mean"
+            inputs = self.trial_config.get("baseline_inputs") or "l2"  # a sweep recorded before the setting: l2
             vectors = baseline_vectors(
                 self.meta,
                 self.variant,
-                [sentence_vectors(s, train_rows, pooling) for s in self.sources],
-                [sentence_vectors(s, rows, pooling) for s in self.sources],
-                lambda: [sentence_vectors(s, np.arange(self.data.sentences), pooling) for s in self.sources],
+                [sentence_vectors(s, train_rows, pooling, inputs) for s in self.sources],
+                [sentence_vectors(s, rows, pooling, inputs) for s in self.sources],
+                lambda: [sentence_vectors(s, np.arange(self.data.sentences), pooling, inputs) for s in self.sources],
                 int(self.trial_config["width"]),
                 int(self.trial_config["seed"]),
                 int(self.trial_config["source_index"]),

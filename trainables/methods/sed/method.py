@@ -36,7 +36,9 @@ The paper's printed text lost its distillation numbers (batch size, learning rat
 ensemble size, sentence count); these choices are flags recorded in every run: Adam with
 decoupled weight decay 0 (AdamW, weight decay 0 = Adam), lr 2e-5, batch 32, linear warm-up over
 10% of the steps then linear decay, gradient clipping 1.0, 1 epoch over the corpus, STS-B dev
-Spearman after every epoch with the best epoch kept (the paper's early stopping).
+Spearman after every epoch with the best epoch's weights kept. With the default single epoch that
+selects nothing (the one epoch's weights are scored); the paper's "SED with early stopping in
+regards to the STS-b development set" (§4, of its supervised ensembles) needs `--epochs` above 1.
 
 Grid: one trial per teacher (`member` teacher, `replica` its index), one for the ensemble, and one
 per student seed (`member` student, `replica` the seed); teacher and ensemble trials only score

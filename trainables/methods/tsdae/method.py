@@ -47,10 +47,19 @@ from trainables.data.sentences import check_corpus_size
 from trainables.encoders.loading import model_list
 from trainables.evaluation.sets import eval_set_names, parse_eval_sets
 from trainables.methods.tsdae import tsdae_paper
-from trainables.methods.tsdae.settings import FINAL_WEIGHTS, check_flags, with_corpus_epochs
+from trainables.methods.tsdae.settings import (
+    FINAL_WEIGHTS,
+    SIMCSE_SETTINGS,
+    check_flags,
+    choice,
+    flag_value,
+    per_objective,
+    with_corpus_epochs,
+)
 from trainables.methods.tsdae.stage import add_noise_flag
 from trainables.methods.tsdae.trainable import TSDAEData, TSDAETrainable
 from trainables.methods.tsdae.training import (
+    CT_KEEP,
     CT_VARIANTS,
     DELETE_RATIOS,
     OBJECTIVES,
@@ -204,7 +213,8 @@ class TSDAE(Method):
         what.add_argument(
             "--max-sentences",
             default=None,
-            help="use the first N sentences of each corpus; a comma-separated list sweeps corpus sizes",
+            help="use N sentences of each corpus (a seeded random subset, the same for every trial, in corpus "
+            "order); a comma-separated list sweeps corpus sizes",
         )
         train = parser.add_argument_group(
             "training (each objective's own paper's value unless given; docs/methods.md M6)"
@@ -215,25 +225,59 @@ class TSDAE(Method):
             help="run every objective at TSDAE's settings (lr 3e-5, batch 8, CLS, constant rate, 100K steps, "
             "the model's length limit, last weights) instead of each at its own paper's; flags still win",
         )
-        train.add_argument("--steps", type=int, default=None, help="optimiser steps (the step budget)")
+        each = per_objective_help = " (VALUE for every objective, or OBJECTIVE=VALUE, comma-separated, for some)"
+        objectives = tuple(o for o in OBJECTIVES if o != "none")
+        train.add_argument(
+            "--steps",
+            type=per_objective(int, objectives),
+            default=None,
+            help="optimiser steps (the step budget)" + each,
+        )
         train.add_argument(
             "--corpus-epochs",
             type=int,
             default=None,
-            help="train N passes over the corpus, at most the step budget (the paper's corpus-size figure: 10)",
+            help="train N passes over the corpus, up to 100K steps or --steps (the paper's corpus-size figure: "
+            "10, for every objective)",
         )
-        train.add_argument("--batch-size", type=int, default=None)
-        train.add_argument("--lr", type=float, default=None, help="the (peak) learning rate")
-        train.add_argument("--pooling", default=None, choices=("cls", "mean"))
-        train.add_argument("--max-length", type=int, default=None, help="tokens")
+        train.add_argument("--batch-size", type=per_objective(int, objectives), default=None, help="sentences" + each)
+        train.add_argument(
+            "--lr", type=per_objective(float, objectives), default=None, help="the (peak) learning rate" + each
+        )
+        train.add_argument(
+            "--pooling", type=per_objective(choice(("cls", "mean")), OBJECTIVES), default=None, help="cls, mean" + each
+        )
+        train.add_argument(
+            "--max-length", type=per_objective(int, OBJECTIVES), default=None, help="training tokens" + each
+        )
+        train.add_argument(
+            "--eval-max-length",
+            type=per_objective(int, OBJECTIVES),
+            default=None,
+            help="tokens a sentence is scored at (STS-B dev and --eval-sets; default: the model's limit, as the "
+            "papers' evaluations do, whatever the training length)" + each,
+        )
         add_noise_flag(train, "")
-        train.add_argument("--eval-steps", type=int, default=None, help="STS-B dev evaluation every N steps")
+        train.add_argument(
+            "--eval-steps",
+            type=per_objective(int, objectives),
+            default=None,
+            help="STS-B dev evaluation every N steps" + each,
+        )
         train.add_argument(
             "--final-weights",
+            type=per_objective(choice(FINAL_WEIGHTS), objectives),
             default=None,
-            choices=FINAL_WEIGHTS,
             help="the weights --eval-sets scores: last (the TSDAE paper's fixed step budget) or best-dev "
-            "(the best STS-B dev score, SimCSE's rule)",
+            "(the best STS-B dev score, SimCSE's rule)" + per_objective_help,
+        )
+        train.add_argument(
+            "--simcse-settings",
+            default=SIMCSE_SETTINGS[0],
+            choices=SIMCSE_SETTINGS,
+            help="tsdae-paper: SimCSE as the TSDAE paper ran it (Appendix B: batch 512, AdamW lr 5e-5, linear + tanh "
+            "over [CLS] kept at test time; SimCSE's script of April 2021); simcse-paper: the SimCSE paper's later "
+            "settings (batch 64, lr 3e-5, the layer in training only)",
         )
         train.add_argument(
             "--ct-variant",
@@ -241,6 +285,14 @@ class TSDAE(Method):
             choices=CT_VARIANTS,
             help="official: M5's two copies, 16 pairs in groups of 8 (1 positive), dot-product BCE, RMSprop "
             "piecewise lr, dropout off; in-batch: ContrastiveTensionLossInBatchNegatives with AdamW",
+        )
+        train.add_argument(
+            "--ct-keep",
+            default=CT_KEEP[0],
+            choices=CT_KEEP,
+            help="official CT's copy scored and kept: second (sentence-transformers' rule: the second copy) or "
+            "better (the CT code's Top-CT-Eval: after every --eval-steps both copies are scored on STS-B dev and "
+            "the better one is the epoch's model; the SED paper's teachers)",
         )
         train.add_argument(
             "--eval-sets",
@@ -254,13 +306,23 @@ class TSDAE(Method):
         objectives = parse_names(args.method, "--method", list(OBJECTIVES))
         parse_int_list(args.seeds, "--seeds")
         check_flags(args)
+        for flag in ("steps", "batch_size", "lr", "pooling", "max_length", "eval_max_length", "eval_steps"):
+            value = getattr(args, flag, None)
+            unused = [o for o in value if o != "*" and o not in objectives] if isinstance(value, dict) else []
+            if unused:
+                raise SweepInputError(
+                    f"--{flag.replace('_', '-')} gives a value for {', '.join(unused)}, which --method "
+                    f"{args.method} does not run; drop it or add the objective to --method"
+                )
         if args.corpus_epochs is not None and args.corpus_epochs <= 0:
             raise SweepInputError(f"--corpus-epochs must be a positive integer, got {args.corpus_epochs}")
         in_batch = [o for o in objectives if o == "simcse" or (o == "ct" and args.ct_variant == "in-batch")]
-        if in_batch and args.batch_size is not None and args.batch_size < 2:
+        in_batch = [o for o in in_batch if (flag_value(args, "batch_size", o) or 2) < 2]
+        if in_batch:
             variant = " (--ct-variant in-batch)" if "ct" in in_batch else ""
             raise SweepInputError(
-                f"--batch-size {args.batch_size} is too small for --method {','.join(in_batch)}{variant}: its loss "
+                f"--batch-size {flag_value(args, 'batch_size', in_batch[0])} is too small for --method "
+                f"{','.join(in_batch)}{variant}: its loss "
                 "takes the other sentences of a batch as negatives, and a batch of one has none, so the loss is 0 "
                 "at every step and nothing is learned; pass --batch-size 2 or more (the paper: 8)"
             )
@@ -318,6 +380,8 @@ class TSDAE(Method):
             "delete_ratio": DELETE_RATIOS[args.noise],
             "tied_decoder": True,
             "ct_variant": args.ct_variant,
+            "ct_keep": args.ct_keep,
+            "corpus_epochs": args.corpus_epochs,
         }
         configs, costs = [], {}
         for (corpus, size), sentences in corpora.items():
@@ -325,7 +389,8 @@ class TSDAE(Method):
                 for o in objectives:
                     settings = objective_settings(o, args, len(sentences), limits[m])
                     if args.corpus_epochs is not None and o != "none":
-                        settings = with_corpus_epochs(settings, args.corpus_epochs, len(sentences))
+                        cap = flag_value(args, "steps", o)
+                        settings = with_corpus_epochs(settings, args.corpus_epochs, len(sentences), cap)
                     given = next(c for c, n in names.items() if n == corpus)  # as the command line has it
                     if settings.get("batch_size"):  # one batch draws that many sentences
                         check_corpus_size(

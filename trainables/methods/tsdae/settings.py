@@ -1,19 +1,25 @@
 """What each objective of a TSDAE sweep trains with, and where each value comes from (docs/methods.md M6,
 "Settings"): by default every objective runs at its own paper's settings (`PAPER`); `--shared-settings`
 runs every objective at TSDAE's (`SHARED`); a flag given on the command line (`--lr`, `--batch-size`,
-`--pooling`, `--steps`, `--eval-steps`, `--max-length`, `--final-weights`) sets that value for every
-objective either way. `resolve` gives the values a trial really runs with; they are its params.
+`--pooling`, `--steps`, `--eval-steps`, `--max-length`, `--eval-max-length`, `--final-weights`) sets
+that value for every objective either way, or, written `objective=value` (`--batch-size simcse=512`,
+`--lr 3e-5,ct=1e-5`), for the objectives it names only. SimCSE runs as the TSDAE paper ran it
+(`--simcse-settings tsdae-paper`: Appendix B's batch 512, lr 5e-5 and linear layer + tanh over [CLS]
+kept at test time) or at the SimCSE paper's later settings (`simcse-paper`). `resolve` gives the
+values a trial really runs with; they are its params.
 
 Sources: TSDAE = Wang, Reimers and Gurevych (2021), ../shared/papers/tsdae.txt; ST v1.1.0 = the
 sentence-transformers release that added TSDAE (April 2021: `fit`, the TSDAE example
-train_askubuntu_tsdae.py); SimCSE = princeton-nlp/SimCSE run_unsup_example.sh and train.py (the
-paper's unsupervised BERT-base settings); CT = FreddeFrallan/Contrastive-Tension (ExampleTraining.py,
+train_askubuntu_tsdae.py); SimCSE = princeton-nlp/SimCSE run_unsup_example.sh and train.py: of
+2021-04-28 (`SIMCSE_APRIL`, what the TSDAE paper ran) or of 2021-05-11 on (`PAPER["simcse"]`, the
+SimCSE paper's published unsupervised BERT-base settings); CT = FreddeFrallan/Contrastive-Tension (ExampleTraining.py,
 Training.py: "hyperparameters from the original CT paper"); Devlin = BERT (Devlin et al. 2019,
 Appendix A.2), whose setup the TSDAE paper keeps for MLM but for steps, batch and learning rate.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 from dataclasses import dataclass
 
@@ -62,7 +68,7 @@ PAPER: dict[str, dict[str, Setting]] = {
         "final_weights": S("last", "TSDAE paper Appendix B"),
         "eval_steps": S(1_000, "project (scores only)"),
     },
-    "simcse": {
+    "simcse": {  # --simcse-settings simcse-paper; tsdae-paper replaces what SIMCSE_APRIL names
         "steps": S("epoch", "SimCSE (num_train_epochs 1): one pass over the corpus"),
         "batch_size": S(64, "SimCSE (per_device_train_batch_size 64)"),
         "lr": S(3e-5, "SimCSE (learning_rate 3e-5)"),
@@ -99,35 +105,56 @@ PAPER: dict[str, dict[str, Setting]] = {
         "max_length": S(MODEL_MAX, "the model's limit"),
     },
 }
+SIMCSE_APRIL_SOURCE = "SimCSE run_unsup_example.sh of 2021-04-28, as TSDAE paper Appendix B ran it"
+SIMCSE_APRIL = {
+    "batch_size": S(512, f"{SIMCSE_APRIL_SOURCE} (batch size 512)"),
+    "lr": S(5e-5, f"{SIMCSE_APRIL_SOURCE} (AdamW, learning rate 5e-5)"),
+    "mlp": S("keep", f"{SIMCSE_APRIL_SOURCE} (pooler_type cls: linear + tanh over [CLS], kept at test time)"),
+}
 del S
+SIMCSE_SETTINGS = ("tsdae-paper", "simcse-paper")
 
 SHARED = {  # --shared-settings: TSDAE's values for every objective
     **{k: s.value for k, s in PAPER["tsdae"].items() if k not in ("decoder_dropout",)},
     "temperature": 0.05,
 }
-FLAGS = ("steps", "batch_size", "lr", "pooling", "max_length", "eval_steps", "final_weights")
+FLAGS = ("steps", "batch_size", "lr", "pooling", "max_length", "eval_max_length", "eval_steps", "final_weights")
+CORPUS_STEP_CAP = 100_000  # the corpus-size figure (§7.1): "10 epochs up to 100k training steps"
 FINAL_WEIGHTS = ("best-dev", "last")
 SCHEDULES = ("constant", "linear", "ct-piecewise")
 CT_RATES = (1e-5, 8e-6, 6e-6, 4e-6, 2e-6)
 CT_BOUNDARIES = (500, 1000, 1500, 2000)
 
 
+def flag_value(args, flag: str, objective: str):
+    """The value of a per-objective flag for `objective`: its own (`simcse=512`), else the one given
+    for every objective, else None (the objective's own setting)."""
+    value = getattr(args, flag, None)
+    if isinstance(value, dict):
+        return value.get(objective, value.get(ALL))
+    return value
+
+
 def resolve(objective: str, args, corpus_size: int, model_max: int) -> dict:
     """The settings `objective` runs with (its trial params): its paper's (or with --shared-settings
-    TSDAE's), each flag given on the command line over them, `epoch` steps and `model-max` lengths
-    resolved for the corpus and the model, and the settings an objective does not use set to None."""
+    TSDAE's), each flag given on the command line over them (for every objective or for this one),
+    `epoch` steps and `model-max` lengths resolved for the corpus and the model, and the settings an
+    objective does not use set to None."""
     shared = bool(getattr(args, "shared_settings", False))
     ct_official = objective == "ct" and getattr(args, "ct_variant", "official") == "official"
+    eval_length = flag_value(args, "eval_max_length", objective) or MODEL_MAX
+    eval_length = int(model_max) if eval_length == MODEL_MAX else min(int(eval_length), int(model_max))
     if objective == "none":
         base = {k: s.value for k, s in PAPER["none"].items()}
         if shared:
             base.update(pooling=SHARED["pooling"], max_length=SHARED["max_length"])
         for flag in ("pooling", "max_length"):
-            if getattr(args, flag, None) is not None:
-                base[flag] = getattr(args, flag)
+            if flag_value(args, flag, objective) is not None:
+                base[flag] = flag_value(args, flag, objective)
         out = {**dict.fromkeys(SETTING_KEYS), **base, "steps": 0, "epochs": 0, "optimizer": "none", "schedule": "none"}
         out.update(dropout=False, mlp="none", settings="shared" if shared else "paper")
         out["max_length"] = model_max if out["max_length"] == MODEL_MAX else min(int(out["max_length"]), model_max)
+        out["eval_max_length"] = eval_length
         return out
     if shared:
         values = dict(SHARED)
@@ -138,8 +165,10 @@ def resolve(objective: str, args, corpus_size: int, model_max: int) -> dict:
         values = {k: s.value for k, s in PAPER[column].items()}
         if objective == "ct" and not ct_official:
             values.update(pooling="mean")  # CT's pooling (TSDAE paper Appendix B) with AdamW
+        if objective == "simcse" and simcse_settings(args) == "tsdae-paper":
+            values.update({k: s.value for k, s in SIMCSE_APRIL.items()})
     for flag in FLAGS:
-        given = getattr(args, flag, None)
+        given = flag_value(args, flag, objective)
         if given is not None:
             values[flag] = given
     out = dict.fromkeys(SETTING_KEYS)
@@ -153,15 +182,76 @@ def resolve(objective: str, args, corpus_size: int, model_max: int) -> dict:
     for key in ("steps", "batch_size", "max_length"):
         out[key] = int(out[key])
     out["max_length"] = min(out["max_length"], int(model_max))  # what the model can take is what runs
+    out["eval_max_length"] = eval_length
     out["eval_steps"] = min(int(out["eval_steps"]), out["steps"])
     out["epochs"] = math.ceil(out["steps"] / out["eval_steps"])
     out["lr"] = float(out["lr"])
     out["mlp"] = out.get("mlp") or "none"
     if objective != "simcse":
         out["temperature"], out["mlp"] = None, "none"
+    out["simcse_settings"] = simcse_settings(args) if objective == "simcse" and not shared else None
     out["decoder_dropout"] = bool(out["dropout"]) if objective == "tsdae" else None
     out["settings"] = "shared" if shared else "paper"
     return out
+
+
+def simcse_settings(args) -> str:
+    return getattr(args, "simcse_settings", None) or SIMCSE_SETTINGS[0]
+
+
+ALL = "*"  # the key of a per-objective flag's value for every objective
+
+
+def per_objective(cast, objectives: tuple[str, ...]):
+    """An argparse type for a flag given for every objective (`64`) or per objective (`simcse=512`,
+    `32,simcse=512`): the plain value, or {objective or "*": value}."""
+
+    def parse(text: str):
+        parts = [p.strip() for p in str(text).split(",") if p.strip()]
+        if len(parts) == 1 and "=" not in parts[0]:
+            return _cast(cast, parts[0])
+        values = {}
+        for part in parts:
+            name, _, value = part.rpartition("=")
+            name = name.strip() or ALL
+            if name != ALL and name not in objectives:
+                raise argparse.ArgumentTypeError(
+                    f"{part!r}: {name!r} is not an objective; write VALUE for every objective or OBJECTIVE=VALUE "
+                    f"with OBJECTIVE one of {', '.join(objectives)}"
+                )
+            if name in values:
+                raise argparse.ArgumentTypeError(f"{text!r} gives {name if name != ALL else 'every objective'} twice")
+            values[name] = _cast(cast, value)
+        return values
+
+    return parse
+
+
+def choice(allowed: tuple[str, ...]):
+    """An argparse cast that takes one of `allowed`."""
+
+    def parse(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(text)
+        return text
+
+    parse.__name__ = "one of " + ", ".join(allowed)
+    return parse
+
+
+def _cast(cast, text: str):
+    try:
+        return cast(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text.strip()!r} is not a {getattr(cast, '__name__', 'value')}") from None
+
+
+def given_values(args, flag: str) -> list:
+    """Every value a per-objective flag was given (for checks), none when it was not given."""
+    value = getattr(args, flag, None)
+    if value is None:
+        return []
+    return list(value.values()) if isinstance(value, dict) else [value]
 
 
 SETTING_KEYS = (
@@ -177,6 +267,7 @@ SETTING_KEYS = (
     "mlp",
     "temperature",
     "max_length",
+    "eval_max_length",
     "dropout",
     "decoder_dropout",
     "final_weights",
@@ -202,18 +293,21 @@ def learning_rate(config: dict, step: int) -> float:
 
 def check_flags(args) -> None:
     """The per-objective flags (None: each objective's own value) refused when out of range."""
-    for flag in ("steps", "batch_size", "max_length", "eval_steps"):
-        value = getattr(args, flag, None)
-        if value is not None and value <= 0:
-            raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {value}")
-    lr = getattr(args, "lr", None)
-    if lr is not None and not lr > 0:
-        raise SweepInputError(f"--lr must be positive, got {lr}")
+    for flag in ("steps", "batch_size", "max_length", "eval_max_length", "eval_steps"):
+        for value in given_values(args, flag):
+            if value <= 0:
+                raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {value}")
+    for lr in given_values(args, "lr"):
+        if not lr > 0:
+            raise SweepInputError(f"--lr must be positive, got {lr}")
 
 
-def with_corpus_epochs(settings: dict, epochs: int, sentences: int) -> dict:
-    """`epochs` passes over `sentences`, at most the settings' step budget (the corpus-size figure's rule)."""
-    steps = min(int(settings["steps"]), max(1, math.ceil(epochs * sentences / int(settings["batch_size"]))))
+def with_corpus_epochs(settings: dict, epochs: int, sentences: int, cap: int | None = None) -> dict:
+    """`epochs` passes over `sentences`, up to `cap` steps (the corpus-size figure's rule, §7.1: "10
+    epochs up to 100k training steps" for every objective, SimCSE's one-epoch budget included);
+    `cap` None: `CORPUS_STEP_CAP`, the paper's."""
+    cap = CORPUS_STEP_CAP if cap is None else int(cap)
+    steps = min(cap, max(1, math.ceil(epochs * sentences / int(settings["batch_size"]))))
     eval_steps = min(int(settings["eval_steps"]), steps)
     out = {**settings, "steps": steps, "eval_steps": eval_steps, "epochs": math.ceil(steps / eval_steps)}
     if out.get("schedule") == "linear" and settings.get("warmup_steps"):

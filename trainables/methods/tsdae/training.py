@@ -17,6 +17,7 @@ OBJECTIVES = ("none", "tsdae", "mlm", "simcse", "ct")
 
 
 CT_VARIANTS = ("official", "in-batch")
+CT_KEEP = ("second", "better")  # official CT: the copy scored and kept (method.py --ct-keep)
 
 
 NOISES = ("delete", "keep")
@@ -112,6 +113,8 @@ class Training:
         if self.objective == "tsdae":
             self.loss = losses.DenoisingAutoEncoderLoss(self.st, tie_encoder_decoder=True)
         elif self.objective == "simcse":
+            if config.get("mlp") == "keep":  # the layer is part of the encoder: trained, scored and saved with it
+                self.st = simcse_training_model(self.st, "keep")
             self.loss = losses.MultipleNegativesRankingLoss(
                 simcse_training_model(self.st, config.get("mlp") or "none"),
                 scale=1.0 / float(config.get("temperature") or 0.05),
@@ -130,6 +133,13 @@ class Training:
         else:
             decay = float(config.get("weight_decay") or 0.0)
             self.optimizer = adamw(decay_groups(self.loss, decay), float(config["lr"]), device, weight_decay=decay)
+
+    def first_copy(self):
+        """Official CT's first copy (the one sentence-transformers trains beside `st` and drops), when
+        `ct_keep` better has both scored; else None."""
+        if self.objective == "ct" and self.config.get("ct_keep") == "better" and hasattr(self.loss, "model1"):
+            return self.loss.model1
+        return None
 
     def _draw(self, n: int) -> list[str]:
         rows = torch.randint(len(self.sentences), (n,), generator=self.generator)
@@ -224,8 +234,10 @@ def simcse_training_model(st, mlp: str):
     """The model SimCSE's loss trains: with `mlp` "train" (SimCSE's --mlp_only_train), the encoder
     and its pooling followed by a new linear layer + tanh over the pooled [CLS] vector (SimCSE's
     `MLPLayer`, initialised as BERT initialises new weights: normal(0, initializer_range), bias 0);
-    the layer is trained with the encoder, and `st` (scored, saved) never holds it. Else `st` itself."""
-    if mlp == "none":
+    the layer is trained with the encoder, and `st` (scored, saved) never holds it. With "keep"
+    (SimCSE's April 2021 code, as the TSDAE paper ran it) the caller makes this model its encoder, so
+    the layer is scored and saved too. Else (and for a model that already holds the layer) `st`."""
+    if mlp == "none" or (mlp == "keep" and _has_dense(st)):
         return st
     from sentence_transformers import SentenceTransformer, models
 
@@ -235,6 +247,12 @@ def simcse_training_model(st, mlp: str):
     torch.nn.init.normal_(dense.linear.weight, mean=0.0, std=std)
     torch.nn.init.zeros_(dense.linear.bias)
     return SentenceTransformer(modules=[*st, dense], device=str(st.device))
+
+
+def _has_dense(st) -> bool:
+    from sentence_transformers import models
+
+    return any(isinstance(module, models.Dense) for module in st)
 
 
 class _MLMLoss(torch.nn.Module):
