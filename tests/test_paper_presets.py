@@ -24,6 +24,7 @@ from trainables.methods.meta_embeddings import paper as unsup_paper
 from trainables.methods.meta_embeddings.models import MetaModel, paper_loss, sentence_vectors
 from trainables.methods.sed import paper as sed_paper
 from trainables.methods.tmft import electra_paper
+from trainables.methods.tsdae import tsdae_paper
 
 SCRIPTS = {
     "electra_layers": electra_layers,
@@ -61,11 +62,13 @@ def test_every_script_lists_every_papers_presets_grouped_by_paper(capsys, data_d
     # SED: 5 CT teachers (the preset's first command), the ensemble, 5 student seeds
     assert int(rows["sed-table3"][2]) == 11 and float(rows["sed-table3"][3]) > 0
     assert sed_paper.TEACHERS_COMMAND in text
-    # TSDAE: 4 domains x 5 objectives (the untrained encoder too) x 5 seeds; 4 objectives x 5 seeds; tables first
-    assert int(rows["tsdae-table2"][2]) == 100 and int(rows["tsdae-table11"][2]) == 20
+    # TSDAE: 4 domains x (4 objectives x 5 seeds + the untrained encoder once); 4 objectives x 5 seeds
+    assert int(rows["tsdae-table2"][2]) == 84 and int(rows["tsdae-table11"][2]) == 20
     assert 0 < float(rows["tsdae-table11"][3]) < float(rows["tsdae-table2"][3])
+    # Table 9: 4 domains x 4 checkpoints x 3 objectives x 5 seeds; SED's per-set tables count as Table 3
+    assert int(rows["tsdae-table9"][2]) == 240 and int(rows["sed-table5-distil"][2]) == 11
     tsdae_rows = [line.split()[0] for line in text.splitlines() if line.startswith("tsdae-")]
-    assert tsdae_rows == ["tsdae-table2", "tsdae-table11", "tsdae-fig3"]
+    assert sorted(tsdae_rows) == sorted(tsdae_paper.PRESETS) and tsdae_rows[-1] == "tsdae-fig3"  # tables first
 
 
 def test_another_papers_preset_is_refused_with_its_command(sweep_env, capsys):
@@ -90,7 +93,8 @@ def test_the_meta_embedding_presets_set_the_papers_grid(sweep_env, tiny_models):
         assert {("sse", "bert", pooling, ""), ("conc", "-", pooling, ""), ("avg", "zero-pad", pooling, "")} <= got
         assert {("unsup", "paper", pooling, "sgd"), ("sup", "mse", pooling, "sgd")} <= got
     assert len(plan.configs) == 16 and plan.static_params["preset"] == "unsup-table1"
-    assert {c["paper_loss"] for c in plan.configs} == {"literal"}
+    assert {c["paper_loss"] for c in plan.configs if c["meta"] == "unsup"} == {"literal"}
+    assert {c["paper_loss"] for c in plan.configs if c["meta"] != "unsup"} == {""}  # SSE, SUP...: not their flag
     argv = ["--preset", "unsup-table2", "--sources", f"{tiny_models['bert']},{tiny_models['mpnet']}", "--seeds", "0"]
     plan = plan_sweep(_applied("meta-embeddings", [*argv, *sweep_env["base"]]), method="meta-embeddings", prog="m")
     assert {(c["variant"], c["pooling"]) for c in plan.configs} == {
@@ -118,8 +122,9 @@ def test_no_weights_averages_the_sources_and_a_dropped_term_leaves_the_loss():
     assert float(paper_loss(terms, coefficients, "hinge", "c1")) == pytest.approx(2 + 3 + 4 + 5)
     words = np.asarray([[1.0, -2.0], [3.0, 0.0], [0.0, 5.0]], dtype=np.float32)
     source = (words, np.asarray([0, 2, 3]))
-    expected = np.asarray([[3.0, 0.0], [0.0, 5.0]]) / np.asarray([[3.0], [5.0]])
-    np.testing.assert_allclose(sentence_vectors(source, [0, 1], "max"), expected)
+    pooled = np.asarray([[3.0, 0.0], [0.0, 5.0]])
+    np.testing.assert_allclose(sentence_vectors(source, [0, 1], "max"), pooled)  # raw: the paper's eq. 11-14
+    np.testing.assert_allclose(sentence_vectors(source, [0, 1], "max", "l2"), pooled / np.asarray([[3.0], [5.0]]))
 
 
 def _second_bert(tiny_models, tmp_path) -> str:
@@ -298,7 +303,6 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def test_the_tsdae_table2_report_averages_the_four_tasks_each_from_its_own_corpus_runs(tmp_path):
-    from trainables.methods.tsdae import tsdae_paper
 
     args = Namespace(eval_sets="in-domain", corpus=",".join(tsdae_paper.DOMAIN_SETS), max_sentences=None)
     contract = get_method("tsdae").metrics(args).params()

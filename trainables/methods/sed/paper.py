@@ -13,9 +13,10 @@ correlations weighted by pairs per subset. So the preset's comparison averages
 `stsb_spearman`, `sickr_spearman`, zero-shot cosine); the paper prints them only as SentEval
 transfer tasks (Table 7: a regressor trained on frozen embeddings), which this project does not run.
 
-Only the BERT-L-CT rows are run: Flow normalisation is not implemented and the NLI stage is not
-part of this project, so the CT-Flow, NLI-CT and NLI-CT-Flow rows are kept here for the record
-but left out of the preset's comparison.
+Only the CT and CT-SED rows are run (Table 3's BERT-L-CT block; Tables 1 and 5 per STS set for
+BERT-Large, BERT-Base and DistilBERT, each over its own teachers' sweep): Flow normalisation is not
+implemented and the NLI stage is not part of this project, so the CT-Flow, NLI-CT and NLI-CT-Flow
+rows (Table 6 whole) are kept here for the record or not at all.
 """
 
 from __future__ import annotations
@@ -43,11 +44,24 @@ AVERAGE = tuple(f"{name}_{AGGREGATION}" for name in STS_SETS)
 MODEL = "bert-large-uncased"
 TEACHER_SEEDS = "0-4"
 TEACHERS_SWEEP = "sed-ct-teachers"
-TEACHERS_COMMAND = (
-    f"python sweeps/tsdae.py --method ct --ct-variant official --ct-keep better --models {MODEL} --pooling mean "
-    f"--seeds {TEACHER_SEEDS} --steps 50000 --eval-steps 500 --final-weights best-dev --corpus wiki "
-    f"--name {TEACHERS_SWEEP}"
-)
+
+
+def teachers_command(model: str, sweep: str) -> str:
+    """The command that trains a preset's CT teachers (`sweep:<sweep>`) of `model`, as Appendix B.2."""
+    return (
+        f"python sweeps/tsdae.py --method ct --ct-variant official --ct-keep better --models {model} "
+        f"--pooling mean --seeds {TEACHER_SEEDS} --steps 50000 --eval-steps 500 --final-weights best-dev "
+        f"--corpus wiki --name {sweep}"
+    )
+
+
+TEACHERS_COMMAND = teachers_command(MODEL, TEACHERS_SWEEP)
+# Tables 1 and 5 per base model: the teachers' sweep of each (Table 1 is BERT-Large's, the sweep Table 3 uses)
+BASE_MODELS = {
+    "BERT-L": (MODEL, TEACHERS_SWEEP),
+    "BERT-B": ("bert-base-uncased", "sed-ct-teachers-base"),
+    "BERT-D": ("distilbert-base-uncased", "sed-ct-teachers-distil"),
+}
 
 
 def _table3(label, group, member, values):
@@ -84,6 +98,27 @@ COLUMNS = tuple(
     PublishedColumn(name, AVERAGE, stat) for name, stat in (("Max", "max"), ("Mean", "mean"), ("STD", "std"))
 )
 
+# Tables 1 and 5 as printed (Spearman, the second of each "Pearson / Spearman" cell; the paper's
+# "69,50" read as 69.50): the CT model and its SED learner per STS set and their average.
+PER_SET_COLUMNS = ("STS12", "STS13", "STS14", "STS15", "STS16", "Avg.")
+PER_SET = {
+    "BERT-L": {"CT": (69.50, 75.97, 74.22, 78.83, 78.92, 75.49), "CT-SED": (69.87, 77.84, 75.87, 80.48, 80.74, 76.96)},
+    "BERT-B": {"CT": (66.86, 70.91, 72.37, 78.55, 77.78, 73.29), "CT-SED": (65.45, 71.15, 70.54, 77.90, 77.23, 72.45)},
+    "BERT-D": {"CT": (66.92, 72.41, 72.72, 78.26, 78.60, 73.78), "CT-SED": (68.17, 74.81, 74.21, 78.61, 78.77, 74.91)},
+}
+PER_SET_METRICS = tuple(PublishedColumn(n, (m,)) for n, m in zip(PER_SET_COLUMNS, AVERAGE)) + (
+    PublishedColumn("Avg.", AVERAGE),
+)
+
+
+def _per_set_rows(base: str) -> tuple[PublishedRow, ...]:
+    """The CT row (the teachers' mean: each is one CT model) and the CT-SED row (the learners' mean)."""
+    return tuple(
+        PublishedRow(f"{base}-{label}", (("member", member),), tuple(zip(PER_SET_COLUMNS, PER_SET[base][label])))
+        for label, member in (("CT", "teacher"), ("CT-SED", "student"))
+    )
+
+
 NOTE = (
     "What differs: the paper's teachers are BERT-Large models tuned by Contrastive Tension with the authors' "
     "TensorFlow code, and its learner is BERT-Large; here the teachers are whatever `--teachers` named (the preset: "
@@ -95,7 +130,35 @@ NOTE = (
     "each other: whether the learners' mean passes the best teacher, and their std against the teachers'."
 )
 
+
+def _per_set_preset(name: str, base: str, table: str) -> Preset:
+    model, sweep = BASE_MODELS[base]
+    return Preset(
+        name,
+        "sed",
+        "sweeps/sed.py",
+        f"SED {table}: {base}-CT (the teachers) and {base}-CT-SED (the learners) per zero-shot STS set",
+        {
+            "teachers": f"sweep:{sweep}",
+            "student": model,
+            "sets": PAPER_SETS,
+            "eval_pool_layers": 2,
+            "train_pool_layers": 1,
+            "seeds": "0-4",
+        },
+        f"the SED paper, {table}: Spearman x100 per STS set (SentEval's weighted mean over subsets)",
+        _per_set_rows(base),
+        NOTE.replace(MODEL, model),
+        paper=PAPER,
+        columns=PER_SET_METRICS,
+        before=(teachers_command(model, sweep),),
+    )
+
+
 PRESETS = {
+    "sed-table1": _per_set_preset("sed-table1", "BERT-L", "Table 1"),
+    "sed-table5-base": _per_set_preset("sed-table5-base", "BERT-B", "Table 5"),
+    "sed-table5-distil": _per_set_preset("sed-table5-distil", "BERT-D", "Table 5"),
     "sed-table3": Preset(
         "sed-table3",
         "sed",
@@ -115,12 +178,16 @@ PRESETS = {
         paper=PAPER,
         columns=COLUMNS,
         before=(TEACHERS_COMMAND,),
-    )
+    ),
 }
 
 # Public config of the paper's model, for pricing without loading it: hidden size, layers, heads, intermediate
 # size, vocabulary.
-CONFIGS = {"bert-large-cased": (1024, 24, 16, 4096, 28996), "bert-large-uncased": (1024, 24, 16, 4096, 30522)}
+CONFIGS = {
+    "bert-large-cased": (1024, 24, 16, 4096, 28996),
+    "bert-large-uncased": (1024, 24, 16, 4096, 30522),
+    "bert-base-uncased": (768, 12, 12, 3072, 30522),
+}
 
 
 def estimate(args) -> Estimate:
@@ -132,7 +199,7 @@ def estimate(args) -> Estimate:
 
     seeds = len(parse_int_list(args.seeds, "--seeds"))
     spec = str(args.teachers).strip()
-    if spec == f"sweep:{TEACHERS_SWEEP}":
+    if spec in {f"sweep:{sweep}" for _, sweep in BASE_MODELS.values()}:
         teachers = len(parse_int_list(TEACHER_SEEDS, "--seeds"))
     elif spec and not spec.startswith("sweep:"):
         teachers = len([t for t in spec.split(",") if t.strip()])
