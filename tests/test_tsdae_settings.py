@@ -437,9 +437,15 @@ def test_a_done_trial_keeps_the_weights_its_final_scores_came_from(tiny_models, 
     last = next(trial.st.parameters()).detach().clone()
 
     def kept(final_weights, epoch, name):
-        trial.trial_config, trial.epoch, trial.epochs = {"final_weights": final_weights}, epoch, 3
+        trial.trial_config, trial.epoch, trial.epochs = (
+            {"final_weights": final_weights, "eval_max_length": 64},
+            epoch,
+            3,
+        )
         trial.save_best(tmp_path / name)
-        return next(SentenceTransformer(str(tmp_path / name), device="cpu").parameters()).detach()
+        loaded = SentenceTransformer(str(tmp_path / name), device="cpu")
+        assert loaded.max_seq_length == 64 and trial.st.max_seq_length == 32  # scored at 64, trained at 32
+        return next(loaded.parameters()).detach()
 
     assert torch.equal(kept("last", 3, "done-last"), last)
     assert not torch.equal(kept("last", 2, "running-last"), last)

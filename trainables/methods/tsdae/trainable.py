@@ -65,11 +65,18 @@ class TSDAETrainable(EpochTrainable):
     def save_best(self, target: Path) -> None:
         """The model folder the trial keeps: once the trial is done with `final_weights` last, the last
         weights (the ones its evaluation sets scored, and what `runs:/` and `sweep:` references read);
-        else the best-dev ones (what a resumed trial reads back)."""
-        if self.trial_config.get("final_weights") == "last" and self.epoch >= self.epochs:
-            self.st.save(str(target))
-        elif self.best_weights is not None:
-            self._with_best(lambda: self.st.save(str(target)))
+        else the best-dev ones (what a resumed trial reads back). The folder's max_seq_length is the
+        scoring length, so whoever encodes with it (SED, `runs:/`, sentence-transformers) does not
+        truncate at the training length."""
+        training_length = self.st.max_seq_length
+        self.st.max_seq_length = int(self.trial_config.get("eval_max_length") or training_length)
+        try:
+            if self.trial_config.get("final_weights") == "last" and self.epoch >= self.epochs:
+                self.st.save(str(target))
+            elif self.best_weights is not None:
+                self._with_best(lambda: self.st.save(str(target)))
+        finally:
+            self.st.max_seq_length = training_length
 
     def load_best(self, source: Path) -> None:
         from sentence_transformers import SentenceTransformer
