@@ -630,3 +630,24 @@ def test_the_sed_teachers_command_trains_uncased_bert_large_keeping_the_better_c
         "best-dev",
     )
     assert paper.PRESETS["sed-table3"].flags["student"] == "bert-large-uncased"
+
+
+def test_a_tsdae_table2_simcse_run_records_the_papers_simcse(tmp_path, data_dir, tiny_models):
+    from sweeps.engine import presets
+    from sweeps.engine.runner import parser_for, plan_sweep
+    from trainables.methods.tsdae.method import TSDAE
+
+    parser = parser_for("tsdae")
+    argv = sweep_args(
+        tiny_models["bert"],
+        "--preset tsdae-table2 --method simcse --corpus wiki --eval-sets none --max-sentences 600 --seeds 0",
+        *_plan_flags(tmp_path, data_dir),
+    )
+    args = presets.apply(parser, argv, parser.parse_args(argv), TSDAE)
+    (config,) = plan_sweep(args, method="tsdae").configs
+    assert (config["batch_size"], config["lr"], config["mlp"], config["simcse_settings"]) == (
+        512,
+        5e-5,
+        "keep",
+        "tsdae-paper",
+    )
