@@ -23,6 +23,8 @@ from trainables.core.paths import default_data_dir  # noqa: E402
 # `sweep` step (`pytest -m sweep`), not in the fast default run; every behaviour they check keeps a
 # quicker test in the default run or is only visible in a whole sweep.
 SWEEP_TESTS = {
+    "test_sweep_integrity.py::test_a_copied_sweep_stopped_during_its_stages_resumes_without_touching_the_original",
+    "test_sweep_integrity.py::test_a_full_disk_mid_sweep_ends_in_one_line_and_resume_completes",
     "test_paper_presets.py::test_a_tsdae_preset_runs_on_tiny_models_and_its_report_names_what_differs",
     "test_domain_sets.py::test_a_training_sweep_scores_its_best_weights_on_domain_sets_and_the_report_shows_them",
     "test_paper_presets.py::test_a_sed_preset_runs_on_tiny_models",
@@ -51,6 +53,8 @@ SWEEP_TESTS = {
     "test_sweep_tmft.py::test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_duplicate_run[raise]",
     "test_sweep_scripts.py::test_smoke_test_runs_end_to_end[electra_layers]",
     "test_sweep_tmft.py::test_the_test_set_scored_once_at_the_end_equals_its_score_at_the_best_dev_epoch[stsb]",
+    "test_pareto_sweep.py::test_a_pareto_search_resumes_after_a_kill_and_its_report_marks_the_front",
+    "test_sweep_scripts.py::test_smoke_test_runs_end_to_end[adaptive_layer]",
 }
 
 

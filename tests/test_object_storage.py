@@ -139,7 +139,7 @@ def _checkpoint_in_bucket(s3, tmp_path, run_name="trial"):
     """A finished trial's checkpoint in the bucket (best/ and best.files.json) and its MLflow run."""
     from mlflow import MlflowClient
 
-    from trainables.core.schema import BEST_FILES, TAG_BEST_DIGEST, TAG_CHECKPOINT
+    from trainables.core.schema import BEST_FILES, TAG_BEST_DIGEST, TAG_CHECKPOINT, TAG_PARENT
 
     local = tmp_path / "checkpoint"
     (local / "best").mkdir(parents=True)
@@ -151,7 +151,12 @@ def _checkpoint_in_bucket(s3, tmp_path, run_name="trial"):
     object_storage.upload_dir(local, checkpoint)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    run = client.create_run(client.create_experiment(f"e-{run_name}"))
+    experiment = client.create_experiment(f"e-{run_name}")
+    parent = client.create_run(experiment).info.run_id  # the sweep's, named by its sweep.json
+    object_storage.write_bytes(
+        object_storage.join(s3.uri("runs"), "sweep", "sweep.json"), json.dumps({"parent_run_id": parent}).encode()
+    )
+    run = client.create_run(experiment, tags={TAG_PARENT: parent})
     client.set_tag(run.info.run_id, TAG_CHECKPOINT, checkpoint)
     client.set_tag(run.info.run_id, TAG_BEST_DIGEST, listing["digest"])
     return run.info.run_id, uri, checkpoint

@@ -179,12 +179,17 @@ def test_optuna_search_tunes_lr_batch_and_warmup(sweep_env, tiny_models):
 
 def test_a_sweep_saved_before_newer_flags_existed_resumes(sweep_env, tiny_models):
     """sweep.json of a sweep started by an older version lacks today's flags and the method's
-    class: --resume fills the flags' defaults, takes the script's method, and adds no run."""
+    class (and its seal): --resume asks for the folder to be sealed, then fills the flags' defaults,
+    takes the script's method, and adds no run."""
+    from sweeps.engine import seal
+
     assert main(sweep_args(tiny_models["bert"], "--layers 1 --seeds 0 --epochs 1 --name old", *sweep_env["flags"])) == 0
     saved_path = Path(sweep_env["storage"], "old", "sweep.json")
     saved = json.loads(saved_path.read_text())
-    del saved["method_class"], saved["args"]["eval_sets"]
+    del saved["method_class"], saved["script"], saved["args"]["eval_sets"]
     saved_path.write_text(json.dumps(saved))
+    assert main(["--resume", str(saved_path.parent)]) == 2  # not sealed: the user seals a folder they trust
+    assert seal.main([str(saved_path.parent)]) == 0
     assert main(["--resume", str(saved_path.parent)]) == 0
     parents, children = runs_by_role(sweep_env["uri"])
     assert len(parents) == 1 and len(children) == 1

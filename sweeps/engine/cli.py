@@ -4,7 +4,8 @@
 (`Method.add_arguments`) and the engine's: data, search, storage, MLflow, Ray, resources, resume,
 smoke test. `check_numbers(args)` refuses bad values of the engine's flags (any flag that is
 NaN or infinite, a --precision the trials' device cannot run) with a `SweepInputError` naming the flag, before
-anything is computed.
+anything is computed; `check_bounds(args)` refuses any whole number beyond what Ray and numpy hold (64 bits)
+and a seed beyond numpy's 32 bits. `given_flags(parser, argv)` names the flags given on the command line.
 """
 
 from __future__ import annotations
@@ -38,11 +39,31 @@ def build_parser(prog: str, description: str, method, defaults: dict | None = No
     search = parser.add_argument_group("search")
     search.add_argument(
         "--search",
-        choices=["grid", "optuna"],
+        choices=["grid", "optuna", "pareto"],
         default="grid",
-        help="grid: the method's grid; optuna: the method's search space, with ASHA",
+        help="grid: the method's grid; optuna: the method's search space, with ASHA; pareto: the size-accuracy "
+        "front, Optuna's multi-objective sampler over the grid's axes with early stopping by non-dominated rank",
     )
-    search.add_argument("--num-samples", type=int, default=20, help="Optuna trials (with --search optuna)")
+    search.add_argument("--num-samples", type=int, default=20, help="Optuna trials (with --search optuna or pareto)")
+    search.add_argument(
+        "--pareto-size",
+        choices=["params", "encode-time"],
+        default="params",
+        help="the size --search pareto minimises: the truncated encoder's parameters, or the measured encode time "
+        "per dev sentence",
+    )
+    search.add_argument(
+        "--pareto-eta",
+        type=int,
+        default=3,
+        help="--search pareto: keep the best 1/eta at each rung (epochs 1, eta, ...)",
+    )
+    search.add_argument(
+        "--pareto-tune",
+        default="",
+        help="--search pareto: comma-separated keys of the method's Optuna space to tune beside the grid's axes "
+        "(e.g. lr), each over the method's range or, as KEY=V1:V2:V3, over those values (e.g. lr=2e-5:5e-5:1e-4)",
+    )
     run = parser.add_argument_group("running")
     run.add_argument(
         "--name",
@@ -129,6 +150,12 @@ def build_parser(prog: str, description: str, method, defaults: dict | None = No
         "from their checkpoints",
     )
     run.add_argument(
+        "--force",
+        action="store_true",
+        help="start even when the free space at --storage-path is below the plan's disk estimate (a warning "
+        "instead of the refusal)",
+    )
+    run.add_argument(
         "--smoke-test",
         action="store_true",
         help="tiny settings on a tiny random model: checks the whole pipeline in about a minute",
@@ -154,6 +181,66 @@ def check_numbers(args) -> None:
     if args.local_gpus is not None and args.local_gpus < 0:
         raise SweepInputError(f"--local-gpus must be 0 or more, got {args.local_gpus}")
     check_request(args.precision, trials_on_gpu(args))
+
+
+INT64_MAX = 2**63 - 1  # Ray's loggers and numpy hold whole numbers in 64 bits
+SEED_MAX = 2**32 - 1  # numpy's and torch's seeds
+TEXT_FLAGS = ("name", "experiment")  # free text, even when it is all digits
+
+
+def check_bounds(args) -> None:
+    """Refuse a whole number (given as a number or as digits) beyond 64 bits, and a seed beyond 32."""
+    for flag, value in vars(args).items():
+        number = value if isinstance(value, int) and not isinstance(value, bool) else None
+        if isinstance(value, str) and flag not in TEXT_FLAGS and value.strip().lstrip("+-").isdigit():
+            number = int(value)
+        if number is not None and abs(number) > INT64_MAX:
+            raise SweepInputError(
+                f"--{flag.replace('_', '-')} {value} is beyond the largest whole number Ray and numpy hold "
+                f"({INT64_MAX}); pass a smaller value"
+            )
+    if isinstance(getattr(args, "seeds", None), str):
+        from trainables.core.method import parse_int_list
+
+        check_seeds(parse_int_list(args.seeds, "--seeds"), "--seeds")
+
+
+def check_seeds(seeds, flag: str) -> None:
+    beyond = [seed for seed in seeds if not 0 <= seed <= SEED_MAX]
+    if beyond:
+        raise SweepInputError(
+            f"{flag}: a seed must be within 0..{SEED_MAX} (numpy's and torch's range), got {beyond[0]}"
+        )
+
+
+def check_config_bounds(configs: list[dict]) -> None:
+    """The trial configs Ray is given: every whole number within 64 bits, every seed within 32."""
+
+    def numbers(value):
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                yield from numbers(item)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            yield value
+
+    for config in configs:
+        for key, value in config.items():
+            beyond = [n for n in numbers(value) if abs(n) > INT64_MAX]
+            if beyond:
+                raise SweepInputError(
+                    f"the trial setting {key} = {beyond[0]} is beyond the largest whole number Ray and numpy hold "
+                    f"({INT64_MAX}); pass a smaller value"
+                )
+            if key == "seed":
+                check_seeds(list(numbers(value)), "the trial setting seed")
+
+
+def given_flags(parser: argparse.ArgumentParser, argv) -> set[str]:
+    """The dests of the flags given in `argv` (a flag left at its default is not given)."""
+    unset = object()
+    namespace = argparse.Namespace(**{action.dest: unset for action in parser._actions})
+    parsed, _ = parser.parse_known_args(argv, namespace)
+    return {dest for dest, value in vars(parsed).items() if value is not unset}
 
 
 def parse_gpus(value):

@@ -10,11 +10,17 @@ A preset's flags become the parser's defaults, so a flag given on the command li
 method's `smoke`) are applied the same way, over the preset's. The preset's name is recorded
 on the sweep's runs (param `preset`); the report looks it up to name the table or figure and to
 put the paper's numbers beside the sweep's (analysis/published.py).
+
+A flag given beside a preset may take part of its grid (a subset of a comma-separated list, e.g.
+`--corpus twitterpara` of the four domains) or other models, seeds and layers (the report names the
+models that differ). A flag that changes what the preset reproduces (`--preset fig5 --task stsb`:
+Figure 5 is MRPC) is warned about, and the runs do not carry the preset's name.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Estimate, Method, Preset
@@ -37,10 +43,18 @@ def add_arguments(parser: argparse.ArgumentParser, method: type[Method]) -> None
     )
 
 
-def apply(parser: argparse.ArgumentParser, argv, args: argparse.Namespace, method: type[Method]) -> argparse.Namespace:
+# Flags a preset sets that another value does not make another table: the models (and the sources,
+# teachers and student they stand for), seeds and layers; the report names the models that differ.
+FREE_FLAGS = ("models", "sources", "teachers", "student", "seeds", "layers")
+
+
+def apply(
+    parser: argparse.ArgumentParser, argv, args: argparse.Namespace, method: type[Method], given: set | None = None
+) -> argparse.Namespace:
     """`args` parsed again with the preset's flags, then with `--smoke-test` the method's `smoke` values, as
     the parser's defaults: a flag given on the command line wins over both (`--smoke-test --steps 0` is
-    checked as `--steps 0`). The same `args` without a preset or a smoke test."""
+    checked as `--steps 0`). The same `args` without a preset or a smoke test. `given`: the flags on the
+    command line; one that changes what the preset reproduces is warned about and the preset's name dropped."""
     values = {}
     name = getattr(args, "preset", None)
     if name:
@@ -59,7 +73,31 @@ def apply(parser: argparse.ArgumentParser, argv, args: argparse.Namespace, metho
     if not values:
         return args
     parser.set_defaults(**values)
-    return parser.parse_args(argv)
+    parsed = parser.parse_args(argv)
+    if name:
+        changed = changes(all_presets()[name], parsed, given or set())
+        if changed:
+            print(
+                f"warning: {'; '.join(changed)}: this is not what --preset {name} reproduces "
+                f"({all_presets()[name].reproduces}); its runs are not labelled {name} and the report does not "
+                "compare them with the paper",
+                file=sys.stderr,
+            )
+            parsed.preset = None
+    return parsed
+
+
+def changes(preset: Preset, args: argparse.Namespace, given: set) -> list[str]:
+    """The flags given beside `preset` that take it outside its grid, as `--flag value (the preset's: value)`."""
+
+    def items(value) -> set[str]:
+        return {part.strip() for part in str(value).split(",") if part.strip()}
+
+    return [
+        f"--{flag.replace('_', '-')} {getattr(args, flag)} (the preset's: {value})"
+        for flag, value in preset.flags.items()
+        if flag in given and flag not in FREE_FLAGS and not items(getattr(args, flag)) <= items(value)
+    ]
 
 
 def listing(method: type[Method], build_parser, data_dir: str | None = None) -> str:

@@ -10,16 +10,27 @@ method's axes: it reads `MetricContract` and `TrialCost` (trainables/core/method
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
 from argparse import Namespace
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sweeps.engine import presets, seal, storage
-from sweeps.engine.cli import build_parser, check_name, check_numbers, default_name
+from sweeps.engine.cli import (
+    build_parser,
+    check_bounds,
+    check_config_bounds,
+    check_name,
+    check_numbers,
+    default_name,
+    given_flags,
+)
 from trainables.core import endpoints, object_storage
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Method, MetricContract, PlanContext
@@ -39,7 +50,7 @@ QUIET_ENV = {
     "PYTHONWARNINGS": "ignore",
     "MLFLOW_LOGGING_LEVEL": "WARNING",  # read when mlflow is imported: no "Creating initial MLflow database tables"
 }
-RESUME_KEEPS = ("address", "max_concurrent", "local_gpus", "resume")
+RESUME_KEEPS = ("address", "max_concurrent", "local_gpus", "resume", "force")
 # Loggers whose routine lines are not for the person running a sweep: MLflow's INFO (database
 # set-up), Ray's notice that token authentication is on (it stays on), Ray Tune's chatter.
 QUIET_LOGGERS = {
@@ -74,6 +85,7 @@ class SweepPlan:
     failed_stages: dict = field(default_factory=dict)
     failed_trials: list = field(default_factory=list)
     method_cls: type[Method] | None = None  # the class registered as `method`, resolved once by plan_sweep
+    prog: str = "sweep"  # the script that made the sweep (recorded in sweep.json)
 
 
 def git_commit() -> str:
@@ -109,7 +121,7 @@ def _resolve_resume(args) -> tuple[str, dict]:
             f"--resume: no sweep found under {args.storage_path}; pass the sweep's directory (it holds "
             f"{storage.SWEEP_FILE})."
         )
-    saved = storage.read_json(storage.join(path, storage.SWEEP_FILE))
+    saved = seal.read_sweep_file(path)  # refused unless this user's driver wrote it
     if saved is None:
         raise SweepInputError(
             f"--resume {path}: this path holds no sweep ({storage.SWEEP_FILE} is missing); pass the directory a "
@@ -118,17 +130,51 @@ def _resolve_resume(args) -> tuple[str, dict]:
     return path, saved
 
 
+def _script_of(saved: dict, method: str) -> str:
+    """The script that made a sweep: recorded in sweep.json, or the one that runs its method's presets."""
+    recorded = f"sweeps/{saved.get('script')}.py"
+    if saved.get("script") and (PROJECT_ROOT / recorded).is_file():
+        return recorded
+    scripts = {p.script for p in presets.all_presets().values() if p.method == method}
+    return scripts.pop() if len(scripts) == 1 else f"the sweep script of method {method!r}"
+
+
+def _check_parent_run(sweep_dir: str, mlflow_uri: str, parent_run_id: str, recorded_uri: str) -> None:
+    """A sweep folder copied or moved to another storage path logs to the MLflow store beside it: its
+    parent run must be there (the store is never created here)."""
+    path = mlflow_uri[len("sqlite:///") :] if mlflow_uri.startswith("sqlite:///") else None
+    found = path is None or os.path.isfile(path)
+    if found:
+        from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
+
+        try:
+            MlflowClient(tracking_uri=mlflow_uri).get_run(parent_run_id)
+        except MlflowException:
+            found = False
+    if not found:
+        raise SweepInputError(
+            f"--resume {sweep_dir}: its parent run {parent_run_id} is not in {mlflow_uri}, the MLflow store beside "
+            f"the folder (the sweep was copied or moved from the store {recorded_uri}); copy that store beside it "
+            "as mlflow.db, or resume the folder where it was"
+        )
+
+
 def _tune_state_exists(sweep_dir: str) -> bool:
     """Whether Ray Tune wrote its experiment state in the sweep folder (not yet, if the sweep was
-    stopped during its upstream stages or before its first trial started)."""
+    stopped during its upstream stages, before its first trial started, or before Tune could save
+    its first state: `tuner.pkl` alone is started afresh)."""
     from ray import tune
 
-    return tune.Tuner.can_restore(sweep_dir)
+    return tune.Tuner.can_restore(sweep_dir) and any(
+        seal.is_tune_file(n) and n.startswith("experiment_state-") for n in seal.top_files(sweep_dir)
+    )
 
 
-def _refuse_changed_flags(args: Namespace, defaults: dict, saved: dict) -> None:
+def _refuse_changed_flags(args: Namespace, defaults: dict, saved: dict, given: set | None = None) -> None:
     """--resume continues a sweep with the flags it started with: a flag given now with another
-    value is refused rather than silently ignored."""
+    value is refused rather than silently ignored (`given`: the flags on the command line; a flag
+    left unset is no difference)."""
 
     def same(a, b) -> bool:
         try:
@@ -142,6 +188,7 @@ def _refuse_changed_flags(args: Namespace, defaults: dict, saved: dict) -> None:
         for key, value in given.items()
         if key not in (*RESUME_KEEPS, "storage_path")
         and key in defaults
+        and (given is None or key in given)
         and not same(value, defaults[key])
         and not same(value, saved.get(key, defaults[key]))
     ]
@@ -153,9 +200,10 @@ def _refuse_changed_flags(args: Namespace, defaults: dict, saved: dict) -> None:
         )
 
 
-def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep") -> SweepPlan:
+def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep", given: set | None = None) -> SweepPlan:
     """Validate everything and prepare the shared data; raises SweepInputError on bad input.
-    `method`: a registered method's name or class (a resumed sweep's own method wins)."""
+    `method`: a registered method's name or class (a sweep made by another method's script is refused
+    on --resume, with the script to use). `given`: the flags on the command line (cli.given_flags)."""
     method_cls = method if isinstance(method, type) else None
     method = method_cls.name if method_cls else method
     saved = None
@@ -163,22 +211,33 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep")
         sweep_dir, saved = _resolve_resume(args)
         seal.verify(sweep_dir)  # before Ray Tune unpickles anything there
         kept = {k: getattr(args, k) for k in RESUME_KEEPS}
-        if saved.get("method_class", method) != method:
-            method, method_cls = saved["method_class"], None
+        made_by = saved.get("method_class", method)
+        if made_by != method:
+            script = _script_of(saved, made_by)
+            raise SweepInputError(
+                f"--resume {sweep_dir}: this sweep was made by {script} (method {made_by}), not this script; "
+                f"resume it with: python {script} --resume {shlex.quote(sweep_dir)}"
+            )
     method_cls = method_cls or get_method(method)
     if saved is not None:
         defaults = vars(build_parser("x", "", method_cls).parse_args([]))  # flags added since it started
-        _refuse_changed_flags(args, defaults, saved["args"])
-        args = Namespace(**{**defaults, **saved["args"], **kept})
+        _refuse_changed_flags(args, defaults, saved["args"], given)
+        # the folder's own place, never sweep.json's: a copied or moved sweep resumes where it is
+        where = {"storage_path": object_storage.parent(sweep_dir)}
+        args = Namespace(**{**defaults, **saved["args"], **kept, **where})
+        prog = saved.get("script") or prog
     # --smoke-test's values are already in `args`, under the flags given on the command line (presets.apply)
     check_numbers(args)
+    check_bounds(args)
     method_cls.check(args)
 
     storage_path = storage.absolute(args.storage_path)
     storage.check_writable(storage_path)
     if args.name is not None and not saved:
         check_name(args.name)
-    name = saved["name"] if saved else (args.name or default_name(prog))
+    if saved:
+        check_name(object_storage.basename(sweep_dir))
+    name = object_storage.basename(sweep_dir) if saved else (args.name or default_name(prog))
     sweep_dir = sweep_dir if saved else storage.join(storage_path, name)
     if not saved and storage.read_json(storage.join(sweep_dir, storage.SWEEP_FILE)) is not None:
         raise SweepInputError(
@@ -195,6 +254,8 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep")
     mlflow_uri = endpoints.mlflow_store(mlflow_uri)
     if args.mlflow_uri:
         args.mlflow_uri = mlflow_uri  # never the credentials: they are written to sweep.json and the spool
+    if saved and mlflow_uri != saved.get("mlflow_uri"):
+        _check_parent_run(sweep_dir, mlflow_uri, saved["parent_run_id"], str(saved.get("mlflow_uri")))
     endpoints.check_ray_address(args.address)
 
     default_models = build_parser("x", "", method_cls).get_default("models") or ""
@@ -204,16 +265,22 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep")
         config["precision"] = args.precision
         config["keep_checkpoints"] = args.keep_checkpoints
         config["best_dtype"] = args.best_dtype
+    check_config_bounds(planned.configs)
     if saved and saved.get("data_checksums") not in (None, planned.checksums):
         raise SweepInputError(
             f"--resume: the data in {args.data_dir} changed since the sweep started (checksums differ); resume with "
             "the original data."
         )
     contract = method_cls.metrics(args)
+    if args.search == "pareto":
+        from sweeps.engine import pareto_asha
+
+        pareto_asha.check(args, planned.configs, contract, method_cls)
     plan = SweepPlan(
         name=name,
         method=method,
         method_cls=method_cls,
+        prog=prog,
         sweep_dir=sweep_dir,
         storage_path=storage_path,
         mlflow_uri=mlflow_uri,
@@ -234,6 +301,7 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep")
         "git_commit": git_commit(),
         "sweep": name,
         "search": args.search,
+        **({"pareto_size": args.pareto_size} if args.search == "pareto" else {}),
         "data_dir": str(args.data_dir),
         **{f"data_sha_{k}": v for k, v in planned.checksums.items()},
         **package_versions(),
@@ -242,7 +310,43 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep")
         **({"preset": args.preset} if getattr(args, "preset", None) else {}),
     }
     plan.args["data_checksums"] = planned.checksums
+    check_free_space(plan)
     return plan
+
+
+def _free_bytes(path: str) -> int | None:
+    """Free bytes on the file system of a local path (its nearest existing folder); None for a URI."""
+    if storage.is_uri(path):
+        return None
+    folder = os.path.abspath(path)
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    return shutil.disk_usage(folder).free
+
+
+def check_free_space(plan: SweepPlan) -> None:
+    """Refuse a sweep whose storage path has less room than the plan's disk figure: the checkpoints
+    its trials keep and what one running trial adds (a resumed sweep: what one running trial adds).
+    `--force` makes it a warning."""
+    free = _free_bytes(plan.storage_path)
+    if free is None:
+        return
+    kept, running = TrialResources(1.0, 0.0, plan.costs, plan.method_cls.cost_axes).disk_bytes(plan)
+    needed = running + (0.0 if plan.resuming else kept)
+    if free >= needed:
+        return
+    what = (
+        f"{free / 1e9:.2f} GB free at {plan.storage_path}, and the plan needs about {needed / 1e9:.2f} GB "
+        f"({'' if plan.resuming else f'{kept / 1e9:.2f} GB of checkpoints kept and '}{running / 1e9:.2f} GB while a "
+        "trial runs)"
+    )
+    if plan.args.get("force"):
+        print(f"warning: {what}; starting anyway (--force)", file=sys.stderr)
+        return
+    raise SweepInputError(
+        f"{what}; free space there, keep less (--keep-checkpoints none, --best-dtype float16), pick another "
+        "--storage-path, or pass --force to start anyway"
+    )
 
 
 def quiet() -> None:
@@ -356,6 +460,10 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
             checkpoint_at_end=True,
         ),
     )
+    if args["search"] == "pareto":
+        from sweeps.engine import pareto_asha
+
+        return pareto_asha.tuner(plan, trainable, run_config)
     if args["search"] == "optuna":
         from ray.tune.schedulers import ASHAScheduler
         from ray.tune.search import ConcurrencyLimiter
@@ -441,8 +549,8 @@ class TrialResources:
         cost = self.costs.get(self.unit(config))
         return 0.0 if cost is None else float(cost.weight_bytes)
 
-    def disk(self, plan: SweepPlan) -> str:
-        """The plan's disk line: what the finished trials leave, and what each running trial adds."""
+    def disk_bytes(self, plan: SweepPlan) -> tuple[float, float]:
+        """(bytes the finished trials leave, bytes one running trial adds at most)."""
         keep = plan.args.get("keep_checkpoints", retention.DEFAULT)
         repeats = 1 if plan.args["search"] == "grid" else plan.args["num_samples"] / max(1, len(plan.configs))
         kept = repeats * sum(
@@ -455,6 +563,12 @@ class TrialResources:
             for c in plan.configs
         )
         running = max((retention.running_bytes(self.weight_bytes(c)) for c in plan.configs), default=0.0)
+        return kept, running
+
+    def disk(self, plan: SweepPlan) -> str:
+        """The plan's disk line: what the finished trials leave, and what each running trial adds."""
+        keep = plan.args.get("keep_checkpoints", retention.DEFAULT)
+        kept, running = self.disk_bytes(plan)
         return (
             f"  disk: about {kept / 1e9:.2f} GB of checkpoints kept (--keep-checkpoints {keep}, "
             f"--best-dtype {plan.args.get('best_dtype', retention.DEFAULT_BEST_DTYPE)}), "
@@ -524,37 +638,44 @@ def wrapped_trainable(plan: SweepPlan, resources: TrialResources):
     return tune.with_resources(tune.with_parameters(cls, data=plan.data), resources)
 
 
+def begin(plan: SweepPlan) -> None:
+    """Start a new sweep: claim its name, create its MLflow parent run, and write its sealed sweep.json
+    (what --resume reads back)."""
+    from sweeps.engine.tracking import start_parent_run
+
+    storage.claim(plan.sweep_dir, plan.name)
+    plan.parent_run_id = start_parent_run(
+        plan.mlflow_uri,
+        plan.experiment,
+        plan.name,
+        {**plan.static_params, "trials": len(plan.configs), "method": plan.method_label},
+    )
+    seal.record_sweep_file(
+        plan.sweep_dir,
+        {
+            "name": plan.name,
+            "script": plan.prog,
+            "method": plan.method_label,
+            "method_class": plan.method,
+            "parent_run_id": plan.parent_run_id,
+            "mlflow_uri": plan.mlflow_uri,
+            "experiment": plan.experiment,
+            "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "data_checksums": plan.args.get("data_checksums"),
+            "args": {k: v for k, v in plan.args.items() if k != "data_checksums"},
+        },
+    )
+
+
 def run_sweep(plan: SweepPlan):
     """Run (or resume) the sweep; return Ray Tune's ResultGrid."""
     from ray import tune
-
-    from sweeps.engine.tracking import start_parent_run
 
     _init_ray(plan)
     _check_resources(plan)
     _credentials_stay_on_their_nodes()
     if plan.parent_run_id is None:
-        storage.claim(plan.sweep_dir, plan.name)
-        plan.parent_run_id = start_parent_run(
-            plan.mlflow_uri,
-            plan.experiment,
-            plan.name,
-            {**plan.static_params, "trials": len(plan.configs), "method": plan.method_label},
-        )
-        storage.write_json(
-            storage.join(plan.sweep_dir, storage.SWEEP_FILE),
-            {
-                "name": plan.name,
-                "method": plan.method_label,
-                "method_class": plan.method,
-                "parent_run_id": plan.parent_run_id,
-                "mlflow_uri": plan.mlflow_uri,
-                "experiment": plan.experiment,
-                "created": time.strftime("%Y-%m-%d %H:%M:%S"),
-                "data_checksums": plan.args.get("data_checksums"),
-                "args": {k: v for k, v in plan.args.items() if k != "data_checksums"},
-            },
-        )
+        begin(plan)
     if plan.stages:
         from sweeps.engine.stages_plan import prepare_stages
 
@@ -600,7 +721,7 @@ def failed_trials(results, contract: MetricContract) -> list[str]:
 
 def _finish(plan: SweepPlan, results) -> None:
     from sweeps.engine.summary import summary_table
-    from sweeps.engine.tracking import finish_parent_run
+    from sweeps.engine.tracking import finish_parent_run, training_view
 
     failures = failed_trials(results, plan.contract)
     plan.failed_trials = failures
@@ -614,10 +735,11 @@ def _finish(plan: SweepPlan, results) -> None:
     ui_uri = plan.mlflow_uri
     print(f"\nResults: {plan.sweep_dir}")
     if ui_uri.startswith(("http://", "https://")):
-        print(f"MLflow:  open {ui_uri}")
+        print(f"MLflow:  open {training_view(ui_uri, ui_uri, plan.parent_run_id)}")
     else:
         print(
-            f"MLflow:  mlflow ui --backend-store-uri {shlex.quote(ui_uri)} --host 127.0.0.1 --port 5000   (then open http://127.0.0.1:5000)"
+            f"MLflow:  mlflow ui --backend-store-uri {shlex.quote(ui_uri)} --host 127.0.0.1 --port 5000   (then open "
+            f"{training_view('http://127.0.0.1:5000', ui_uri, plan.parent_run_id)})"
         )
     print(
         f"Report:  python -m analysis report --mlflow-uri {shlex.quote(ui_uri)} --out "
@@ -629,8 +751,9 @@ def _finish(plan: SweepPlan, results) -> None:
     if failures:
         print(f"{len(failures)} trial(s) failed:", *failures, sep="\n")
         print(
-            "Rerun the ones that may succeed now from their checkpoints with: --resume "
-            f"{shlex.quote(str(plan.sweep_dir))}"
+            f"--resume {shlex.quote(str(plan.sweep_dir))} reruns them from their last checkpoints: that helps when "
+            "the cause has passed (a lost node, a full disk, an outage), not when a trial's settings or data are at "
+            "fault (the same error each time)"
         )
     if spooled:
         print(spooled)
@@ -650,17 +773,96 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
     method_cls = get_method(method)
     parser = build_parser(prog, description, method_cls, defaults)
     args = parser.parse_args(argv)
+    given = given_flags(parser, argv)
+    plan = None
+    new = _absent_paths(args)
     try:
         if getattr(args, "list_presets", False):
             print(presets.listing(method_cls, build_parser, args.data_dir))
             return 0
-        args = presets.apply(parser, argv, args, method_cls)
-        plan = plan_sweep(args, method=method_cls, prog=prog)
+        args = presets.apply(parser, argv, args, method_cls, given)
+        plan = plan_sweep(args, method=method_cls, prog=prog, given=given)
         run_sweep(plan)
     except SweepInputError as error:
+        if plan is None or plan.parent_run_id is None:  # refused before the sweep started: it leaves nothing
+            _remove_new(new)
         print(f"error: {error}", file=sys.stderr)
         return 2
     except StageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except Exception as error:
+        full = no_space(error)
+        if full is None:
+            raise
+        if plan is None:  # while planning (e.g. the tokenised-data cache): nothing had started
+            where = os.path.dirname(str(full.filename)) if full.filename else "the disk"
+            print(f"error: no space left on the device holding {where}; free space there, run again", file=sys.stderr)
+            return 1
+        print(f"error: {_stopped_for_space(plan, full)}", file=sys.stderr)
+        return 1
     return 1 if plan.failed_trials or plan.failed_stages else 0
+
+
+def _absent_paths(args) -> list[Path]:
+    """What a sweep's planning may create under a local storage path that is not there yet: the storage
+    path itself and the tiny models of --smoke-test (a refusal removes them again)."""
+    from trainables.encoders.tiny import smoke_models_dir
+
+    if storage.is_uri(args.storage_path):
+        return []
+    root = Path(storage.absolute(args.storage_path))
+    return [p for p in (smoke_models_dir(str(root)), root) if not p.exists()]
+
+
+def _remove_new(paths) -> None:
+    for path in paths:
+        if path.name == "_smoke_models":
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+
+
+def no_space(error: BaseException) -> OSError | None:
+    """The ENOSPC error behind `error` (itself, or the error it was raised from), if any."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _stopped_for_space(plan: SweepPlan, error: OSError) -> str:
+    """Mark the sweep's runs FAILED (none left RUNNING) and say, in one line, where the disk is full."""
+    folder = os.path.dirname(str(error.filename)) if error.filename else plan.sweep_dir
+    marked = _fail_open_runs(plan)
+    if storage.read_json(storage.join(plan.sweep_dir, storage.SWEEP_FILE)) is None:  # it never started
+        object_storage.delete(storage.join(plan.sweep_dir, storage.CLAIM_FILE))
+        then = f"start it again (--name {plan.name} is free)"
+    else:
+        then = f"continue it with --resume {shlex.quote(str(plan.sweep_dir))}"
+    return f"no space left on the device holding {folder}; the sweep stopped ({marked}). Free space there, then {then}"
+
+
+def _fail_open_runs(plan: SweepPlan) -> str:
+    """Mark the parent run and every run of the sweep still RUNNING as FAILED; say what was done."""
+    if plan.parent_run_id is None:
+        return "no MLflow run had started"
+    from mlflow import MlflowClient
+
+    from trainables.core.schema import TAG_PARENT
+
+    try:
+        client = MlflowClient(tracking_uri=plan.mlflow_uri)
+        experiment = client.get_run(plan.parent_run_id).info.experiment_id
+        children = client.search_runs(
+            [experiment], f"tags.`{TAG_PARENT}` = '{plan.parent_run_id}' and attributes.status = 'RUNNING'"
+        )
+        for run in children:
+            client.set_terminated(run.info.run_id, "FAILED")
+        client.set_terminated(plan.parent_run_id, "FAILED")
+    except Exception as error:  # the store may sit on the full disk too
+        return f"its MLflow runs could not be marked FAILED in {plan.mlflow_uri}: {str(error).splitlines()[0][:200]}"
+    return f"its parent run and {len(children)} running trial run(s) are marked FAILED in MLflow"

@@ -6,7 +6,8 @@ trial checkpoint's `_dict_checkpoint.pkl`. So a tampered sweep folder would run 
 `--resume`. The driver records an HMAC-SHA256 of each of these files (of its name and bytes) in
 `<sweep>/tune-state.seal`, with a key kept outside the sweep folder: `EMBSWEEP_RESUME_KEY`, or the
 file `~/.config/embsweep/resume.key` (`$XDG_CONFIG_HOME`), 32 random bytes created 0600 on first
-use. `verify(sweep_dir)` refuses (`SweepInputError`, exit 2) a file Tune would restore whose HMAC
+use (never while checking a sealed folder: a deleted key is reported as such). `verify(sweep_dir)`
+refuses (`SweepInputError`, exit 2) a file Tune would restore whose HMAC
 is not recorded, and any `_dict_checkpoint.pkl` (this project's trials never write one), before
 anything is unpickled: it reads a few small files.
 
@@ -15,6 +16,11 @@ When: `tuner.pkl` right after the Tuner is created (`record_files`); the rest in
 writes them into its staging folder and before it copies them into the sweep folder. So a driver
 killed at any moment leaves only sealed files there. The last `KEEP` versions of each file stay
 sealed, as the copy into the sweep folder may lag behind.
+
+`sweep.json` (the flags, the MLflow store, the parent run, the method) is sealed the same way, before
+it is written (`record_sweep_file`), and `read_sweep_file` returns it only when its HMAC is recorded:
+nothing `--resume` trusts can be edited in the folder. The name and storage path of a resumed sweep
+are never read from it: they are the folder's own, so a copied or moved folder resumes where it is.
 
 `python -m sweeps.engine.seal SWEEP_DIR` seals the state of a folder you trust (a sweep started
 before seals existed, or under another key).
@@ -25,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import json
 import os
 import secrets
 import sys
@@ -48,11 +55,21 @@ def key_source() -> str:
     return KEY_ENV if os.environ.get(KEY_ENV) else str(key_path())
 
 
-def resume_key() -> bytes:
-    """The HMAC key: EMBSWEEP_RESUME_KEY, else the key file (created 0600 on first use)."""
+def resume_key(create: bool = True) -> bytes:
+    """The HMAC key: EMBSWEEP_RESUME_KEY, else the key file (created 0600 on first use when `create`)."""
     if os.environ.get(KEY_ENV):
         return os.environ[KEY_ENV].encode()
     path = key_path()
+    if path.exists() and not path.is_file():
+        raise SweepInputError(
+            f"the resume key {path} is not a file; remove it (a new key is made) or set {KEY_ENV}, and run again"
+        )
+    if not path.is_file() and not create:
+        raise SweepInputError(
+            f"the resume key file {path} is missing (deleted?), so the sealed state of this sweep cannot be "
+            f"checked; restore the file, or set {KEY_ENV} to the key it held, or, if you trust the folder, seal it "
+            "anew with `python -m sweeps.engine.seal <sweep folder>`"
+        )
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
@@ -81,7 +98,7 @@ def _digest(key: bytes, name: str, data: bytes) -> str:
     return hmac.new(key, name.encode() + b"\0" + data, hashlib.sha256).hexdigest()
 
 
-def _top_files(sweep_dir: str) -> list[str]:
+def top_files(sweep_dir: str) -> list[str]:
     import pyarrow.fs
 
     return [i.base_name for i in object_storage.list_dir(sweep_dir) if i.type == pyarrow.fs.FileType.File]
@@ -101,12 +118,16 @@ def _dict_checkpoints(sweep_dir: str) -> list[str]:
     return [str(p) for p in Path(sweep_dir).glob(f"*/checkpoint_*/{DICT_CHECKPOINT}")]
 
 
+def _sealed(sweep_dir: str) -> dict:
+    saved = storage.read_json(storage.join(sweep_dir, SEAL_FILE))
+    return saved.get("hmac") if isinstance(saved, dict) and isinstance(saved.get("hmac"), dict) else {}
+
+
 def record_files(sweep_dir: str, files: dict[str, bytes]) -> None:
     """Add the HMACs of `files` (name at the sweep folder's top -> bytes) to the sweep's seal."""
     key = resume_key()
     path = storage.join(sweep_dir, SEAL_FILE)
-    saved = storage.read_json(path)
-    sealed = saved.get("hmac") if isinstance(saved, dict) and isinstance(saved.get("hmac"), dict) else {}
+    sealed = _sealed(sweep_dir)
     for name, data in files.items():
         digest = _digest(key, name, data)
         sealed[name] = ([d for d in sealed.get(name, []) if d != digest] + [digest])[-KEEP:]
@@ -115,13 +136,49 @@ def record_files(sweep_dir: str, files: dict[str, bytes]) -> None:
 
 def record(sweep_dir: str, names: list[str] | None = None) -> None:
     """Seal the Tune files now at the top of the sweep folder (`names`: only these)."""
-    names = [n for n in _top_files(sweep_dir) if is_tune_file(n)] if names is None else names
+    names = [n for n in top_files(sweep_dir) if is_tune_file(n)] if names is None else names
     record_files(sweep_dir, {n: _read(storage.join(sweep_dir, n)) for n in names})
+
+
+def sweep_file_bytes(saved: dict) -> bytes:
+    """The bytes of sweep.json as the driver writes them."""
+    return json.dumps(saved, indent=2, default=str).encode()
+
+
+def record_sweep_file(sweep_dir: str, saved: dict) -> None:
+    """Seal, then write, the sweep's sweep.json (a driver killed in between leaves no unsealed one)."""
+    data = sweep_file_bytes(saved)
+    record_files(sweep_dir, {storage.SWEEP_FILE: data})
+    object_storage.write_bytes(storage.join(sweep_dir, storage.SWEEP_FILE), data)
+
+
+def read_sweep_file(sweep_dir: str) -> dict | None:
+    """The sweep's sweep.json (None where there is none), refused unless this user's driver wrote it."""
+    data = object_storage.read_bytes(storage.join(sweep_dir, storage.SWEEP_FILE))
+    if data is None:
+        return None
+    key = resume_key(create=False)
+    if _digest(key, storage.SWEEP_FILE, data) not in _sealed(sweep_dir).get(storage.SWEEP_FILE, ()):
+        raise SweepInputError(
+            f"--resume {sweep_dir}: {storage.SWEEP_FILE} is not the one this sweep's driver wrote (its HMAC-SHA256 "
+            f"with the key in {key_source()} is not in {SEAL_FILE}); it names the MLflow store, the flags and the "
+            "models the sweep would use, so the sweep is not resumed. Resume as the user (and with the "
+            f"EMBSWEEP_RESUME_KEY) that ran it; or, if you trust this folder (e.g. a sweep started before "
+            f"{storage.SWEEP_FILE} was sealed), seal it with `python -m sweeps.engine.seal {sweep_dir}` and resume "
+            "again; or start the sweep again under another --name."
+        )
+    try:
+        saved = json.loads(data.decode())
+    except ValueError:
+        saved = None
+    if not isinstance(saved, dict) or not isinstance(saved.get("args"), dict):
+        raise SweepInputError(f"--resume {sweep_dir}: {storage.SWEEP_FILE} is not a sweep's record; start again")
+    return saved
 
 
 def verify(sweep_dir: str) -> None:
     """Refuse to resume a sweep whose Tune state this user's sweeps did not write."""
-    names = sorted(n for n in _top_files(sweep_dir) if is_tune_file(n))
+    names = sorted(n for n in top_files(sweep_dir) if is_tune_file(n))
     trust = f"python -m sweeps.engine.seal {sweep_dir}"
     found = _dict_checkpoints(sweep_dir)
     if found:
@@ -132,9 +189,8 @@ def verify(sweep_dir: str) -> None:
         )
     if not names:
         return
-    saved = storage.read_json(storage.join(sweep_dir, SEAL_FILE))
-    sealed = saved.get("hmac") if isinstance(saved, dict) and isinstance(saved.get("hmac"), dict) else {}
-    key = resume_key()
+    sealed = _sealed(sweep_dir)
+    key = resume_key(create=False)
     for name in names:
         if _digest(key, name, _read(storage.join(sweep_dir, name))) not in sealed.get(name, ()):
             raise SweepInputError(
@@ -178,8 +234,8 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m sweeps.engine.seal",
-        description="Seal the Ray Tune state of a sweep folder you trust, so that --resume accepts it: "
-        "Tune unpickles that state, which runs any code in it.",
+        description="Seal the Ray Tune state and sweep.json of a sweep folder you trust, so that --resume accepts "
+        "them: Tune unpickles that state, which runs any code in it, and sweep.json names what the sweep uses.",
     )
     parser.add_argument("sweep_dir", help="the sweep's folder (it holds sweep.json and tuner.pkl)")
     args = parser.parse_args(argv)
@@ -187,8 +243,13 @@ def main(argv=None) -> int:
     if storage.read_json(storage.join(sweep_dir, storage.SWEEP_FILE)) is None:
         print(f"error: {sweep_dir} holds no sweep ({storage.SWEEP_FILE} is missing)", file=sys.stderr)
         return 2
-    record(sweep_dir)
-    print(f"Sealed the Tune state of {sweep_dir} with the key in {key_source()}.")
+    try:
+        record(sweep_dir)
+        record(sweep_dir, [storage.SWEEP_FILE])
+    except SweepInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"Sealed the Tune state and {storage.SWEEP_FILE} of {sweep_dir} with the key in {key_source()}.")
     return 0
 
 

@@ -302,6 +302,9 @@ register_method = METHODS.register
 
 
 # --- flag helpers the methods share ------------------------------------------------------------
+MAX_LIST = 100_000  # values one range of a list flag may hold (a grid that size is a typo)
+
+
 def parse_int_list(text: str, flag: str) -> list[int]:
     """'0,1,2' or '0-4' (or a mix) -> sorted unique non-negative ints; SweepInputError otherwise."""
     values = []
@@ -316,6 +319,8 @@ def parse_int_list(text: str, flag: str) -> list[int]:
             ) from None
         if high < low:
             raise SweepInputError(f"{flag} {text!r}: the range {part} runs backwards; write {high}-{low}")
+        if high - low >= MAX_LIST:
+            raise SweepInputError(f"{flag} {text!r}: the range {part} holds more than {MAX_LIST} values")
         values.extend(range(low, high + 1))
     if not values:
         raise SweepInputError(f"{flag} is empty")

@@ -339,7 +339,7 @@ def create_if_absent(location, data: bytes) -> str | None:
         path = Path(location)
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return None
         with os.fdopen(fd, "wb") as handle:

@@ -41,9 +41,8 @@ def resolve_teachers(spec: str, mlflow_uri: str) -> list[tuple[str, Path]]:
 
 
 def _sweep_teachers(spec: str, mlflow_uri: str) -> list[tuple[str, Path]]:
-    from mlflow import MlflowClient
-
     from trainables.core.schema import TAG_CHECKPOINT, TAG_PARENT, TAG_ROLE, TAG_SWEEP
+    from trainables.encoders.run_refs import client as store_client
     from trainables.encoders.run_refs import resolve_run
 
     body = spec[len(SWEEP_PREFIX) :]
@@ -54,7 +53,7 @@ def _sweep_teachers(spec: str, mlflow_uri: str) -> list[tuple[str, Path]]:
         if key != "layer" or not value.strip().isdigit():
             raise SweepInputError(f"--teachers {spec!r}: after the sweep, only :layer=<l> is understood")
         layer = value.strip()
-    client = MlflowClient(tracking_uri=mlflow_uri)
+    client = store_client(mlflow_uri, f"--teachers {spec!r}")
     experiments = [e.experiment_id for e in client.search_experiments()]
     parents = (
         [
@@ -79,6 +78,8 @@ def _sweep_teachers(spec: str, mlflow_uri: str) -> list[tuple[str, Path]]:
         for r in client.search_runs(experiments, f"tags.`{TAG_PARENT}` = '{parent}'")
         if r.data.tags.get(TAG_ROLE) == "trial" and r.info.status == "FINISHED" and r.data.tags.get(TAG_CHECKPOINT)
     ]
+    modelless = [r for r in runs if r.data.params.get("keep_checkpoints") == "none"]
+    runs = [r for r in runs if r not in modelless]
     layers = sorted({r.data.params.get("layer") for r in runs} - {None}, key=int)
     if layer is not None:
         runs = [r for r in runs if r.data.params.get("layer") == layer]
@@ -89,8 +90,9 @@ def _sweep_teachers(spec: str, mlflow_uri: str) -> list[tuple[str, Path]]:
         )
     if len(runs) < 2:
         raise SweepInputError(
-            f"--teachers {spec!r}: {len(runs)} finished trial(s) with a checkpoint found; an ensemble "
-            "needs at least two (e.g. the seeds of one layer)"
+            f"--teachers {spec!r}: {len(runs)} finished trial(s) that kept a model found"
+            + (f" ({len(modelless)} more ran with --keep-checkpoints none and kept none)" if modelless else "")
+            + "; an ensemble needs at least two (e.g. the seeds of one layer)"
         )
     runs.sort(key=lambda r: (r.data.params.get("model", ""), int(r.data.params.get("seed", 0) or 0), r.info.run_id))
     return [
