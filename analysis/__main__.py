@@ -2,6 +2,9 @@
 
     python -m analysis report --mlflow-uri sqlite:////abs/mlflow.db [--experiment NAME]
                               [--where PARAM=VALUE ...] --out DIR|URI [--no-log-artifacts]
+    python -m analysis mteb --mlflow-uri URI [--experiment NAME] [--where PARAM=VALUE ...] [--pareto] --out DIR|URI
+    python -m analysis mteb-run --models M[,M...] [--layers last|0,3] [--pooling mean|cls] --tasks T1,T2 --out DIR|URI
+                                [--data-dir D|hub] [--mlflow-uri URI]
     python -m analysis cka --models A,B [--checkpoints DIR] [--data-dir D] [--max-sentences N]
                            [--unique-sentences] --out DIR|URI [--mlflow-uri URI] [--experiment cka]
 
@@ -46,6 +49,31 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PARAM=VALUE",
         help="keep only runs with this param value (repeatable), e.g. --where random_init=False",
     )
+
+    export = commands.add_parser("mteb", help="the runs' suite scores as mteb results (TaskResult JSON per task)")
+    export.add_argument("--mlflow-uri", required=True, help="tracking URI, e.g. sqlite:////abs/path/mlflow.db")
+    export.add_argument("--experiment", default=None, help="experiment name (default: every experiment)")
+    export.add_argument(
+        "--out", required=True, help="mteb results folder (results/...), or " + OUT_HELP.split(", or ")[1]
+    )
+    export.add_argument("--where", action="append", default=[], metavar="PARAM=VALUE", help="as for report")
+    export.add_argument(
+        "--pareto", action="store_true", help="only the Pareto-optimal runs (parameters against the report metric)"
+    )
+
+    run = commands.add_parser("mteb-run", help="mteb's own tasks on chosen encoders (hub ids, folders, runs:/)")
+    run.add_argument("--models", required=True, help="comma-separated hub ids, model folders or runs:/<run id>")
+    run.add_argument("--layers", default="last", help="'last' or comma-separated layers, e.g. 0,3,last")
+    run.add_argument("--pooling", default="mean", choices=["mean", "cls"])
+    run.add_argument("--tasks", required=True, help="comma-separated mteb task names, e.g. STS12,SciFact")
+    run.add_argument("--out", required=True, help="mteb results folder (results/...), or " + OUT_HELP.split(", or ")[1])
+    run.add_argument(
+        "--data-dir",
+        default=None,
+        help="folder holding each task's data in the hub's layout (default: the data dir), or 'hub' (online)",
+    )
+    run.add_argument("--mlflow-uri", default=None, help="the store of runs:/ references")
+    run.add_argument("--batch-size", type=int, default=64)
 
     cka = commands.add_parser("cka", help="linear CKA per layer index between two models")
     cka.add_argument("--models", required=True, help="two hub ids or model folders, comma-separated: A,B")
@@ -96,6 +124,39 @@ def _report(args) -> None:
         print(f"warning: {warning}", file=sys.stderr)
 
 
+def _mteb(args) -> None:
+    from analysis.loader import load_runs
+    from analysis.mteb_export import export_runs, pareto_runs
+    from analysis.outputs import local_folder
+
+    where = _where(args.where)
+    runs = load_runs(args.mlflow_uri, args.experiment)
+    for key, value in where.items():
+        runs = runs[runs[key].astype(str) == value] if key in runs else runs.iloc[0:0]
+    if args.pareto:
+        runs = pareto_runs(runs)
+    with local_folder(args.out) as folder:
+        export = export_runs(runs, folder)
+    print(f"{len(export.files)} mteb result files for {export.runs} of {len(runs)} runs under {args.out}/results")
+    if export.skipped:
+        print(f"not MTEB tasks, not written: {', '.join(sorted(export.skipped))}")
+
+
+def _mteb_run(args) -> None:
+    from analysis.mteb_run import mteb_tasks, parse_layers, run_mteb
+    from analysis.outputs import local_folder
+    from trainables.core.paths import default_data_dir
+
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    layers = parse_layers(args.layers)
+    tasks = mteb_tasks([t.strip() for t in args.tasks.split(",") if t.strip()], args.data_dir or default_data_dir())
+    with local_folder(args.out) as folder:
+        names = run_mteb(
+            models, layers, args.pooling, tasks, folder, mlflow_uri=args.mlflow_uri, batch_size=args.batch_size
+        )
+    print(f"mteb results of {', '.join(names)} on {len(tasks)} task(s) under {args.out}/results")
+
+
 def _cka(args) -> None:
     from analysis.cka import run_cka
 
@@ -125,10 +186,7 @@ def main(argv=None) -> int:
             from trainables.core.endpoints import mlflow_store
 
             args.mlflow_uri = mlflow_store(args.mlflow_uri)
-        if args.command == "report":
-            _report(args)
-        else:
-            _cka(args)
+        {"report": _report, "mteb": _mteb, "mteb-run": _mteb_run, "cka": _cka}[args.command](args)
     except SweepInputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -282,11 +282,11 @@ def log_to_mlflow(frame: pd.DataFrame, files, tracking_uri: str, experiment: str
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param
 
-    from trainables.core.schema import TAG_ROLE
+    from trainables.core.schema import EXPERIMENT_KIND_TAGS, TAG_ROLE
 
     client = MlflowClient(tracking_uri=tracking_uri)
     found = client.get_experiment_by_name(experiment)
-    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+    experiment_id = found.experiment_id if found else client.create_experiment(experiment, tags=EXPERIMENT_KIND_TAGS)
     model_a, model_b = frame["model_a"].iloc[0], frame["model_b"].iloc[0]
     run = client.create_run(experiment_id, tags={TAG_ROLE: CKA_ROLE}, run_name=f"cka {model_a} vs {model_b}")
     run_id = run.info.run_id

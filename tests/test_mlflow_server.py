@@ -70,7 +70,8 @@ def test_smoke_sweep_against_a_real_tracking_server(sweep_env, tiny_models, serv
         assert set(schema.PARAMS) <= set(params(child))
         assert ALL_METRICS <= set(metrics(child))
         assert [m["step"] for m in server.metric_history(child["info"]["run_id"], "dev_spearman")] in ([1], ["1"])
-    assert f"MLflow:  open {server.uri}" in capsys.readouterr().out
+    view = f"{server.uri}/#/experiments/{parent['info']['experiment_id']}/runs?workflowType=machine_learning"
+    assert f"MLflow:  open {view}\n" in capsys.readouterr().out  # MLflow 3's model-training view of the runs
     assert not (sweep_env["storage"] / "served" / tracking.SPOOL_FILE).exists()
 
 

@@ -120,11 +120,27 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
     client = _client(tracking_uri)
     experiment = client.get_experiment_by_name(name)
     if experiment:
+        for key, value in schema.EXPERIMENT_KIND_TAGS.items():
+            if key not in experiment.tags:  # one made before the tag was set; a kind chosen in the UI stays
+                client.set_experiment_tag(experiment.experiment_id, key, value)
         return experiment.experiment_id
     location = None
     if str(tracking_uri).startswith("sqlite:///"):
         location = (Path(str(tracking_uri)[len("sqlite:///") :]).parent / "mlartifacts").resolve().as_uri()
-    return client.create_experiment(name, artifact_location=location)
+    return client.create_experiment(name, artifact_location=location, tags=schema.EXPERIMENT_KIND_TAGS)
+
+
+def training_view(ui: str, tracking_uri: str, parent_run_id: str | None) -> str:
+    """The UI address of the sweep's runs in MLflow 3's model-training view. MLflow 3.17's UI shows an
+    experiment in GenAI or model-training mode by a switch of its own (GenAI unless the address says
+    `workflowType=machine_learning`), whatever the experiment's kind tag; without the sweep's
+    experiment (a store that does not answer) it is the experiment list in that view."""
+    ui, view = ui.rstrip("/"), "workflowType=machine_learning"
+    try:
+        experiment = _client(tracking_uri).get_run(parent_run_id).info.experiment_id
+    except Exception:  # only a link: the store's trouble is reported where it is written to
+        return f"{ui}/#/experiments?{view}"
+    return f"{ui}/#/experiments/{experiment}/runs?{view}"
 
 
 @contextlib.contextmanager

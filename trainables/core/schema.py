@@ -77,6 +77,8 @@ TAG_PARENT = "mlflow.parentRunId"
 TAG_FAILURE = "embsweep.failure"  # why a trial failed for good (not retried)
 TAG_CHECKPOINT = "embsweep.checkpoint"  # the trial's latest checkpoint; its best-dev model is <checkpoint>/best
 TAG_BEST_DIGEST = "embsweep.best_digest"  # digest of <checkpoint>/best.files.json: what a copy is checked against
+# on every experiment the tool creates: MLflow 3's UI then opens it on its training runs, not in GenAI mode
+EXPERIMENT_KIND_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 BEST_FILES = "best.files.json"  # beside best/ in a checkpoint: each file of best/ with its size and sha256
 
 

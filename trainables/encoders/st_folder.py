@@ -42,10 +42,14 @@ def write_sentence_transformer(folder, pooling: str, max_seq_length: int | None 
 
 def read_pooling(folder) -> str | None:
     """The pooling of a sentence-transformers folder (`mean` or `cls`), or None when it has none
-    of those (or no pooling config)."""
+    of those (or no pooling config). Reads the classic flags and sentence-transformers 6's
+    `pooling_mode` (what its own save writes: trainables/encoders/model_card.py)."""
     config = Path(folder) / "1_Pooling" / "config.json"
     if not config.is_file():
         return None
     modes = json.loads(config.read_text())
+    if "pooling_mode" in modes:
+        mode = modes["pooling_mode"]
+        return mode if mode in MODES else None
     found = [name for name, key in MODES.items() if modes.get(key)]
     return found[0] if len(found) == 1 and sum(bool(modes.get(k)) for k in ALL_MODES) == 1 else None

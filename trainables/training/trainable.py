@@ -15,7 +15,8 @@ epoch, for every method (trainables/training/divergence.py). A `TrialFailure` (o
 worker) ends the trial with a last result holding `trial_failed` (the reason) instead of an error Tune
 would retry.
 When the last epoch is done, `final_metrics()` may add scores of the best-dev weights (e.g. the
-evaluation suite, `--eval-sets`) to the trial's last result.
+evaluation suite, `--eval-sets`) to the trial's last result, and the final `best/` gets
+sentence-transformers' own files and a model card with those scores (trainables/encoders/model_card.py).
 """
 
 from __future__ import annotations
@@ -218,6 +219,11 @@ class EpochTrainable(tune.Trainable):
             self.save_best(Path(checkpoint_dir) / BEST_DIR)
             if finished and self.trial_config.get("best_dtype", LEGACY_BEST_DTYPE) == "float16":
                 store_half(Path(checkpoint_dir) / BEST_DIR)
+            if finished and (Path(checkpoint_dir) / BEST_DIR / "modules.json").is_file():
+                from trainables.encoders.model_card import write_model_card
+
+                sweep = getattr(getattr(self, "_storage", None), "experiment_dir_name", None)
+                write_model_card(Path(checkpoint_dir) / BEST_DIR, self.trial_config, self._final_result, sweep)
             _list_best(Path(checkpoint_dir))
         (Path(checkpoint_dir) / "trial.json").write_text(json.dumps(self.trial_config, indent=2, default=str))
         return None
