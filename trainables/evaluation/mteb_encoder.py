@@ -9,7 +9,7 @@ the suite's. `model_name(model, layer, pooling, depth)` is the name its results 
 truncated layer or another pooling than the model's own is part of the name, so two layers of one
 model never share a results folder.
 
-mteb is an optional dependency (the `test` extra): importing this module without it fails with
+mteb is an optional dependency (the `mteb` extra): importing this module without it fails with
 the install command.
 """
 
@@ -26,7 +26,7 @@ try:
     from mteb.models import ModelMeta
     from mteb.models.abs_encoder import AbsEncoder
 except ImportError as missing:  # pragma: no cover - depends on the environment
-    raise SweepInputError(f"mteb is not installed ({missing}); install it with: pip install -e '.[test]'") from None
+    raise SweepInputError(f"mteb is not installed ({missing}); install it with: pip install -e '.[mteb]'") from None
 
 Embed = Callable[[list[str]], np.ndarray]
 NO_REVISION = "no_revision_available"  # mteb's own placeholder when a model has no hub revision
