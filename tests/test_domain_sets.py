@@ -129,7 +129,7 @@ def write_scidocs_useb(root: Path) -> Path:
     folder = root / "scidocs"
     folder.mkdir(parents=True)
     corpus = {f"p{i}": {"title": f"paper {i}"} for i in range(8)}
-    corpus["p7"] = {"title": None}  # untitled: dropped as a candidate, skipped as a query
+    corpus["p7"] = {"title": None}  # untitled: not ranked as a candidate, skipped as a query
     qrels = {"q": {"p0": {"p1": 1, "p2": 0, "p7": 1}, "p7": {"p1": 1, "p2": 0}}}
     test = {task: qrels["q"] for task in ("cite", "cocite", "coread", "coview")}
     (folder / "data.json").write_text(json.dumps({"corpus": corpus, "valid": {}, "test": test}))
@@ -156,7 +156,8 @@ def test_scidocs_and_cqadupstack_are_built_as_useb_builds_them_and_the_four_task
     write_pit(tmp_path / "pit")
     suite = load_suite(["askubuntu", "cqadupstack", "twitterpara", "scidocs"], tmp_path)
     cite = suite.sets["scidocs"].subsets["cite"]
-    assert (cite.queries, cite.positives, cite.negatives) == (["paper 0"], [["paper 1"]], [["paper 2"]])
+    assert (cite.queries, cite.candidates, cite.relevance) == (["paper 0"], [["paper 2", "paper 1"]], [[False, True]])
+    assert cite.relevant == [2]  # the untitled p7 stays relevant, never ranked (pytrec_eval's qrels)
     android = suite.sets["cqadupstack"].subsets["android"]
     assert set(android.corpus) == {"3", "4"}  # the split's queries are taken out of the pool
     assert android.relevant["1"] == {"3"} and len(suite.sets["cqadupstack"].subsets) == 12
@@ -174,6 +175,66 @@ def test_scidocs_and_cqadupstack_are_built_as_useb_builds_them_and_the_four_task
     assert main_metric("cqadupstack") == "cqadupstack_useb_map_at_100"
 
 
+def suite_cosines(suite, embeddings: np.ndarray):
+    """The cosine of two texts as the suite computes it from `embeddings` (rows of `suite.sentences`)."""
+    unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+    return lambda a, b: float(unit[suite.position[a]] @ unit[suite.position[b]])
+
+
+def test_scidocs_scores_as_useb_with_pytrec_eval(tmp_path):
+    """USEB's SciDocs on data.json: pytrec_eval over the titled queries' titled candidates, with the
+    qrels whole; an untitled relevant paper counts as relevant and not retrieved."""
+    import pytrec_eval
+
+    folder = tmp_path / "scidocs"
+    folder.mkdir()
+    corpus = {f"p{i}": {"title": f"paper {i}"} for i in range(20)} | {"p20": {"title": None}, "p21": {"title": ""}}
+    rng = np.random.default_rng(5)
+    test = {
+        task: {
+            f"p{q}": {f"p{c}": int(c % 3 == 0) for c in rng.choice(22, 8, replace=False) if c != q} | {"p20": 1}
+            for q in range(4)
+        }
+        for task in ("cite", "cocite", "coread", "coview")
+    }
+    (folder / "data.json").write_text(json.dumps({"corpus": corpus, "test": test}))
+    suite = load_suite(["scidocs"], tmp_path)
+    embeddings = rng.normal(size=(len(suite.sentences), 6))
+    scores, cosine = suite.score(embeddings), suite_cosines(suite, embeddings)
+    for task, qrels in test.items():
+        run = {q: {p: cosine(corpus[q]["title"], corpus[p]["title"]) for p in papers if corpus[p]["title"]}
+               for q, papers in qrels.items()}  # fmt: skip
+        reference = pytrec_eval.RelevanceEvaluator(qrels, {"map"}).evaluate(run)
+        assert scores[f"scidocs_{task}_map"] == pytest.approx(100 * np.mean([r["map"] for r in reference.values()]))
+        titled = {q: {p: r for p, r in papers.items() if corpus[p]["title"]} for q, papers in qrels.items()}
+        before = pytrec_eval.RelevanceEvaluator(titled, {"map"}).evaluate(run)  # the rule before: untitled dropped
+        assert scores[f"scidocs_{task}_map"] < 100 * np.mean([r["map"] for r in before.values()])
+
+
+def test_cqadupstack_scores_every_test_question_as_useb_does(tmp_path):
+    """USEB's CQADupStack: each forum's test questions out of the pool, every one scored; a question
+    whose duplicate is another test question (so not in the pool) scores 0, as USEB counts it."""
+    from test_eval_tasks import useb_cqadupstack
+
+    from trainables.evaluation.domain_sets import CQA_FORUMS
+
+    folder = tmp_path / "cqadupstack"
+    folder.mkdir()
+    titles = {str(i): f"question {i}" for i in range(130)}
+    split = {"0": ["50", "51"], "1": ["2"], "2": ["1"], "3": ["60"], "4": []}  # 1 and 2: each other's only duplicate
+    (folder / "corpus.json").write_text(json.dumps({forum: titles for forum in CQA_FORUMS}))
+    (folder / "retrieval_split.json").write_text(json.dumps({"test": {forum: split for forum in CQA_FORUMS}}))
+    suite = load_suite(["cqadupstack"], tmp_path)
+    embeddings = np.random.default_rng(4).normal(size=(len(suite.sentences), 6))
+    scores, cosine = suite.score(embeddings), suite_cosines(suite, embeddings)
+    pool = [i for i in titles if i not in split]
+    cosines = np.array([[cosine(titles[q], titles[d]) for d in pool] for q in split])
+    useb_map, useb_ndcg = useb_cqadupstack(cosines, pool, split)
+    assert scores["cqadupstack_android_useb_map_at_100"] == pytest.approx(100 * useb_map)
+    assert scores["cqadupstack_useb_map_at_100"] == pytest.approx(100 * useb_map)  # the 12 forums alike
+    assert scores["cqadupstack_ndcg_at_10"] == pytest.approx(100 * useb_ndcg)
+
+
 def test_scidocs_reads_the_original_release_too(tmp_path):
     folder = tmp_path / "scidocs-release"
     folder.mkdir()
@@ -183,7 +244,8 @@ def test_scidocs_reads_the_original_release_too(tmp_path):
         (folder / task).mkdir()
         (folder / task / "test.qrel").write_text("p0 0 p1 1\np0 0 p2 0\np3 0 p2 1\np3 0 p1 0\n")
     data = load_suite(["scidocs"], tmp_path).sets["scidocs"].subsets["coview"]
-    assert data.queries == ["paper 0", "paper 3"] and data.positives == [["paper 1"], ["paper 2"]]
+    assert data.queries == ["paper 0", "paper 3"] and data.candidates == [["paper 2", "paper 1"]] * 2
+    assert data.relevance == [[False, True], [True, False]] and data.relevant == [1, 1]
     (folder / "coview" / "test.qrel").write_text("p0 p1 1\n")
     with pytest.raises(DataFormatError, match=r"coview/test.qrel, line 1: expected: query 0 paper relevance"):
         load_suite(["scidocs"], tmp_path)

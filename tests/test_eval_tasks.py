@@ -113,3 +113,98 @@ def test_the_suite_averages_subsets_as_useb_and_each_kind_by_its_main_metric():
     assert scores["mean_spearman"] == scores["sts12_spearman"] == pytest.approx(100.0)
     assert "useb_avg" not in scores  # three of USEB's four tasks are missing
     assert suite.main_metrics == {"twitterpara": "twitterpara_ap", "sts12": "sts12_spearman"}
+
+
+def useb_cqadupstack(cosines: np.ndarray, doc_ids: list[str], duplicates: dict[str, list[str]]) -> tuple[float, float]:
+    """USEB's `CQADupStackEvaluator.compute_metrics`, rewritten from its code: per query, the top 100
+    of the pool by cosine; AP = scikit-learn's average precision of those 100 if a duplicate is among
+    them, else 0, averaged over every query; nDCG@10 with the ideal from the query's listed
+    duplicates (pool or not), over the queries that list one. (MAP, nDCG)."""
+    aps, ndcgs = [], []
+    for row, listed in zip(cosines, duplicates.values()):
+        top = np.argsort(-row)[:100]
+        hit = [1 if doc_ids[i] in set(listed) else 0 for i in top]
+        aps.append(average_precision_score(hit, row[top]) if 1 in hit else 0)
+        if listed:
+            dcg = sum(hit[i] / np.log2(i + 2) for i in range(10))
+            ndcgs.append(dcg / sum(1 / np.log2(i + 2) for i in range(min(10, len(listed)))))
+    return float(np.mean(aps)), float(np.mean(ndcgs))
+
+
+def test_retrieval_scores_every_query_as_useb_and_trec_eval_do():
+    """USEB's CQADupStack rule (every query; AP 0 when no duplicate is in the top 100) and trec_eval's
+    MAP@100 and nDCG@10 (pytrec_eval): duplicates missing from the pool stay relevant. Queries
+    `gone` (its duplicate is not in the pool), `none` (no duplicate listed) and `half` (one of two
+    missing) are what the rule before this change left out or cut down."""
+    import pytrec_eval
+
+    rng = np.random.default_rng(7)
+    doc_ids = [f"d{i}" for i in range(150)]
+    duplicates = {
+        "found": ["d3", "d40", "d141"],
+        "gone": ["q-elsewhere"],
+        "none": [],
+        "half": ["d7", "q-other"],
+        "deep": ["d11"],
+    }
+    texts = {d: f"text {d}" for d in doc_ids} | {q: f"query {q}" for q in duplicates}
+    vectors = {t: v / np.linalg.norm(v) for t, v in zip(texts.values(), rng.normal(size=(len(texts), 6)))}
+    data = Retrieval(
+        {q: texts[q] for q in duplicates}, {d: texts[d] for d in doc_ids}, {q: set(d) for q, d in duplicates.items()}
+    )
+    scores = task_kind("retrieval").score(data, embedder(vectors))
+    cosines = np.array([[vectors[texts[d]] @ vectors[texts[q]] for d in doc_ids] for q in duplicates])
+    useb_map, useb_ndcg = useb_cqadupstack(cosines, doc_ids, duplicates)
+    assert scores["useb_map_at_100"] == pytest.approx(100 * useb_map)
+    assert scores["ndcg_at_10"] == pytest.approx(100 * useb_ndcg)
+
+    qrels = {q: {d: 1 for d in listed} or {"d0": 0} for q, listed in duplicates.items()}
+    run = {q: {d: float(c) for d, c in zip(doc_ids, row)} for q, row in zip(duplicates, cosines)}
+    trec = pytrec_eval.RelevanceEvaluator(qrels, {"map_cut_100", "ndcg_cut_10"}).evaluate(run)
+    assert scores["map_at_100"] == pytest.approx(100 * np.mean([trec[q]["map_cut_100"] for q in duplicates]))
+    assert scores["ndcg_at_10"] == pytest.approx(
+        100 * np.mean([trec[q]["ndcg_cut_10"] for q in duplicates if duplicates[q]])
+    )
+    in_pool = [q for q, listed in duplicates.items() if set(listed) & set(doc_ids)]
+    assert scores["map_at_100"] != pytest.approx(
+        100 * np.mean([trec[q]["map_cut_100"] for q in in_pool])
+    )  # the fixture tells the rules apart
+
+
+def test_judged_reranking_is_trec_evals_average_precision():
+    """pytrec_eval on USEB's SciDocs input: every query in the run counts, relevant papers that could
+    not be ranked stay in the denominator, tied candidates in trec_eval's order (id descending)."""
+    import pytrec_eval
+
+    from trainables.evaluation.domain_sets import scidocs_task
+
+    rng = np.random.default_rng(3)
+    corpus = {f"p{i:02d}": {"title": f"paper {i}"} for i in range(40)}
+    corpus["p30"]["title"] = corpus["p31"]["title"] = "the same title"  # tie: p31 (not relevant) ranks first
+    corpus["p32"] = {"title": None}
+    corpus["p33"] = {"title": ""}
+    qrels = {
+        "p00": {"p01": 1, "p02": 1, "p32": 1, **{f"p{i:02d}": 0 for i in range(10, 16)}},  # one relevant untitled
+        "p03": {"p33": 1, "p32": 1, "p10": 0, "p11": 0},  # every relevant untitled: AP 0
+        "p04": {"p05": 1, "p06": 1},  # no negative
+        "p07": {"p30": 1, "p31": 0, "p12": 0, "p99": 1},  # a tie, and a relevant paper not in the corpus
+        "p32": {"p01": 1, "p10": 0},  # an untitled query: not in the run
+    }
+    judged = scidocs_task(corpus, qrels)
+    titles = {record["title"] for record in corpus.values() if record["title"]}
+    vectors = {t: v / np.linalg.norm(v) for t, v in zip(sorted(titles), rng.normal(size=(len(titles), 5)))}
+    scores = task_kind("reranking").score(judged, embedder(vectors))
+
+    def title(paper):
+        return (corpus.get(paper) or {}).get("title")
+
+    run = {
+        q: {p: float(vectors[title(p)] @ vectors[title(q)]) for p in papers if title(p)}
+        for q, papers in qrels.items()
+        if title(q)
+    }
+    trec = pytrec_eval.RelevanceEvaluator(qrels, {"map", "recip_rank"}).evaluate(run)
+    assert scores["queries"] == len(trec) == 4
+    assert scores["map"] == pytest.approx(100 * np.mean([r["map"] for r in trec.values()]))
+    assert scores["mrr"] == pytest.approx(100 * np.mean([r["recip_rank"] for r in trec.values()]))
+    assert trec["p03"]["map"] == 0 and 0 < trec["p07"]["map"] < 1

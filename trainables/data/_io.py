@@ -1,12 +1,14 @@
 """Line reading shared by the loaders: UTF-8 decoded per line (so a bad byte is reported with its
-line number), a leading byte-order mark dropped, CR/LF stripped, `.gz` files read transparently,
-and a missing file reported as a `DataFormatError` that says how to point the project at its data.
+line number), a leading byte-order mark dropped, CR/LF stripped, `.gz` files read transparently (a
+torn or non-gzip one reported with the line reached), and a missing file reported as a
+`DataFormatError` that says how to point the project at its data.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -30,15 +32,21 @@ def iter_lines(path: Path, hint: str = "") -> Iterator[tuple[int, str]]:
     """Yield (1-based line number, text without the line ending) for every line of `path`."""
     path = require_file(path, hint)
     opener = gzip.open if path.name.endswith(".gz") else open
+    line_no = 0
     with opener(path, "rb") as handle:
-        for line_no, raw in enumerate(handle, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataFormatError(path, f"not valid UTF-8 ({exc.reason} at byte {exc.start})", line_no) from None
-            if line_no == 1 and text.startswith(BOM):
-                text = text[1:]
-            yield line_no, text.rstrip("\n").rstrip("\r")
+        try:
+            for line_no, raw in enumerate(handle, start=1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise DataFormatError(
+                        path, f"not valid UTF-8 ({exc.reason} at byte {exc.start})", line_no
+                    ) from None
+                if line_no == 1 and text.startswith(BOM):
+                    text = text[1:]
+                yield line_no, text.rstrip("\n").rstrip("\r")
+        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:  # a torn download, or not gzip at all
+            raise DataFormatError(path, f"not a whole gzip file ({exc}); fetch it again", line_no + 1) from None
 
 
 def parse_float(path: Path, value: str, line_no: int, what: str = "score") -> float:

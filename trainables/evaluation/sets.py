@@ -131,6 +131,16 @@ def files_digest(paths) -> str:
     return digest.hexdigest()[:16]
 
 
+def check_data_dir(data_dir, set_name: str) -> None:
+    """Refuse a data dir that is not a folder, rather than report the set's files missing under it."""
+    if not Path(data_dir).is_dir():
+        what = "is not a folder" if Path(data_dir).exists() else "does not exist"
+        raise SweepInputError(
+            f"evaluation set {set_name}: the data folder {data_dir} {what}; pass --data-dir with the folder holding "
+            "the set's files (docs/data.md)"
+        )
+
+
 # --- SemEval STS in the SentEval layout ------------------------------------------------------
 def _layout_hint(folder: str) -> str:
     return f"the SentEval layout: {folder}/STS.input.<subset>.txt with STS.gs.<subset>.txt"
@@ -156,6 +166,7 @@ def find_sts_year(data_dir, year: int) -> Path:
     """The folder `STS<YY>-en-test` anywhere under `data_dir` (identical copies: the first)."""
     folder = f"STS{year:02d}-en-test"
     root = Path(data_dir)
+    check_data_dir(root, f"sts{year:02d}")
     found = find_under(root, folder, folder=True)
     if not found:
         raise SweepInputError(
