@@ -41,6 +41,7 @@ METHOD_NAMES = {
     "dapt+tmft": "DAPT+TMFT",
     "cka": "CKA",
     "evaluate": "Zero-shot evaluation",
+    "adaptive-layer": "Adaptive layers (one run)",
 }
 METHOD_ORDER = ("tmft", "ws+tmft", "dapt+tmft")
 TASK_NAMES = {"stsb": "STS-B", "sts-b": "STS-B", "mrpc": "MRPC", "sick": "SICK"}

@@ -12,6 +12,11 @@ Writes into OUT:
   "all">.md|csv (every value of its axes, a column per score: each evaluation set, then their
   mean) and, when the layer is an axis, figures/curves_<method>_<task>_<other axes' values>.png|svg
   (e.g. per model and pooling: one line per evaluation set against the layer);
+- for a `--search pareto` sweep: figures/search_<sweep>.png|svg (every point the search evaluated,
+  the front it found) and tables/search_points.csv (analysis/search_front.py);
+- for an adaptive-layer run beside a TMFT sweep of its model and task: its layer curve beside TMFT's
+  with the compute each took and their CKA per layer, figures/one_run_vs_tmft_<model>_<task>.png|svg and
+  tables/one_run_vs_tmft.csv (analysis/one_run.py);
 - for runs of a paper's preset (param `preset`): a section naming the table or figure, and
   tables/paper_<preset>.csv with the paper's published numbers beside the sweep's (analysis/published.py);
 - README.md: the index that shows all of it, including the excluded runs.
@@ -34,7 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pandas as pd
 
-from analysis import published
+from analysis import one_run, published, search_front
 from analysis.loader import AnalysisError, load_runs
 from analysis.names import display_names, method_name, method_sort_key, task_name
 from analysis.pareto import pareto_points
@@ -317,6 +322,8 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
         ]
 
     lines += _table_family_sections(others, figures, tables, write_csv, report)
+    lines += search_front.sections(runs, figures, tables, write_csv, report)
+    lines += one_run.sections(runs, figures, tables, write_csv, report)
     lines += [
         "",
         "## Runs left out",

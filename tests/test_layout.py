@@ -22,6 +22,7 @@ RAY_FREE = [
     "trainables.methods.sed.targets",
     "trainables.methods.meta_embeddings.models",
     "trainables.methods.meta_embeddings.token_embeddings",
+    "trainables.methods.adaptive_layer.training",
     "trainables.training.pair_training",
     "trainables.encoders.loading",
     "trainables.evaluation.sets",

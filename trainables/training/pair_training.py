@@ -7,13 +7,15 @@ trainables/training/batches.py), through pinned host memory copied without waiti
 under the trial's precision (trainables/encoders/precision.py), the task's loss in fp32, backward
 through the gradient scaler (active for fp16 only), clip to 1.0, AdamW (fused), linear
 schedule. The epoch's loss is summed on the device and read once at the end of the epoch.
-Evaluation encodes each distinct sentence of a split once, in length order, then scores the pairs.
+Evaluation encodes each distinct sentence of a split once, in length order, then scores the pairs;
+the dev split's encode time per distinct sentence is reported as `encode_ms_per_sentence`.
 """
 
 from __future__ import annotations
 
 import math
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -140,14 +142,21 @@ class PairFineTuning:
         first = [distinct.setdefault(tuple(s), len(distinct)) for s in split.s1]
         second = [distinct.setdefault(tuple(s), len(distinct)) for s in split.s2]
         # as many sentences per forward as `eval_batch_size` pairs hold
+        started = time.perf_counter()
         embeddings = self._embed(list(distinct), chunk=2 * self.eval_batch_size)
+        if embeddings.is_cuda:
+            torch.cuda.synchronize(embeddings.device)
+        self.encode_ms_per_sentence = 1000 * (time.perf_counter() - started) / max(1, len(distinct))
         return self.task_def.outputs(embeddings[first], embeddings[second], self.head).float().cpu().numpy()
 
     def evaluate(self, splits: tuple[str, ...] = ("dev", "test")) -> dict:
         """The task's metrics on `splits` (dev is always among them: MRPC's thresholds come from it)."""
         splits = tuple(dict.fromkeys(("dev", *splits)))
-        self.last_outputs = {split: np.asarray(self.predict(self.task.splits[split])) for split in splits}
-        return self.metrics_of(self.last_outputs)
+        self.last_outputs, encode_ms = {}, None
+        for split in splits:
+            self.last_outputs[split] = np.asarray(self.predict(self.task.splits[split]))
+            encode_ms = self.encode_ms_per_sentence if split == "dev" else encode_ms
+        return {**self.metrics_of(self.last_outputs), "encode_ms_per_sentence": encode_ms}
 
     def metrics_of(self, outputs: dict) -> dict:
         """The task's metrics of per-split outputs (dev among them)."""
