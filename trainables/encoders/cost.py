@@ -97,6 +97,12 @@ def trial_memory_bytes(shape: TrialShape, precision: str = "fp32") -> float:
     return CUDA_CONTEXT_BYTES + ALLOCATOR_SLACK * (16 * shape.params + copies + activations + embeddings_out)
 
 
+def second_copy_bytes(shape: TrialShape) -> float:
+    """A second trained copy of the encoder (CT's): its fp32 weights, gradients and two optimiser
+    moments. Its activations are already in `trial_memory_bytes`, which counts two sentences a pair."""
+    return ALLOCATOR_SLACK * 16 * shape.params
+
+
 def trial_seconds(
     shape: TrialShape,
     train_tokens: int,

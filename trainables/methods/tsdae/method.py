@@ -95,7 +95,10 @@ def trial_cost(
     train_tokens = int(passes * batch * tokens * steps / max(1, epochs))
     eval_tokens = 2 * tokens * (dev_pairs + suite_pairs / max(1, epochs))
     eval_batches = math.ceil(2 * (dev_pairs + suite_pairs / max(1, epochs)) / 64)
-    memory = encoder_cost.trial_memory_bytes(shape) * (2 if settings.get("objective") in ("tsdae", "ct") else 1)
+    objective = settings.get("objective")
+    memory = encoder_cost.trial_memory_bytes(shape) * (2 if objective == "tsdae" else 1)
+    if objective == "ct":  # two copies, each encoding one side of the pairs (benchmarks/contrastive_memory.py)
+        memory += encoder_cost.second_copy_bytes(shape)
     seconds = encoder_cost.trial_seconds(
         shape,
         train_tokens,
