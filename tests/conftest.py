@@ -23,6 +23,20 @@ from trainables.core.paths import default_data_dir  # noqa: E402
 # `sweep` step (`pytest -m sweep`), not in the fast default run; every behaviour they check keeps a
 # quicker test in the default run or is only visible in a whole sweep.
 SWEEP_TESTS = {
+    "test_sweep_tmft.py::test_smoke_sweep_writes_one_parent_and_four_children_with_the_schema",
+    "test_failures.py::test_diverged_training_fails_its_trial_once_with_the_reason",
+    "test_stage_progress.py::test_the_driver_prints_a_running_stages_progress",
+    "test_failures.py::test_resume_refuses_changed_flags",
+    "test_failures.py::test_sweeps_started_together_on_a_fresh_store_both_start",
+    "test_resume_seal.py::test_a_tampered_sweep_folder_is_refused_before_anything_is_unpickled",
+    "test_sweep_tmft.py::test_zero_epochs_evaluates_the_pretrained_truncated_encoder",
+    "test_sweep_tmft.py::test_a_sweep_saved_before_newer_flags_existed_resumes",
+    "test_sweep_tasks.py::test_sick_sweep_logs_macro_f1",
+    "test_nothing_learned.py::test_a_diverged_tsdae_objective_fails_its_trial_once_with_the_reason",
+    "test_failures.py::test_an_address_where_something_else_answers_is_refused_not_a_traceback",
+    "test_checkpoints.py::test_best_dev_checkpoint_is_a_sentence_transformer_and_evaluates_as_in_the_trial",
+    "test_checkpoints.py::test_eval_sets_score_the_best_dev_weights_into_the_trials_own_run",
+    "test_checkpoints.py::test_a_run_without_a_checkpoint_is_refused",
     "test_sweep_integrity.py::test_a_copied_sweep_stopped_during_its_stages_resumes_without_touching_the_original",
     "test_sweep_integrity.py::test_a_full_disk_mid_sweep_ends_in_one_line_and_resume_completes",
     "test_paper_presets.py::test_a_tsdae_preset_runs_on_tiny_models_and_its_report_names_what_differs",

@@ -200,6 +200,7 @@ def test_a_layer_sweep_with_a_broken_domain_set_is_refused_before_ray_starts(
         sets, expected = "cqadupstack", "corpus.json: forum tex is empty"
     storage = tmp_path / "fresh" / "runs"
     argv = ["--storage-path", str(storage), "--data-dir", str(root), "--seeds", "0", "--epochs", "1"]
+    ray.shutdown()  # an earlier test's Ray in this process: the refusal must not start one
     started = time.perf_counter()
     code = main([*argv, "--models", tiny_models["bert"], "--eval-sets", sets])
     err = capsys.readouterr().err

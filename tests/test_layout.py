@@ -87,3 +87,18 @@ def test_losses_models_and_the_training_loop_import_without_ray():
     code = "import sys\nsys.modules['ray'] = None\n" + "".join(f"import {m}\n" for m in RAY_FREE)
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_every_test_the_sweep_step_lists_exists():
+    """tests/conftest.py's SWEEP_TESTS names tests by node id: a renamed or deleted test would silently
+    leave the list (and run in neither step's expected place); each entry must name a test function."""
+    import re
+
+    from conftest import SWEEP_TESTS
+
+    root = Path(__file__).parent
+    for node in sorted(SWEEP_TESTS):
+        module, _, name = node.partition("::")
+        function = re.sub(r"\[.*\]$", "", name)
+        source = (root / module).read_text() if (root / module).is_file() else ""
+        assert re.search(rf"^def {re.escape(function)}\(", source, re.M), f"SWEEP_TESTS names {node}: no such test"
