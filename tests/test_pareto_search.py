@@ -95,7 +95,8 @@ def test_milestones_are_powers_of_eta_below_the_budget():
 
 
 def _reference_keep(records: dict, trial_id: str, eta: int) -> bool:
-    """Kept iff among the best ceil(n / eta) by (brute-force rank, then the definition's crowding)."""
+    """Kept iff on the front (brute-force rank 0) or among the best ceil(n / eta) by (rank, then the
+    definition's crowding)."""
     ids = list(records)
     points = np.array([records[i] for i in ids])
     ranks = _brute_force_ranks(points)
@@ -104,7 +105,8 @@ def _reference_keep(records: dict, trial_id: str, eta: int) -> bool:
         members = [i for i in range(len(ids)) if ranks[i] == rank]
         crowding[members] = crowding_distances(points[members])
     order = sorted(range(len(ids)), key=lambda i: (ranks[i], -crowding[i], i))
-    return order.index(ids.index(trial_id)) < -(-len(ids) // eta)
+    index = ids.index(trial_id)
+    return ranks[index] == 0 or order.index(index) < -(-len(ids) // eta)
 
 
 def _trial(trial_id):
@@ -161,7 +163,8 @@ def test_rung_decision_keeps_a_non_dominated_smaller_model():
     records = {"big": [-90.0, 10.0], "small": [-50.0, 1.0], "worse": [-40.0, 5.0]}
     assert rung_decision(records, "small", 2) == (True, 0)  # the best ceil(3 / 2) = 2: the whole front
     assert rung_decision(records, "worse", 2) == (False, 1)
-    assert rung_decision(records, "small", 3) == (False, 0)  # only 1: both ends of the front tie, the first wins
+    assert rung_decision(records, "small", 3) == (True, 0)  # beyond the quota of 1, but on the front
+    assert rung_decision(records, "worse", 3) == (False, 1)
 
 
 def _args(**overrides):

@@ -19,7 +19,9 @@ Early stopping (`ParetoASHA`): asynchronous successive halving with rungs at epo
 g, g·η, g·η², ... below `--epochs` (g = 1, η = `--pareto-eta`). A trial reaching a rung is
 placed among every trial recorded at that rung by `trainables.core.pareto.survival_order`
 (non-dominated rank, then crowding distance); it goes on if it is among the best ceil(n / η) of
-the n recorded there, and is stopped otherwise. The rung records are kept in
+the n recorded there, or on the front there (rank 0: no trial recorded at the rung is both smaller
+and better), and is stopped otherwise. Without the second rule the quota's crowding ties go to the
+front's two ends, and its middle (the mid-size layers) stops at the first rung. The rung records are kept in
 `<sweep dir>/pareto-rungs.state` (JSON; not named *.json, which sweeps/engine/seal.py treats as Tune's
 state), so `--resume` judges later trials against every earlier one.
 Each result a trial reports at a rung carries `pareto_rung` (the epoch), `pareto_rank` (its
@@ -67,7 +69,7 @@ def rung_decision(records: dict, key: str, eta: int) -> tuple[bool, int]:
     order = survival_order(points)
     position = int(np.flatnonzero(order == ids.index(key))[0])
     rank = int(nondominated_ranks(points)[ids.index(key)])
-    return position < math.ceil(len(ids) / eta), rank
+    return position < math.ceil(len(ids) / eta) or rank == 0, rank
 
 
 class ParetoASHA(FIFOScheduler):
