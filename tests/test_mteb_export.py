@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 pytest.importorskip("mteb")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.mteb]
 
 
 def load_back(folder) -> dict:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("mteb")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.mteb]
 
 
 @pytest.fixture(scope="module")
