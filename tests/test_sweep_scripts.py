@@ -46,7 +46,8 @@ def test_smoke_test_runs_end_to_end(script, sweep_env):
     assert method.name in {c.data.params["method"] for c in children} or method.name == "improvements"
 
 
-@pytest.mark.sweep
+@pytest.mark.slow
+@pytest.mark.objectstore  # its own CI step beside the two-node S3 sweeps: the sweep step stays under 20 minutes
 @pytest.mark.parametrize("script", sorted(sweep_scripts()))
 def test_smoke_test_runs_with_its_storage_on_s3(script, sweep_env, s3, monkeypatch):
     """Every script with --storage-path on an S3 server: its sweep.json, Tune state and trials' best
