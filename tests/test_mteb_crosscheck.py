@@ -25,7 +25,8 @@ from mteb.timing import TimingStack  # noqa: E402
 
 from trainables.evaluation.tasks import Pairs, Rerank, Retrieval, task_kind  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.mteb]  # importing mteb alone takes seconds; its evaluators run several per test
+# importing mteb alone takes seconds; its evaluators run several per test
+pytestmark = [pytest.mark.slow, pytest.mark.mteb]
 ENCODE = {"batch_size": 64}
 
 
