@@ -28,14 +28,15 @@ def test_every_objective_runs_through_the_sweep_script(sweep_env):
             "none": ("0", "None", "mean", "none", "none"),
             "tsdae": ("4", "3e-05", "cls", "adamw", "constant"),
             "mlm": ("4", "5e-05", "mean", "adamw", "linear"),
-            "simcse": ("4", "3e-05", "cls", "adamw", "linear"),
+            "simcse": ("4", "5e-05", "cls", "adamw", "linear"),  # as the TSDAE paper ran it
             "ct": ("4", "1e-05", "mean", "rmsprop", "ct-piecewise"),
         }[params["objective"]]
         keys = ("steps", "lr", "pooling", "optimizer", "schedule")
         assert tuple(params[k] for k in keys) == expected, params["objective"]
         assert params["settings"] == "paper"
     by_objective = {c.data.params["objective"]: c.data.params for c in children}
-    assert (by_objective["simcse"]["mlp"], by_objective["simcse"]["temperature"]) == ("train", "0.05")
+    assert (by_objective["simcse"]["mlp"], by_objective["simcse"]["temperature"]) == ("keep", "0.05")
+    assert by_objective["simcse"]["simcse_settings"] == "tsdae-paper"
     assert by_objective["tsdae"]["decoder_dropout"] == "True" and by_objective["ct"]["dropout"] == "False"
     assert (by_objective["tsdae"]["final_weights"], by_objective["simcse"]["final_weights"]) == ("last", "best-dev")
 
