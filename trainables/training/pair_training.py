@@ -115,12 +115,10 @@ class PairFineTuning:
         parameters = self.trained_parameters()
         for step, batch in enumerate(batches, start=1):
             self.on_train_step(step, epoch)
-            embeddings = self._embed([self.train_data.s1[i] for i in batch] + [self.train_data.s2[i] for i in batch])
-            u, v = embeddings[: len(batch)], embeddings[len(batch) :]
             labels = to_device(
                 torch.tensor([self.train_data.labels[i] for i in batch], dtype=torch.float32), self.device
             )
-            loss = self.task_def.loss(u, v, labels, self.head)
+            loss = self.batch_loss(batch, labels)
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
             self.scaler.unscale_(self.optimizer)
@@ -128,9 +126,16 @@ class PairFineTuning:
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.scheduler.step()
-            total += loss.detach() * len(batch)
+            total += loss.detach().float() * len(batch)
         # a NaN when a step's loss was: the caller checks it (trainables/training/divergence.py)
         return {"train_loss": float(total) / len(self.train_data)}
+
+    def batch_loss(self, batch: list[int], labels: torch.Tensor) -> torch.Tensor:
+        """The loss of one training batch (indices into the training pairs): the task's loss on the pooled
+        embeddings of both sides."""
+        embeddings = self._embed([self.train_data.s1[i] for i in batch] + [self.train_data.s2[i] for i in batch])
+        u, v = embeddings[: len(batch)], embeddings[len(batch) :]
+        return self.task_def.loss(u, v, labels, self.head)
 
     @torch.no_grad()
     def predict(self, split) -> np.ndarray:

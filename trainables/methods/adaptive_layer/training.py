@@ -24,7 +24,7 @@ from torch import nn
 
 from trainables.encoders.loading import mean_pool
 from trainables.encoders.precision import to_device
-from trainables.training.batches import forward_chunks, pad, train_batches
+from trainables.training.batches import forward_chunks, pad
 from trainables.training.pair_training import PairFineTuning
 
 DEFAULTS = {  # AdaptiveLayerLoss's own defaults (sentence-transformers 6.2)
@@ -77,31 +77,11 @@ class AdaptiveLayerFineTuning(PairFineTuning):
         ids, mask = pad(sequences, self.task.pad_id)
         return {"input_ids": to_device(ids, self.device), "attention_mask": to_device(mask, self.device)}
 
-    def train_epoch(self, epoch: int) -> dict:
-        self.st_model.train()
-        if self.head is not None:
-            self.head.train()
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        batches = train_batches(self.train_data.pair_lengths(), self.batch_size, generator, self.length_grouped)
-        total = torch.zeros((), device=self.device)
-        parameters = self.trained_parameters()
-        for step, batch in enumerate(batches, start=1):
-            self.on_train_step(step, epoch)
-            features = [self._features([side[i] for i in batch]) for side in (self.train_data.s1, self.train_data.s2)]
-            labels = to_device(
-                torch.tensor([self.train_data.labels[i] for i in batch], dtype=torch.float32), self.device
-            )
-            with self.precision.autocast():
-                loss = self.adaptive_loss(features, labels)
-            self.optimizer.zero_grad(set_to_none=True)
-            self.scaler.scale(loss).backward()
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(parameters, 1.0)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            self.scheduler.step()
-            total += loss.detach().float() * len(batch)
-        return {"train_loss": float(total) / len(self.train_data)}
+    def batch_loss(self, batch: list[int], labels: torch.Tensor) -> torch.Tensor:
+        """AdaptiveLayerLoss around the task's loss (PairFineTuning's loop does the rest of the step)."""
+        features = [self._features([side[i] for i in batch]) for side in (self.train_data.s1, self.train_data.s2)]
+        with self.precision.autocast():
+            return self.adaptive_loss(features, labels)
 
     @torch.no_grad()
     def layer_outputs(self, split) -> list[np.ndarray]:
