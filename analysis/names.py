@@ -35,15 +35,7 @@ _PATTERNS = [
     ),
     (re.compile(r"^deberta-v3-(?P<size>xsmall|small|base|large)$", re.I), lambda m: f"DeBERTaV3 {m['size'].lower()}"),
 ]
-METHOD_NAMES = {
-    "tmft": "TMFT",
-    "ws+tmft": "WS+TMFT",
-    "dapt+tmft": "DAPT+TMFT",
-    "cka": "CKA",
-    "evaluate": "Zero-shot evaluation",
-    "adaptive-layer": "Adaptive layers (one run)",
-}
-METHOD_ORDER = ("tmft", "ws+tmft", "dapt+tmft")
+ANALYSES = {"cka": "CKA"}  # what the analysis itself labels runs with; methods name themselves (MethodInfo)
 TASK_NAMES = {"stsb": "STS-B", "sts-b": "STS-B", "mrpc": "MRPC", "sick": "SICK"}
 METRIC_NAMES = {"spearman": "Spearman", "pearson": "Pearson", "f1": "F1", "accuracy": "accuracy"}
 # Evaluation sets (trainables/evaluation/sets.py) as the papers' zero-shot tables head their columns.
@@ -65,7 +57,7 @@ SET_NAMES = {
     "scidocsrr": "SciDocsRR",
     "cqadupstack": "CQADupStack",
 }
-# Metrics of the evaluation suite's task kinds (trainables/evaluation/tasks.py) as column suffixes.
+# Metrics of the evaluation suite's task kinds (trainables/evaluation/task_kinds.py) as column suffixes.
 KIND_METRICS = {
     "spearman_wmean": "Spearman wmean",
     "spearman_mean": "Spearman mean",
@@ -123,8 +115,35 @@ def display_names(models) -> dict[str, str]:
     return {m: (n if counts[n] == 1 else m) for m, n in names.items()}
 
 
+def _method_labels() -> dict[str, tuple[int, int, str]]:
+    """Every label a registered method's runs record -> (the method's place, the label's place in it,
+    its display name), from each method's `MethodInfo`: its own name, then its `labels`."""
+    from trainables.core.method import METHODS
+    from trainables.methods import load
+
+    load()
+    out: dict[str, tuple[int, int, str]] = {}
+    for rank, key in enumerate(sorted(METHODS.names())):
+        info = METHODS.get(key).info
+        for place, (label, shown) in enumerate({key: info.display_name, **info.labels}.items()):
+            out.setdefault(label, (rank, place, shown))
+    return out
+
+
+def method_info(method: str):
+    """The `MethodInfo` of the registered method whose runs record the label `method` (None: no such method)."""
+    from trainables.core.method import METHODS
+
+    found = _method_labels().get(str(method).lower())
+    return METHODS.get(sorted(METHODS.names())[found[0]]).info if found else None
+
+
 def method_name(method: str) -> str:
-    return METHOD_NAMES.get(str(method).lower(), str(method))
+    """A method label as reports show it: the display name its method declares (a label its runs
+    record, e.g. `ws+tmft`, included); an analysis's own label; else as recorded."""
+    label = str(method).lower()
+    found = _method_labels().get(label)
+    return found[2] if found else ANALYSES.get(label, str(method))
 
 
 def task_name(task: str) -> str:
@@ -180,6 +199,8 @@ def aggregation_note(metrics) -> str:
 
 
 def method_sort_key(method: str):
-    """Paper order (TMFT, WS+TMFT, DAPT+TMFT), then any other method alphabetically."""
-    method = str(method).lower()
-    return (METHOD_ORDER.index(method), "") if method in METHOD_ORDER else (len(METHOD_ORDER), method)
+    """Methods by name, each followed by the labels it declares in its order (TMFT, WS+TMFT,
+    DAPT+TMFT); any other label after them, alphabetically."""
+    label = str(method).lower()
+    found = _method_labels().get(label)
+    return (found[0], found[1], "") if found else (len(_method_labels()), 0, label)

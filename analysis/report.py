@@ -41,7 +41,7 @@ import pandas as pd
 
 from analysis import one_run, published, search_front
 from analysis.loader import AnalysisError, load_runs
-from analysis.names import display_names, method_name, method_sort_key, task_name
+from analysis.names import display_names, method_info, method_name, method_sort_key, task_name
 from analysis.pareto import pareto_points
 from analysis.plots import model_colors, plot_layer_curves, plot_metric_curves, plot_pareto, save_figure
 from analysis.summary import TABLE_FAMILY, flag_mixed_configs, layer_family, split_runs, summarize
@@ -173,6 +173,29 @@ def _table_family_sections(others: pd.DataFrame, figures: Path, tables: Path, wr
         if "layer" in axes:
             columns = metric_columns(rows) or scores[:1]
             lines += _layer_curves(rows, [a for a in axes if a != "layer"], columns, stem, heading, figures, report)
+    return lines
+
+
+def _methods_section(runs: pd.DataFrame) -> list[str]:
+    """Each method in the report: its display name, what it is, its main metric and the paper to cite
+    (the method's `MethodInfo`)."""
+    infos = {}
+    for label in sorted(runs["method"].dropna().unique(), key=method_sort_key) if "method" in runs else []:
+        info = method_info(label)
+        if info is not None:
+            infos.setdefault(info.display_name, info)
+    if not infos:
+        return []
+    lines = ["", "## Methods", ""]
+    for name, info in infos.items():
+        lines += [
+            f"**{name}**: {info.description}; main metric: {info.main_metric}.",
+            "",
+            "```bibtex",
+            info.citation.strip(),
+            "```",
+            "",
+        ]
     return lines
 
 
@@ -324,6 +347,7 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
     lines += _table_family_sections(others, figures, tables, write_csv, report)
     lines += search_front.sections(runs, figures, tables, write_csv, report)
     lines += one_run.sections(runs, figures, tables, write_csv, report)
+    lines += _methods_section(runs)
     lines += [
         "",
         "## Runs left out",

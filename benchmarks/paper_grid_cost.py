@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.gpu import default_tokenizer  # noqa: E402
 from trainables.encoders import cost as encoder_cost
-from trainables.methods.tmft import electra_paper  # noqa: E402
+from trainables.methods.tmft import paper as electra_paper  # noqa: E402
 
 MODELS = electra_paper.CONFIGS  # public configs of the 13 English models
 BASE_MODELS = electra_paper.BASE_MODELS

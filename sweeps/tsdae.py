@@ -1,6 +1,6 @@
 """TSDAE and its unsupervised baselines (MLM, SimCSE, Contrastive Tension) on unlabelled sentences.
 
-    python sweeps/tsdae.py --models sentence-transformers/all-MiniLM-L6-v2 --method tsdae,mlm,simcse,ct --seeds 0-2
+    python sweeps/tsdae.py --models sentence-transformers/all-MiniLM-L6-v2 --objective tsdae,mlm,simcse,ct --seeds 0-2
     python sweeps/tsdae.py --corpus sentences.txt --steps 2000 --eval-steps 500
     python sweeps/tsdae.py --smoke-test                                     # a tiny random model, every objective
 

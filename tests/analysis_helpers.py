@@ -252,9 +252,9 @@ def evaluation_store(directory) -> str:
     """The zero-shot evaluation sweep described in the module docstring; returns its URI."""
     from argparse import Namespace
 
-    from trainables.methods.evaluate.method import Evaluate
+    from trainables.methods.zero_shot.method import Evaluate
 
-    contract = Evaluate.metrics(Namespace(sets=",".join(EVAL_SETS))).params()
+    contract = Evaluate.metrics(Namespace(sets=list(EVAL_SETS))).params()
     rows = [
         {
             "method": "evaluate",

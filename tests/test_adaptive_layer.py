@@ -148,3 +148,74 @@ def test_the_report_section_shows_both_curves_and_the_compute(tmp_path):
     alone = _runs()
     alone = alone[alone["method"] == "adaptive-layer"].drop(columns=["layer"])  # no TMFT sweep beside it
     assert sections(alone, tmp_path, tmp_path, lambda frame, path: None, report) == []
+
+
+def _parse(*flags):
+    from sweeps.engine.runner import parser_for
+
+    return parser_for("adaptive-layer").parse_args(list(flags))
+
+
+def test_the_settings_are_typed_and_the_trial_config_keeps_its_keys_and_values():
+    """Every flag typed with its old default; the trial config as runs have always recorded it (the
+    same keys, values and types: MLflow params and config hashes of old runs must not change)."""
+    from trainables.methods.adaptive_layer.method import AdaptiveLayer
+    from trainables.methods.adaptive_layer.training import DEFAULTS
+
+    args = _parse()
+    assert args.models == ["sentence-transformers/all-MiniLM-L6-v2"] and args.seeds == [0] and args.task == "stsb"
+    expected = {
+        "method": "adaptive-layer",
+        "task": "stsb",
+        "epochs": 1,
+        "lr": 2e-5,
+        "batch_size": 32,
+        "weight_decay": 0.01,
+        "warmup_ratio": 0.1,
+        "eval_batch_size": 64,
+        "max_train_samples": None,
+        "max_eval_samples": None,
+        **DEFAULTS,
+    }
+    config = AdaptiveLayer.base_config(args)
+    assert config == expected and {k: type(v) for k, v in config.items()} == {k: type(v) for k, v in expected.items()}
+    args = _parse("--seeds", "0-2", "--n-layers-per-step", "-1", "--kl-temperature", "0", "--max-train-samples", "64")
+    assert args.seeds == [0, 1, 2] and args.n_layers_per_step == -1 and args.kl_temperature == 0.0
+    assert AdaptiveLayer.base_config(args)["max_train_samples"] == 64
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (("--n-layers-per-step", "0"), "--n-layers-per-step must be -1 \\(all\\) or 1 or more, got 0"),
+        (("--n-layers-per-step", "-2"), "--n-layers-per-step must be at least -1, got -2"),
+        (("--epochs", "0"), "--epochs must be a positive integer, got 0"),
+        (("--lr", "0"), "--lr must be positive"),
+        (("--warmup-ratio", "1"), "--warmup-ratio must be >= 0 and < 1"),
+        (("--kl-div-weight", "-1"), "--kl-div-weight must be >= 0"),
+        (("--max-eval-samples", "0"), "--max-eval-samples must be a positive integer"),
+        (("--seeds", "x"), "--seeds 'x' is not a comma-separated list of integers"),
+        (("--task", "nope"), "--task must be one of"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_its_flag(flags, message):
+    from trainables.core.errors import SweepInputError
+
+    with pytest.raises(SweepInputError, match=message):
+        _parse(*flags)
+
+
+def test_the_dry_run_prices_models_x_seeds_without_loading_a_model(data_dir, tiny_models):
+    from sweeps.engine import dry_run
+    from trainables.methods.adaptive_layer.method import AdaptiveLayer
+
+    models = f"sentence-transformers/all-MiniLM-L6-v2,{tiny_models['bert']}"
+    args = _parse("--models", models, "--seeds", "0-2", "--data-dir", str(data_dir), "--dry-run")
+    estimate = AdaptiveLayer.estimate(args)
+    assert estimate.trials == 6 and len(estimate.costs) == 6 and estimate.gpu_hours > 0
+    assert all(c.gpu and c.memory_bytes > 0 and c.weight_bytes > 0 for c in estimate.costs)
+    assert estimate.costs[0].weight_bytes > estimate.costs[3].weight_bytes  # MiniLM outweighs the tiny model
+    text = dry_run.describe(args, AdaptiveLayer, "adaptive_layer")
+    assert "trials: 6" in text and "GPU-hours: unknown" not in text and "disk: about" in text, text
+    unknown = AdaptiveLayer.estimate(_parse("--models", "no-such/model", "--seeds", "0,1"))
+    assert unknown.trials == 2 and unknown.gpu_hours is None and "no-such/model" in unknown.note

@@ -1,6 +1,8 @@
 """Adding a method is one new package under trainables/methods/ and one script under sweeps/, with no
 edit elsewhere: a toy method is written into a copy of the code, which then finds it by name, gives
-its script the engine's flags plus its own, plans its grid, and (slow) runs a whole sweep of it."""
+its script the engine's flags plus its own (a setting declared once is a flag, is checked, and reaches
+every trial's config), plans its grid, and (slow) runs a whole sweep of it, then a report that names it
+and cites its paper."""
 
 from __future__ import annotations
 
@@ -26,8 +28,23 @@ TOY_METHOD = '''\
 import numpy as np
 import torch
 
-from trainables.core.method import Method, MethodPlan, MetricContract, TrialCost, parse_int_list, register_method
+from trainables.core import settings as shared
+from trainables.core.method import Method, MethodInfo, MethodPlan, MetricContract, TrialCost, register_method
+from trainables.core.settings import Float, Kind, Setting
 from trainables.training.trainable import EpochTrainable
+
+
+class Rates(Kind):
+    """Comma-separated positive learning rates."""
+
+    def parse(self, value):
+        rates = [float(v) for v in value.split(",")] if isinstance(value, str) else [float(v) for v in value]
+        if not rates or any(not r > 0 for r in rates):
+            raise ValueError(f"must be positive numbers, got {value!r}")
+        return rates
+
+    def bad_values(self):
+        return ["-1"]
 
 
 def r2(pred, y):
@@ -41,7 +58,7 @@ class ToyTrainable(EpochTrainable):
         x, y = (torch.tensor(a, dtype=torch.float32) for a in data)
         self.splits = {"train": (x[:80], y[:80]), "dev": (x[80:90], y[80:90]), "test": (x[90:], y[90:])}
         self.w = torch.zeros(2, requires_grad=True)
-        self.optimizer = torch.optim.SGD([self.w], lr=float(config["lr"]))
+        self.optimizer = torch.optim.SGD([self.w], lr=float(config["lr"]), momentum=float(config["momentum"]))
 
     def predict(self, x):
         return self.w[0] * x + self.w[1]
@@ -73,15 +90,19 @@ class ToyTrainable(EpochTrainable):
 @register_method("toy")
 class Toy(Method):
     trainable = ToyTrainable
-    description = "a toy regression"
+    info = MethodInfo(
+        display_name="Toy Regression",
+        description="a toy regression: y = w x + b by gradient descent",
+        citation="@misc{toy2026, title = {A Toy Regression}, author = {Doe, Jane}, year = {2026}}",
+        main_metric="test R2 at the best dev epoch",
+    )
+    settings = (
+        Setting("lrs", Rates(), [0.1, 0.3], "comma-separated learning rates", group="toy", axis=True),
+        shared.SEEDS.but(default=[0, 1]),
+        shared.EPOCHS.but(default=5),
+        Setting("momentum", Float(low=0, below=1), 0.0, "SGD momentum", group="toy"),
+    )
     smoke = {"epochs": 2, "lrs": "0.1"}
-
-    @classmethod
-    def add_arguments(cls, parser, defaults):
-        group = parser.add_argument_group("toy")
-        group.add_argument("--lrs", default="0.1,0.3", help="comma-separated learning rates")
-        group.add_argument("--seeds", default="0,1")
-        group.add_argument("--epochs", type=int, default=5)
 
     @classmethod
     def metrics(cls, args):
@@ -92,8 +113,7 @@ class Toy(Method):
     def plan(cls, args, context):
         x = np.random.default_rng(0).normal(size=100)
         y = 2 * x + 1 + 0.1 * np.random.default_rng(1).normal(size=100)
-        configs = [{"lr": float(lr), "seed": seed, "epochs": args.epochs}
-                   for lr in args.lrs.split(",") for seed in parse_int_list(args.seeds, "--seeds")]
+        configs = [{**cls.base_config(args), "lr": lr, "seed": seed} for lr in args.lrs for seed in args.seeds]
         return MethodPlan(configs=configs, data=(x, y), costs={(): TrialCost(0, 1.0, gpu=False)})
 '''
 
@@ -155,13 +175,15 @@ def test_a_new_package_and_script_are_a_method_the_engine_finds_and_plans(projec
                                              "--mlflow-uri", "sqlite:///{tmp_path / "mlflow.db"}"])
         plan = plan_sweep(args, method="toy", prog="toy")
         print(json.dumps({{"class": toy.__name__, "trials": [[c["lr"], c["seed"]] for c in plan.configs],
-                          "select": plan.contract.select, "cpu": plan.resources["cpu"]}}))
+                          "select": plan.contract.select, "cpu": plan.resources["cpu"],
+                          "momentum": sorted({{c["momentum"] for c in plan.configs}})}}))
     """,
     )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["class"] == "Toy" and out["select"] == "lr"
     assert out["trials"] == [[0.1, 0], [0.1, 1], [0.3, 0], [0.3, 1]]
+    assert out["momentum"] == [0.0]  # a declared setting reaches every trial's config (so its MLflow params)
 
     shown = subprocess.run(
         [sys.executable, "sweeps/toy.py", "--help"],
@@ -173,6 +195,18 @@ def test_a_new_package_and_script_are_a_method_the_engine_finds_and_plans(projec
     )
     assert shown.returncode == 0, shown.stderr
     assert "--lrs" in shown.stdout and "--storage-path" in shown.stdout and "--resume" in shown.stdout
+    assert "--momentum" in shown.stdout and "SGD momentum" in shown.stdout
+
+    refused = subprocess.run(
+        [sys.executable, "sweeps/toy.py", "--momentum", "-1", "--storage-path", str(tmp_path / "refused")],
+        cwd=project_with_toy,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(project_with_toy)},
+        timeout=120,
+    )
+    assert refused.returncode == 2 and "--momentum must be >= 0 and < 1, got -1" in refused.stderr, refused.stderr
+    assert not (tmp_path / "refused").exists()  # refused before anything was written
 
 
 @pytest.mark.sweep
@@ -180,7 +214,7 @@ def test_the_toy_method_runs_a_whole_sweep_into_mlflow(project_with_toy, tmp_pat
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "PYTHONPATH": str(project_with_toy)}
     store = ["--storage-path", str(tmp_path / "runs"), "--mlflow-uri", uri, "--data-dir", str(data_dir)]
-    flags = "--name toy --cpus-per-trial 1 --gpus-per-trial 0".split()
+    flags = "--name toy --cpus-per-trial 1 --gpus-per-trial 0 --momentum 0.5".split()
     run_script(["sweeps/toy.py", *store, *flags], project_with_toy, env)
     import mlflow
 
@@ -192,3 +226,17 @@ def test_the_toy_method_runs_a_whole_sweep_into_mlflow(project_with_toy, tmp_pat
     finished = [r for r in runs if "best_dev_r2" in r.data.metrics]
     assert len(finished) == 4
     assert max(r.data.metrics["best_dev_r2"] for r in finished) > 90  # it learned y = 2x + 1
+    assert {r.data.params["momentum"] for r in finished} == {"0.5"}  # the new setting is an MLflow param
+
+    report = tmp_path / "report"
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis", "report", "--mlflow-uri", uri, "--out", str(report)],
+        cwd=project_with_toy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    index = (report / "README.md").read_text()
+    assert "Toy Regression" in index and "@misc{toy2026, title = {A Toy Regression}" in index

@@ -586,7 +586,7 @@ def test_runs_without_a_contract_keep_todays_results(runs, summary, evaluation):
     by hand); logging TMFT's contract, as the engine now does, or adding evaluation runs changes none."""
     from trainables.methods.tmft.method import TMFT
 
-    contract = TMFT.metrics(Namespace(task="stsb", eval_sets="none")).params()
+    contract = TMFT.metrics(Namespace(task="stsb", eval_sets=[])).params()
     assert {contract["metric_primary"], contract["metric_report"]} == {"best_dev_spearman", "test_spearman_at_best_dev"}
     columns = [
         "method",

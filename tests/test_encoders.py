@@ -120,7 +120,7 @@ def test_paper_parameter_counts_match_the_published_ones(model, layer, published
     from transformers import AutoModel, DebertaV2Config, ElectraConfig
 
     from trainables.encoders.tiny import DEBERTA_V3
-    from trainables.methods.tmft.electra_paper import SHAPE_FIELDS
+    from trainables.methods.tmft.paper import SHAPE_FIELDS
 
     kind, *shape = PAPER_CONFIGS[model]
     common = dict(zip(SHAPE_FIELDS, shape), max_position_embeddings=512)

@@ -8,7 +8,7 @@ import pytest
 from sklearn.metrics import average_precision_score, ndcg_score
 
 from trainables.evaluation.sets import EvalData, EvalSuite
-from trainables.evaluation.tasks import Pairs, Rerank, Retrieval, task_kind
+from trainables.evaluation.task_kinds import Pairs, Rerank, Retrieval, task_kind
 
 
 def at_cosine(cosine: float) -> np.ndarray:

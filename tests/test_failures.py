@@ -206,7 +206,7 @@ def test_success_is_judged_by_each_trials_final_state():
     from sweeps.engine.runner import failed_trials
     from trainables.methods.tmft.method import TMFT
 
-    contract = TMFT.metrics(SimpleNamespace(task="stsb", eval_sets="none"))
+    contract = TMFT.metrics(SimpleNamespace(task="stsb", eval_sets=[]))
     config = {"model": "m", "layer": 1, "seed": 0}
     results = [
         SimpleNamespace(error=None, metrics={"done": True, "epoch": 2}, config=config),
@@ -222,7 +222,7 @@ def test_summary_survives_nan_metrics():
     from sweeps.engine.summary import summary_table
     from trainables.methods.tmft.method import TMFT
 
-    contract = TMFT.metrics(SimpleNamespace(task="stsb", eval_sets="none"))
+    contract = TMFT.metrics(SimpleNamespace(task="stsb", eval_sets=[]))
     frame = pd.DataFrame(
         {
             "config/model": ["m", "m"],

@@ -110,7 +110,7 @@ def test_bad_stage_flags_stop_before_anything_runs(sweep_env, tiny_models, capsy
     assert main([*flags, "--ws-batch-size", "0"]) == 2
     assert "--ws-batch-size must be a positive integer" in capsys.readouterr().err
     assert main([*flags, "--dapt-corpus", "sick,nope"]) == 2
-    assert "unknown DAPT corpus source(s) 'nope'" in capsys.readouterr().err
+    assert "--dapt-corpus unknown 'nope'; known: sick, stsb-train, wiki" in capsys.readouterr().err
     assert not (Path(sweep_env["storage"]) / "stages").exists()
     with pytest.raises(SweepInputError, match="--stage-dir"):  # an object store without S3's conditional writes
         stage_root(None, "gs://bucket/runs")

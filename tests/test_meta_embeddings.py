@@ -258,7 +258,7 @@ def small_stages(tmp_path_factory, data_dir):
     from trainables.data.stsb import load_stsb
     from trainables.encoders.tiny import build_tiny_model
     from trainables.evaluation.sets import EvalData, EvalSuite
-    from trainables.evaluation.tasks import Pairs
+    from trainables.evaluation.task_kinds import Pairs
 
     root = tmp_path_factory.mktemp("meta")
     splits = load_stsb(data_dir)
@@ -522,7 +522,9 @@ def test_every_method_runs_and_each_source_is_encoded_once(sweep_env, tiny_model
         # one folder spelled twice: compared as resolved paths, both spellings named
         (["--sources", "SOURCE_A,SOURCE_A/"], "'SOURCE_A' and 'SOURCE_A/' are both SOURCE_A"),
         (["--sources", "SOURCE_A,SOURCE_B,SOURCE_A/../bert/"], "'SOURCE_A' and 'SOURCE_A/../bert/' are both"),
-        (["--methods", "unsup,pca"], "--methods: unknown 'pca'"),
+        (["--methods", "unsup,pca"], "--methods unknown 'pca'"),
+        (["--pooling", "max,min"], "--pooling unknown 'min'"),
+        (["--lr", "0"], "--lr must be positive, got 0"),
         (["--variants", "paper", "--methods", "unsup,sup"], "leaves no variant of 'sup'"),
         (["--sources", "SOURCE_A,MISSING"], "Model directory 'MISSING' does not exist"),
         # fitted on one pair (two sentences): the tiny sources' 32 + 32 components need 65 sentences, GCCA's 32 need 33
@@ -580,6 +582,50 @@ def test_sources_sharing_a_folder_name_are_told_apart(tiny_models, tmp_path, dat
         "a/tiny",
         "all-MiniLM-L6-v2",
     ]
+
+
+def test_settings_are_typed_and_the_trial_config_keeps_what_runs_recorded():
+    """The parser gives typed values (`--variants main` every variant but the ablations, `all` None);
+    the trial config's shared entries keep their names, values and types (MLflow params, hashes)."""
+    from sweeps.engine.runner import parser_for
+    from trainables.methods.meta_embeddings.method import MetaEmbeddings
+
+    parser = parser_for("meta-embeddings")
+    args = parser.parse_args([])
+    assert args.sources == ["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-mpnet-base-v2"]
+    assert args.methods == ["unsup", "sup", "sse", "conc", "avg", "svd", "gcca"] and args.pooling == ["max", "mean"]
+    assert args.seeds == [0, 1, 2] and args.sets == ["sts12", "sts13", "sts14", "stsb"] and args.optimizer is None
+    assert set(args.variants) == {v for vs in me.VARIANTS.values() for v in vs if v != "-"} - set(me.ABLATIONS)
+    assert parser.parse_args(["--variants", "all"]).variants is None
+    assert parser.parse_args(["--sets", "papers", "--seeds", "0-3"]).sets == "papers"
+    assert MetaEmbeddings.base_config(args) == {
+        "method": "meta-embeddings",
+        "sources": "all-MiniLM-L6-v2,all-mpnet-base-v2",
+        "sets": "sts12,sts13,sts14,stsb",
+        "epochs": 20,
+        "patience": 5,
+        "batch_size": 512,
+        "lr": 0.01,
+        "weight_decay": 0.0001,
+        "width": 1024,
+        "max_train_samples": None,
+    }
+    config = MetaEmbeddings.base_config(parser.parse_args(["--lr", "3e-3", "--weight-decay", "0", "--epochs", "3"]))
+    assert [type(config[k]) for k in ("lr", "weight_decay", "epochs")] == [float, float, int]
+
+
+def test_the_estimate_prices_every_trial_and_lists_each_sources_stage():
+    from sweeps.engine.runner import parser_for
+    from trainables.methods.meta_embeddings.method import MetaEmbeddings
+
+    args = parser_for("meta-embeddings").parse_args(
+        ["--methods", "unsup,sse,conc", "--variants", "paper", "--seeds", "0,1"]
+    )
+    estimate = MetaEmbeddings.estimate(args)
+    # (unsup paper + 2 SSE + conc) x 2 poolings x 2 seeds; only UNSUP's 4 trials train, 60 s each
+    assert estimate.trials == len(estimate.costs) == 16
+    assert sum(c.gpu for c in estimate.costs) == 4 and estimate.gpu_hours == pytest.approx(4 * 60 / 3600)
+    assert len(estimate.stages) == 2 and all("token-embeddings" in line for line in estimate.stages)
 
 
 def test_svd_and_gcca_refuse_fewer_train_sentences_than_components_in_the_trial():

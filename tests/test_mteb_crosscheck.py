@@ -23,7 +23,7 @@ pytest.importorskip("pytrec_eval")
 
 from mteb.timing import TimingStack  # noqa: E402
 
-from trainables.evaluation.tasks import Pairs, Rerank, Retrieval, task_kind  # noqa: E402
+from trainables.evaluation.task_kinds import Pairs, Rerank, Retrieval, task_kind  # noqa: E402
 
 # importing mteb alone takes seconds; its evaluators run several per test
 pytestmark = [pytest.mark.slow, pytest.mark.mteb]

@@ -38,7 +38,7 @@ def test_an_mteb_task_runs_offline_from_its_local_copy_and_scores_as_the_suite(t
     from transformers import AutoModel, AutoTokenizer
 
     from analysis.__main__ import main
-    from trainables.evaluation.tasks import Pairs, task_kind
+    from trainables.evaluation.task_kinds import Pairs, task_kind
     from trainables.evaluation.zero_shot import pooled_layers
 
     root, rows = hub_copy

@@ -8,7 +8,7 @@ import pytest
 
 from trainables.core.errors import DataFormatError, SweepInputError
 from trainables.data.multilingual_stsb import PAPER_MODELS, load_translated
-from trainables.training.tasks import get_task
+from trainables.training.pair_tasks import get_task
 
 KORSTS_HEADER = "genre\tfilename\tyear\tid\tscore\tsentence1\tsentence2"
 KORSTS_ROWS = [

@@ -66,8 +66,8 @@ def test_a_tsdae_corpus_that_is_not_text_or_holds_no_sentence_is_refused(refused
 
 def test_a_tsdae_corpus_smaller_than_a_batch_is_refused(refused, tmp_path, tiny_models):
     corpus = _corpus(tmp_path, "three.txt", b"A man plays.\n\nA dog runs.\nTwo cats sit.\n")
-    err = refused(tsdae, "--models", tiny_models["bert"], "--corpus", corpus, "--method", "tsdae,simcse")
-    assert f"--corpus {corpus}: 3 sentence(s), but one batch of --method tsdae needs 8" in err
+    err = refused(tsdae, "--models", tiny_models["bert"], "--corpus", corpus, "--objective", "tsdae,simcse")
+    assert f"--corpus {corpus}: 3 sentence(s), but one batch of --objective tsdae needs 8" in err
 
 
 def test_the_tsdae_stage_refuses_an_empty_corpus(refused, tmp_path, tiny_models):
@@ -98,11 +98,11 @@ def test_blank_lines_inside_a_corpus_are_dropped_and_counted(tmp_path, capsys):
 # --- in-batch negatives ------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "flags, objective",
-    [(("--method", "simcse"), "simcse"), (("--method", "tsdae,ct", "--ct-variant", "in-batch"), "ct")],
+    [(("--objective", "simcse"), "simcse"), (("--objective", "tsdae,ct", "--ct-variant", "in-batch"), "ct")],
 )
 def test_a_batch_of_one_is_refused_where_the_negatives_are_the_batch(refused, tiny_models, flags, objective):
     err = refused(tsdae, "--models", tiny_models["bert"], "--batch-size", "1", *flags)
-    assert f"--batch-size 1 is too small for --method {objective}" in err
+    assert f"--batch-size 1 is too small for --objective {objective}" in err
     assert "a batch of one has none, so the loss is 0 at every step" in err and "--batch-size 2 or more" in err
 
 
@@ -111,8 +111,9 @@ def test_a_batch_of_one_is_refused_where_the_negatives_are_the_batch(refused, ti
     "flags, message",
     [
         (("--steps", "0"), "--steps must be a positive integer, got 0"),
-        (("--method", "bogus"), "--method: unknown 'bogus'"),
-        (("--steps", "0", "--method", "bogus"), "--method: unknown 'bogus'"),
+        (("--objective", "bogus"), "--objective unknown 'bogus'"),
+        (("--steps", "0", "--objective", "bogus"), "--objective unknown 'bogus'"),
+        (("--method", "bogus"), "--objective unknown 'bogus'"),  # the old flag: a warning, then the same check
     ],
 )
 def test_flags_given_beside_smoke_test_are_kept_and_checked(refused, flags, message):
@@ -125,11 +126,11 @@ def test_smoke_values_fill_in_only_the_flags_not_given():
     from trainables.methods import get_method
 
     method = get_method("tsdae")
-    argv = ["--smoke-test", "--method", "simcse", "--seeds", "3"]
+    argv = ["--smoke-test", "--objective", "simcse", "--seeds", "3"]
     parser = build_parser("tsdae", "", method)
     args = presets.apply(parser, argv, parser.parse_args(argv), method)
-    assert (args.method, args.seeds) == ("simcse", "3")  # given: kept
-    assert (args.steps, args.eval_steps, args.max_sentences) == (4, 2, "64")  # not given: the smoke values
+    assert (args.objectives, args.seeds) == (["simcse"], [3])  # given: kept
+    assert (args.steps, args.eval_steps, args.max_sentences) == (4, 2, [64])  # not given: the smoke values
     plain = build_parser("tsdae", "", method)
     assert presets.apply(plain, ["--steps", "5"], plain.parse_args(["--steps", "5"]), method).steps == 5
 

@@ -73,8 +73,10 @@ def test_auto_packing_on_logical_gpus(sweep_env, tiny_models, edit_trials, capsy
 
 @pytest.mark.parametrize("value", ["lots", "-1", "1.5"])
 def test_bad_gpu_values_are_refused(value):
-    from sweeps.engine.cli import parse_gpus
+    from sweeps.engine.cli import ENGINE
     from trainables.core.errors import SweepInputError
 
-    with pytest.raises(SweepInputError, match="--gpus-per-trial"):
-        parse_gpus(value)
+    gpus = next(s for s in ENGINE if s.name == "gpus_per_trial")
+    with pytest.raises(SweepInputError, match="--gpus-per-trial takes auto or a fraction"):
+        gpus.parse(value)
+    assert gpus.parse("0.25") == 0.25 and gpus.parse("2") == 2 and gpus.parse("auto") == "auto"

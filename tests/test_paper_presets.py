@@ -23,8 +23,8 @@ from trainables.methods import all_presets, get_method
 from trainables.methods.meta_embeddings import paper as unsup_paper
 from trainables.methods.meta_embeddings.models import MetaModel, paper_loss, sentence_vectors
 from trainables.methods.sed import paper as sed_paper
-from trainables.methods.tmft import electra_paper
-from trainables.methods.tsdae import tsdae_paper
+from trainables.methods.tmft import paper as electra_paper
+from trainables.methods.tsdae import paper as tsdae_paper
 
 SCRIPTS = {
     "electra_layers": electra_layers,
@@ -151,11 +151,12 @@ def test_sed_refuses_teachers_of_another_architecture_before_any_compute(sweep_e
 
 
 def test_the_sed_preset_evaluates_the_papers_sets(sweep_env, tiny_models):
-    argv = ["--preset", "sed-table3", "--teachers", tiny_models["bert"], "--student", tiny_models["bert"]]
+    teachers = [tiny_models["bert"], tiny_models["electra-discriminator"]]
+    argv = ["--preset", "sed-table3", "--teachers", ",".join(teachers), "--student", tiny_models["bert"]]
     args = _applied("sed", [*argv, *sweep_env["base"]])
-    assert args.sets == "sts12,sts13,sts14,sts15,sts16,stsb,sickr" and args.eval_pool_layers == 2
-    assert args.seeds == "0-4" and args.teachers == tiny_models["bert"]
-    assert parser_for("sed").parse_args([]).sets == sed_paper.PAPER_SETS
+    assert args.sets == ["sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr"] and args.eval_pool_layers == 2
+    assert args.seeds == [0, 1, 2, 3, 4] and args.teachers == teachers
+    assert parser_for("sed").parse_args([]).sets == list(sed_paper.PAPER_SETS)
 
 
 def _sed_rows():
@@ -180,7 +181,7 @@ def _sed_rows():
 
 
 def test_the_sed_report_puts_table3_beside_ours(tmp_path):
-    contract = get_method("sed").metrics(Namespace(sets="stsb")).params()
+    contract = get_method("sed").metrics(parser_for("sed").parse_args(["--sets", "stsb"])).params()
     uri = log_runs(tmp_path / "store", contract, _sed_rows())
     report = build_report(uri, tmp_path / "report")
     table = pd.read_csv(tmp_path / "report" / "tables" / "paper_sed-table3.csv")
@@ -199,7 +200,8 @@ def test_the_sed_report_puts_table3_beside_ours(tmp_path):
 
 
 def test_the_unsup_report_compares_spearman_wmean_and_says_what_is_not_run(tmp_path):
-    contract = get_method("meta-embeddings").metrics(Namespace(sets="sts15,sts16,stsb")).params()
+    args = parser_for("meta-embeddings").parse_args(["--sets", "sts15,sts16,stsb"])
+    contract = get_method("meta-embeddings").metrics(args).params()
     rows = []
     for seed in range(2):
         for meta, variant, pooling, value in (
@@ -241,7 +243,7 @@ def test_the_unsup_report_compares_spearman_wmean_and_says_what_is_not_run(tmp_p
 def test_the_table1_report_names_the_dapt_corpus_that_ran(tmp_path):
     from trainables.methods.tmft.method import TMFT
 
-    contract = TMFT.metrics(Namespace(task="stsb", eval_sets="none")).params()
+    contract = TMFT.metrics(Namespace(task="stsb", eval_sets=[])).params()
     rows = [
         {
             "method": "dapt+tmft",
@@ -304,7 +306,7 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 def test_the_tsdae_table2_report_averages_the_four_tasks_each_from_its_own_corpus_runs(tmp_path):
 
-    args = Namespace(eval_sets="in-domain", corpus=",".join(tsdae_paper.DOMAIN_SETS), max_sentences=None)
+    args = parser_for("tsdae").parse_args(["--eval-sets", "in-domain", "--corpus", ",".join(tsdae_paper.DOMAIN_SETS)])
     contract = get_method("tsdae").metrics(args).params()
     main = {"askubuntu": "askubuntu_map", "cqadupstack": "cqadupstack_useb_map_at_100"}
     main.update(twitterpara="twitterpara_ap", scidocs="scidocs_map")

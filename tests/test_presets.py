@@ -15,8 +15,8 @@ from sweeps import electra_layers, improvements
 from sweeps.engine import presets
 from sweeps.engine.runner import parser_for, plan_sweep
 from trainables.methods import get_method
-from trainables.methods.tmft.electra_paper import PRESETS, TABLE1, TABLE2
 from trainables.methods.tmft.method import TMFT
+from trainables.methods.tmft.paper import PRESETS, TABLE1, TABLE2
 
 # Depths of the paper's models, from their public configs.
 DEPTHS = {
@@ -92,7 +92,7 @@ def test_a_preset_sets_defaults_that_the_command_line_overrides(sweep_env, tiny_
     parser = parser_for("tmft")
     argv = ["--preset", "fig13", "--models", tiny_models["bert"], "--layers", "0,1", *sweep_env["flags"]]
     args = presets.apply(parser, argv, parser.parse_args(argv), get_method("tmft"))
-    assert args.random_init is True and args.layers == "0,1" and args.models == tiny_models["bert"]
+    assert args.random_init is True and args.layers == [0, 1] and args.models == [tiny_models["bert"]]
     assert parser_for("tmft").parse_args([]).random_init is False
 
 
@@ -149,7 +149,7 @@ def _tmft_rows(model, by_layer, preset):
 
 
 def test_the_report_puts_the_published_numbers_beside_ours_with_the_difference(tmp_path):
-    contract = TMFT.metrics(Namespace(task="stsb", eval_sets="none")).params()
+    contract = TMFT.metrics(Namespace(task="stsb", eval_sets=[])).params()
     small_d = "google/electra-small-discriminator"
     rows = _tmft_rows(
         small_d, {1: [(80.0, 70.0, 71.0), (79.0, 69.0, 70.0)], 12: [(74.0, 66.0, 67.0), (73.0, 67.0, 68.0)]}, "table2"

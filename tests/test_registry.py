@@ -29,10 +29,10 @@ def test_registry_checks_the_base_class_and_names_known_entries():
 
 def test_cli_choices_come_from_the_registries():
     from sweeps.engine.runner import parser_for
-    from trainables.training.tasks import task_names
+    from trainables.training.pair_tasks import task_names
 
-    task_action = next(a for a in parser_for("tmft")._actions if a.dest == "task")
-    assert list(task_action.choices) == task_names() == ["stsb", "korsts", "stsb-de", "stsb-es", "mrpc", "sick"]
+    task = next(s for s in parser_for("tmft").settings if s.name == "task")
+    assert list(task.kind.values) == task_names() == ["stsb", "korsts", "stsb-de", "stsb-es", "mrpc", "sick"]
     with pytest.raises(SweepInputError, match="unknown method 'nope'"):
         parser_for("nope")
 

@@ -1,6 +1,10 @@
 """SED: teachers from a finished sweep, the ensemble's targets computed once as a stage and reused
 by every student seed and by a later sweep, the targets against a reference computation, students
-pulled towards the ensemble, and teachers of different sizes refused before any compute."""
+pulled towards the ensemble, and teachers of different sizes refused before any compute; the
+declared settings: teachers that make no ensemble refused when parsed, the trial configs as they
+always were, and the grid priced per trial for --dry-run."""
+
+import shutil
 
 import numpy as np
 import pytest
@@ -9,7 +13,9 @@ from mlflow import MlflowClient
 from sweep_helpers import sweep_args
 
 from sweeps import electra_layers, sed
+from sweeps.engine.runner import parser_for
 from trainables.core import schema
+from trainables.core.errors import SweepInputError
 from trainables.stages.upstream import read_executions
 
 
@@ -186,3 +192,83 @@ def test_optuna_tunes_the_students_lr_batch_and_warmup(sweep_env, tiny_models):
     ]
     assert len(runs) == 2 and {r.data.params["member"] for r in runs} == {"student"}
     assert len({(r.data.params["lr"], r.data.params["batch_size"], r.data.params["warmup_ratio"]) for r in runs}) == 2
+
+
+@pytest.mark.parametrize(
+    "teachers, message",
+    [
+        ("only-one", "an ensemble needs at least two teachers"),
+        ("sweep:teachers,another-model", "stands alone"),
+        ("sweep:teachers:depth=2", "only :layer=<l> is understood"),
+    ],
+)
+def test_teachers_that_make_no_ensemble_are_refused_when_parsed(teachers, message):
+    with pytest.raises(SweepInputError, match="--teachers") as error:
+        parser_for("sed").parse_args(["--teachers", teachers])
+    assert message in str(error.value)
+    args = parser_for("sed").parse_args(["--teachers", "a, b,a", "--seeds", "0-2", "--sets", "stsb"])
+    assert (args.teachers, args.seeds, args.sets) == (["a", "b"], [0, 1, 2], ["stsb"])
+
+
+def test_the_trial_configs_keep_their_keys_and_values(tmp_path, tiny_models, data_dir):
+    """The declared settings give the trial configs (so the MLflow params and config hashes) the keys,
+    values and types the hand-written configs had."""
+    from trainables.core.method import PlanContext
+    from trainables.methods.sed.method import SED
+
+    second = str(shutil.copytree(tiny_models["bert"], tmp_path / "second-teacher"))
+    argv = ["--teachers", f"{tiny_models['bert']},{second}", "--student", tiny_models["bert"], "--seeds", "0-1"]
+    argv += ["--max-sentences", "32", "--sets", "stsb", "--lr", "1e-3", "--data-dir", str(data_dir)]
+    args = parser_for("sed").parse_args([*argv, "--storage-path", str(tmp_path / "runs")])
+    plan = SED.plan(args, PlanContext(str(tmp_path / "runs"), f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    assert [(c["member"], c["replica"], c["seed"]) for c in plan.configs] == [
+        ("teacher", 0, 0),
+        ("teacher", 1, 1),
+        ("ensemble", 0, 0),
+        ("student", 0, 0),
+        ("student", 1, 1),
+    ]
+    student = plan.configs[-1]
+    expected = {
+        "method": "sed",
+        "student": tiny_models["bert"],
+        "epochs": 1,
+        "lr": 1e-3,
+        "batch_size": 32,
+        "warmup_ratio": 0.1,
+        "optimizer": "adamw-wd0",
+        "schedule": "warmup-linear",
+        "clip": 1.0,
+        "train_pool_layers": 1,
+        "eval_pool_layers": 2,
+        "saved_pooling": "mean of the last layer (folder_* metrics)",
+        "corpus": "wiki",
+        "sentences": 32,
+        "teachers": 2,
+        "upstream_method": "sed-targets",
+        "upstream_run_id": None,
+        "member": "student",
+        "replica": 1,
+        "seed": 1,
+    }
+    assert set(student) == {*expected, "_student_path", "stage_key", "_upstream_path"}
+    assert {key: (student[key], type(student[key])) for key in expected} == {
+        key: (value, type(value)) for key, value in expected.items()
+    }
+    (spec,) = plan.stages.values()
+    assert spec["config"]["sets"] == ["stsb"] and spec["config"]["max_sentences"] == 32
+
+
+def test_the_grid_is_priced_per_trial_with_its_targets_stage(data_dir):
+    from trainables.methods.sed.method import SED
+
+    argv = ["--teachers", "a,b,c", "--student", "bert-base-uncased", "--seeds", "0-4", "--data-dir", str(data_dir)]
+    estimate = SED.estimate(parser_for("sed").parse_args(argv))
+    assert estimate.trials == 3 + 1 + 5 == len(estimate.costs) and estimate.gpu_hours > 0
+    assert [c.gpu for c in estimate.costs] == [False] * 4 + [True] * 5  # teachers, ensemble: cached embeddings
+    assert all(c.memory_bytes > 0 and c.weight_bytes > 0 for c in estimate.costs[4:])
+    (stage,) = estimate.stages
+    assert stage.startswith("sed-targets:") and "by 3 teachers" in stage
+    preset = SED.estimate(parser_for("sed").parse_args(["--teachers", "sweep:sed-ct-teachers", "--seeds", "0"]))
+    assert preset.trials == 5 + 1 + 1  # the preset's teachers command trains five
+    assert SED.estimate(parser_for("sed").parse_args(["--teachers", "sweep:elsewhere"])).trials == 0

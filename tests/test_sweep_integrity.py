@@ -207,9 +207,12 @@ def test_a_run_reference_into_a_missing_sqlite_store_creates_nothing(tmp_path):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (("--forward-chunk", "99999999999999999999"), "--forward-chunk 99999999999999999999 is beyond the largest"),
-        (("--seeds", "99999999999999999999"), "--seeds 99999999999999999999 is beyond the largest whole number"),
-        (("--seeds", "4294967296"), "--seeds: a seed must be within 0..4294967295"),
+        (("--forward-chunk", "99999999999999999999"), "99999999999999999999 is beyond the largest whole number"),
+        (
+            ("--seeds", "99999999999999999999"),
+            "--seeds holds 99999999999999999999: a seed must be within 0..4294967295",
+        ),
+        (("--seeds", "4294967296"), "--seeds holds 4294967296: a seed must be within 0..4294967295"),
         (("--seeds", "0-99999999999999999999"), "holds more than 100000 values"),
         (("--max-train-samples", "9223372036854775808"), "is beyond the largest whole number"),
     ],

@@ -45,7 +45,7 @@ def test_every_objective_runs_through_the_sweep_script(sweep_env):
 def test_encoders_without_a_causal_decoder_are_refused(kind, tiny_models):
     from trainables.methods.tsdae.training import check_decoder
 
-    with pytest.raises(SweepInputError, match="no causal-LM decoder.*--method mlm,simcse,ct"):
+    with pytest.raises(SweepInputError, match="no causal-LM decoder.*--objective mlm,simcse,ct"):
         check_decoder(tiny_models[kind], "my-mpnet")
     check_decoder(tiny_models["bert"], "bert")
 
@@ -124,7 +124,7 @@ def test_report_table_has_method_by_model_per_corpus_with_gains_over_the_untrain
     from analysis.report import build_report
     from trainables.methods.tsdae.method import TSDAE
 
-    contract = {"method": "tsdae", **TSDAE.metrics(Namespace(eval_sets="stsb,sickr")).params()}
+    contract = {"method": "tsdae", **TSDAE.metrics(Namespace(eval_sets=["stsb", "sickr"])).params()}
     untrained = {"m1": 50.0, "m2": 60.0}
     rows = []
     for corpus, shift in (("wiki", 0.0), ("mine.txt", 10.0)):

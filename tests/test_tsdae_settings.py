@@ -1,7 +1,8 @@
 """TSDAE's baselines at their own papers' settings (trainables/methods/tsdae/settings.py), the shared
 settings, the schedules, SimCSE's training-only MLP, TSDAE's decoder in train mode as the released
-code trains it, what a planned trial records, and the TSDAE paper's presets (tsdae_paper.py)."""
+code trains it, what a planned trial records, and the TSDAE paper's presets (tsdae/paper.py)."""
 
+import re
 from argparse import Namespace
 
 import numpy as np
@@ -289,7 +290,7 @@ def test_a_planned_trial_records_the_settings_it_runs_with(tmp_path, data_dir, t
         tmp_path,
         data_dir,
         tiny_models["bert"],
-        "--method none,tsdae,mlm,simcse,ct --seeds 0 --max-sentences 130 --eval-sets none "
+        "--objective none,tsdae,mlm,simcse,ct --seeds 0 --max-sentences 130 --eval-sets none "
         "--simcse-settings simcse-paper",
     )
     by_objective = {c["objective"]: c for c in plan.configs}
@@ -301,8 +302,27 @@ def test_a_planned_trial_records_the_settings_it_runs_with(tmp_path, data_dir, t
         assert {k: by_objective[objective][k] for k in KEYS} == expected, objective
     assert (by_objective["none"]["pooling"], by_objective["none"]["max_length"]) == ("mean", 126)
     assert plan.static_params["settings"] == "paper"
+    # every trial records these keys, and only these (their names are MLflow params and config hashes)
+    recorded = {"method", "noise", "delete_ratio", "tied_decoder", "ct_variant", "ct_keep", "corpus_epochs"}
+    recorded |= {"corpus", "max_sentences", "model", "objective", "eval_sets", "_model_path", "seed", "epochs"}
+    recorded |= {"settings", "simcse_settings", "precision", "keep_checkpoints", "best_dtype", *KEYS}
+    for config in plan.configs:
+        own = recorded - ({"simcse_settings"} if config["objective"] == "none" else set())
+        assert set(config) == own, set(config) ^ own
+        assert (config["method"], config["noise"], config["delete_ratio"], config["corpus_epochs"]) == (
+            "tsdae",
+            "delete",
+            0.6,
+            None,
+        )
+        assert (config["ct_variant"], config["ct_keep"], config["max_sentences"], config["eval_sets"]) == (
+            "official",
+            "second",
+            130,
+            "none",
+        )
     shared = _plan(
-        tmp_path, data_dir, tiny_models["bert"], "--method mlm --shared-settings --lr 1e-4 --max-sentences 64"
+        tmp_path, data_dir, tiny_models["bert"], "--objective mlm --shared-settings --lr 1e-4 --max-sentences 64"
     )
     assert {(c["lr"], c["pooling"], c["schedule"], c["settings"]) for c in shared.configs} == {
         (1e-4, "cls", "constant", "shared")
@@ -314,13 +334,14 @@ def test_corpus_sizes_and_epochs_of_the_corpus(tmp_path, data_dir, tiny_models):
         tmp_path,
         data_dir,
         tiny_models["bert"],
-        "--method tsdae,mlm --max-sentences 16,64 --corpus-epochs 10 --eval-sets none --seeds 0",
+        "--objective tsdae,mlm --max-sentences 16,64 --corpus-epochs 10 --eval-sets none --seeds 0",
     )
     steps = {(c["objective"], c["max_sentences"]): (c["steps"], c["warmup_steps"]) for c in plan.configs}
     assert steps == {("tsdae", 16): (20, 0), ("tsdae", 64): (80, 0), ("mlm", 16): (20, 2), ("mlm", 64): (80, 8)}
+    from sweeps.engine.runner import parser_for
     from trainables.methods.tsdae.method import TSDAE
 
-    contract = TSDAE.metrics(Namespace(eval_sets="none", corpus="wiki", max_sentences="16,64"))
+    contract = TSDAE.metrics(parser_for("tsdae").parse_args(["--eval-sets", "none", "--max-sentences", "16,64"]))
     assert "max_sentences" in contract.axes and "max_sentences" in contract.reference_by
 
 
@@ -334,7 +355,7 @@ def test_corpus_sizes_and_epochs_of_the_corpus(tmp_path, data_dir, tiny_models):
         ("--steps 0", "--steps must be a positive integer"),
         ("--lr -1", "--lr must be positive"),
         ("--corpus nowhere.txt", "no such file and no corpus of that name"),
-        ("--method simcse --batch-size 1", "too small for --method simcse"),
+        ("--objective simcse --batch-size 1", "too small for --objective simcse"),
     ],
 )
 def test_bad_flags_are_refused_before_anything_runs(flags, message, tmp_path, data_dir, tiny_models):
@@ -346,7 +367,7 @@ def test_bad_flags_are_refused_before_anything_runs(flags, message, tmp_path, da
 def test_the_papers_numbers_and_presets():
     from trainables.evaluation.sets import eval_set_names
     from trainables.methods import all_presets
-    from trainables.methods.tsdae import tsdae_paper as paper
+    from trainables.methods.tsdae import paper
     from trainables.methods.tsdae.method import main_metric
 
     assert paper.TABLE2["Unsupervised learning based on BERT-base"]["TSDAE"] == (
@@ -399,7 +420,7 @@ def test_the_table2_preset_plans_on_the_domain_sets_registered_and_refuses_the_o
     one trial per corpus, objective and seed, each scored on its own set; any other is refused, naming it."""
     from trainables.data.sentences import DAPT_SOURCES
     from trainables.evaluation.sets import eval_set_names, load_suite
-    from trainables.methods.tsdae.tsdae_paper import DOMAIN_SETS
+    from trainables.methods.tsdae.paper import DOMAIN_SETS
 
     usable, refused = [], []
     for name in DOMAIN_SETS:
@@ -486,7 +507,7 @@ def test_a_flag_can_set_one_objectives_value_and_leave_the_others(tmp_path, data
         tmp_path,
         data_dir,
         tiny_models["bert"],
-        "--method tsdae,simcse,ct --batch-size 8,simcse=16 --lr simcse=1e-4 --seeds 0 --max-sentences 64 "
+        "--objective tsdae,simcse,ct --batch-size 8,simcse=16 --lr simcse=1e-4 --seeds 0 --max-sentences 64 "
         "--eval-sets none --steps 4",
     )
     got = {c["objective"]: (c["batch_size"], c["lr"]) for c in plan.configs}
@@ -496,9 +517,10 @@ def test_a_flag_can_set_one_objectives_value_and_leave_the_others(tmp_path, data
 @pytest.mark.parametrize(
     "flags, message",
     [
-        ("--method tsdae --batch-size simcse=16", "gives a value for simcse, which --method tsdae does not run"),
-        ("--method tsdae --lr tsdae=-1", "--lr must be positive"),
-        ("--method tsdae --eval-max-length 0", "--eval-max-length must be a positive integer"),
+        ("--objective tsdae --batch-size simcse=16", "gives a value for simcse, which --objective tsdae does not run"),
+        ("--objective tsdae --final-weights ct=last", "--final-weights gives a value for ct"),
+        ("--objective tsdae --lr tsdae=-1", "--lr must be positive"),
+        ("--objective tsdae --eval-max-length 0", "--eval-max-length must be a positive integer"),
     ],
 )
 def test_a_per_objective_value_is_checked_like_any_other(flags, message, tmp_path, data_dir, tiny_models):
@@ -506,13 +528,31 @@ def test_a_per_objective_value_is_checked_like_any_other(flags, message, tmp_pat
         _plan(tmp_path, data_dir, tiny_models["bert"], flags)
 
 
-@pytest.mark.parametrize("value", ["simcsee=16", "simcse=x", "8,8", "simcse=8,simcse=9"])
-def test_a_malformed_per_objective_value_is_a_usage_error(value, capsys):
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("simcsee=16", "'simcsee' is not one of tsdae, mlm, simcse, ct"),
+        ("simcse=x", "must be a whole number"),
+        ("8,8", "gives every one twice"),
+        ("simcse=8,simcse=9", "gives simcse twice"),
+        ("none=8", "'none' is not one of"),  # the untrained encoder has no batch
+    ],
+)
+def test_a_malformed_per_objective_value_is_refused_naming_the_flag(value, message):
     from sweeps.engine.runner import parser_for
 
-    with pytest.raises(SystemExit) as exit:
+    with pytest.raises(SweepInputError, match=f"^--batch-size .*{re.escape(message)}"):
         parser_for("tsdae").parse_args(["--batch-size", value])
-    assert exit.value.code == 2 and "--batch-size" in capsys.readouterr().err
+
+
+def test_a_per_objective_value_is_typed_for_every_objective_or_each():
+    from sweeps.engine.runner import parser_for
+    from trainables.core.settings import value_for
+
+    args = parser_for("tsdae").parse_args(["--batch-size", "32,simcse=512", "--lr", "1e-4", "--pooling", "none=cls"])
+    assert args.batch_size == {"*": 32, "simcse": 512} and args.lr == 1e-4 and args.pooling == {"none": "cls"}
+    assert [value_for(args.batch_size, o) for o in ("tsdae", "simcse")] == [32, 512]
+    assert value_for(args.pooling, "tsdae") is None and args.steps is None  # each objective's own value
 
 
 def test_the_corpus_size_figure_gives_every_objective_ten_epochs_up_to_100k_steps(tmp_path, data_dir, tiny_models):
@@ -521,7 +561,7 @@ def test_the_corpus_size_figure_gives_every_objective_ten_epochs_up_to_100k_step
         tmp_path,
         data_dir,
         tiny_models["bert"],
-        "--method tsdae,mlm,simcse,ct --batch-size simcse=8 --max-sentences 16,64 --corpus-epochs 10 "
+        "--objective tsdae,mlm,simcse,ct --batch-size simcse=8 --max-sentences 16,64 --corpus-epochs 10 "
         "--eval-sets none --seeds 0",
     )
     for c in plan.configs:
@@ -606,12 +646,15 @@ def test_top_ct_eval_keeps_the_better_copy_of_each_epoch(scores, kept, tiny_mode
 
 def test_the_tsdae_table2_estimate_counts_the_trials_its_plan_runs():
     from sweeps.engine.runner import parser_for
-    from trainables.methods.tsdae import tsdae_paper
+    from trainables.methods.tsdae import paper as tsdae_paper
 
-    flags = tsdae_paper.PRESETS["tsdae-table2"].flags
-    argv = [f"--{k.replace('_', '-')}={v}" for k, v in flags.items()]
-    args = parser_for("tsdae").parse_args(argv)
-    assert tsdae_paper.estimate(args).trials == 4 * (4 * 5 + 1)  # the untrained encoder once per corpus
+    parser = parser_for("tsdae")
+    parser.set_defaults(**tsdae_paper.PRESETS["tsdae-table2"].flags)
+    estimate = tsdae_paper.estimate(parser.parse_args([]))
+    assert estimate.trials == len(estimate.costs) == 4 * (4 * 5 + 1)  # the untrained encoder once per corpus
+    assert estimate.gpu_hours == pytest.approx(sum(c.seconds for c in estimate.costs) / 3600)
+    assert min(c.seconds for c in estimate.costs) == 0  # the untrained encoder trains no step
+    assert all(c.memory_bytes > 0 and c.weight_bytes > 0 for c in estimate.costs)
 
 
 def test_the_sed_teachers_command_trains_uncased_bert_large_keeping_the_better_copy():
@@ -624,7 +667,7 @@ def test_the_sed_teachers_command_trains_uncased_bert_large_keeping_the_better_c
     assert argv[:2] == ["python", "sweeps/tsdae.py"]
     args = parser_for("tsdae").parse_args(argv[2:])
     assert (args.models, args.ct_keep, args.eval_steps, args.final_weights) == (
-        "bert-large-uncased",
+        ["bert-large-uncased"],
         "better",
         500,
         "best-dev",
@@ -640,7 +683,7 @@ def test_a_tsdae_table2_simcse_run_records_the_papers_simcse(tmp_path, data_dir,
     parser = parser_for("tsdae")
     argv = sweep_args(
         tiny_models["bert"],
-        "--preset tsdae-table2 --method simcse --corpus wiki --eval-sets none --max-sentences 600 --seeds 0",
+        "--preset tsdae-table2 --objective simcse --corpus wiki --eval-sets none --max-sentences 600 --seeds 0",
         *_plan_flags(tmp_path, data_dir),
     )
     args = presets.apply(parser, argv, parser.parse_args(argv), TSDAE)
@@ -651,3 +694,53 @@ def test_a_tsdae_table2_simcse_run_records_the_papers_simcse(tmp_path, data_dir,
         "keep",
         "tsdae-paper",
     )
+
+
+def test_the_old_method_flag_still_chooses_the_objectives_with_a_warning(capsys):
+    """`--objective` was `--method` (whose name clashed with the trial's `method` key): the old flag still
+    works, with a warning, and a sweep recorded under the old name resumes under the new one."""
+    from sweeps.engine.runner import parser_for
+    from trainables.methods.tsdae.method import TSDAE
+
+    args = parser_for("tsdae").parse_args(["--method", "mlm,ct"])
+    assert args.objectives == ["mlm", "ct"]
+    assert "--method is now --objective" in capsys.readouterr().err
+    assert parser_for("tsdae").parse_args(["--objective", "simcse,simcse"]).objectives == ["simcse"]
+    assert TSDAE.renamed == {"method": "objectives"}
+    assert all("method" not in p.flags and "objectives" in p.flags for p in TSDAE.presets.values())
+
+
+def test_the_tsdae_stage_declares_its_settings_with_tsdaes_paper_values():
+    """`--improvement tsdae`'s `--tsdae-*` settings (TsdaeStage.settings): TSDAE's paper values (settings.py
+    PAPER) but for the project's step budget and length; none goes into a trial config as it is (the
+    trials record them through `downstream_params`)."""
+    from trainables.methods.tsdae.settings import PAPER
+    from trainables.methods.tsdae.stage import TsdaeStage
+    from trainables.stages.upstream import STAGES
+
+    declared = {s.name: s for s in STAGES.get("tsdae").settings}
+    assert STAGES.get("tsdae") is TsdaeStage
+    assert list(declared) == [
+        "tsdae_steps",
+        "tsdae_batch_size",
+        "tsdae_lr",
+        "tsdae_pooling",
+        "tsdae_noise",
+        "tsdae_max_length",
+        "tsdae_corpus",
+        "tsdae_max_sentences",
+    ]
+    assert not any(s.config for s in declared.values())
+    defaults = {name: s.default for name, s in declared.items()}
+    assert (defaults["tsdae_lr"], defaults["tsdae_batch_size"], defaults["tsdae_pooling"]) == tuple(
+        PAPER["tsdae"][k].value for k in ("lr", "batch_size", "pooling")
+    )
+    assert declared["tsdae_lr"].source == PAPER["tsdae"]["lr"].source
+    assert (defaults["tsdae_steps"], defaults["tsdae_max_length"], defaults["tsdae_noise"]) == (10_000, 128, "delete")
+    with pytest.raises(SweepInputError, match="--tsdae-steps must be a positive integer"):
+        declared["tsdae_steps"].parse("0")
+    with pytest.raises(SweepInputError, match="--tsdae-lr must be positive"):
+        declared["tsdae_lr"].parse("-1")
+    typed = {name: s.parse(s.default) for name, s in declared.items()}
+    assert TsdaeStage.downstream_params(typed) == {**defaults, "tsdae_lr": 3e-5, "tsdae_max_sentences": None}
+    assert TsdaeStage.config(typed)["lr"] == 3e-5 and TsdaeStage.config(typed)["steps"] == 10_000

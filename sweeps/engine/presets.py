@@ -1,9 +1,10 @@
 """Presets on the command line: `--preset NAME` runs the grid of one table or figure of a paper
 (a method's `presets`, trainables/core/method.py `Preset`), `--list-presets` prints the presets of
-every paper (every registered method's, grouped by `Preset.paper`, the script's own paper first)
-with the script that runs each, what it reproduces, its trial count and its GPU-hours estimate (the
-running method's `estimate`, from public configs: no model is loaded). Every sweep script takes
-both flags; a preset of another script is refused with the command that runs it.
+every paper (every registered method's, grouped by `Preset.paper`, the script's own paper first),
+under the display name and description of the methods that run them (`MethodInfo`), with the script
+that runs each, what it reproduces, its trial count and its GPU-hours estimate (the running method's
+`estimate`, from public configs: no model is loaded). Every sweep script takes both flags; a preset
+of another script is refused with the command that runs it.
 
 A preset's flags become the parser's defaults, so a flag given on the command line still wins
 (e.g. `--preset table2 --seeds 0` for one seed of Table 2's grid). `--smoke-test`'s values (the
@@ -24,22 +25,32 @@ import sys
 
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Estimate, Method, Preset
+from trainables.core.settings import Choice, Flag, Setting
 from trainables.methods import all_presets, get_method
 
 
-def add_arguments(parser: argparse.ArgumentParser, method: type[Method]) -> None:
-    group = parser.add_argument_group("presets (the papers' tables and figures)")
-    group.add_argument(
-        "--preset",
-        default=None,
-        choices=sorted(all_presets(), key=_order),
-        help="run the grid of one table or figure of a paper; flags given beside it override it "
-        "(--list-presets describes each and names the script that runs it)",
-    )
-    group.add_argument(
-        "--list-presets",
-        action="store_true",
-        help="print every paper's presets with their script, what they reproduce, trials and GPU-hours, and exit",
+def settings() -> tuple[Setting, ...]:
+    """`--preset` (one of every paper's presets) and `--list-presets`, as settings of every script."""
+    group = "presets (the papers' tables and figures)"
+    return (
+        Setting(
+            "preset",
+            Choice(tuple(sorted(all_presets(), key=_order))),
+            None,
+            "run the grid of one table or figure of a paper; flags given beside it override it (--list-presets "
+            "describes each and names the script that runs it)",
+            group=group,
+            config=False,
+            metavar="NAME",
+        ),
+        Setting(
+            "list_presets",
+            Flag(),
+            False,
+            "print every paper's presets with their script, what they reproduce, trials and GPU-hours, and exit",
+            group=group,
+            config=False,
+        ),
     )
 
 
@@ -75,7 +86,7 @@ def apply(
     parser.set_defaults(**values)
     parsed = parser.parse_args(argv)
     if name:
-        changed = changes(all_presets()[name], parsed, given or set())
+        changed = changes(all_presets()[name], parsed, given or set(), parser.settings)
         if changed:
             print(
                 f"warning: {'; '.join(changed)}: this is not what --preset {name} reproduces "
@@ -87,17 +98,27 @@ def apply(
     return parsed
 
 
-def changes(preset: Preset, args: argparse.Namespace, given: set) -> list[str]:
-    """The flags given beside `preset` that take it outside its grid, as `--flag value (the preset's: value)`."""
+def changes(preset: Preset, args: argparse.Namespace, given: set, settings) -> list[str]:
+    """The flags given beside `preset` that take it outside its grid, as `--flag value (the preset's: value)`:
+    a list-valued setting may take a subset of the preset's list; any other must equal the preset's value."""
+    declared = {s.name: s for s in settings}
 
-    def items(value) -> set[str]:
-        return {part.strip() for part in str(value).split(",") if part.strip()}
+    def inside(name: str, value, preset_value) -> bool:
+        ours = declared[name].parse(preset_value) if name in declared else preset_value
+        if isinstance(value, list) and isinstance(ours, list):
+            return set(value) <= set(ours)
+        return value == ours
 
     return [
-        f"--{flag.replace('_', '-')} {getattr(args, flag)} (the preset's: {value})"
+        f"{declared[flag].option if flag in declared else '--' + flag} {_shown(getattr(args, flag))} "
+        f"(the preset's: {_shown(value)})"
         for flag, value in preset.flags.items()
-        if flag in given and flag not in FREE_FLAGS and not items(getattr(args, flag)) <= items(value)
+        if flag in given and flag not in FREE_FLAGS and not inside(flag, getattr(args, flag), value)
     ]
+
+
+def _shown(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
 def listing(method: type[Method], build_parser, data_dir: str | None = None) -> str:
@@ -113,7 +134,10 @@ def listing(method: type[Method], build_parser, data_dir: str | None = None) -> 
     width = max([8, *(len(name) for name in all_presets())])
     lines = []
     for paper in order:
-        lines += [f"== {paper} ==", f"{'preset':<{width}} {'script':<26} {'trials':>7} {'GPU-h':>8}  reproduces"]
+        runners = dict.fromkeys(get_method(p.method) for p in papers[paper])
+        lines += [f"== {paper} =="]
+        lines += [f"{m.info.display_name}: {m.info.description}" for m in runners if m.info is not None]
+        lines += [f"{'preset':<{width}} {'script':<26} {'trials':>7} {'GPU-h':>8}  reproduces"]
         bases = []
         for preset in papers[paper]:
             estimate = _estimate(preset, build_parser, data_dir)
@@ -141,10 +165,10 @@ def listing(method: type[Method], build_parser, data_dir: str | None = None) -> 
 def _estimate(preset: Preset, build_parser, data_dir):
     """The preset's grid priced by the method that runs it (None where it cannot price it)."""
     runner = get_method(preset.method)
-    args = build_parser(preset.script, "", runner).parse_args([] if data_dir is None else ["--data-dir", data_dir])
-    for flag, value in preset.flags.items():
-        setattr(args, flag, value)
+    parser = build_parser(preset.script, "", runner)
+    parser.set_defaults(**preset.flags)
     try:
+        args = parser.parse_args([] if data_dir is None else ["--data-dir", data_dir])
         return runner.estimate(args)
     except SweepInputError as error:
         return Estimate(0, None, f"not priced: {error}")

@@ -22,20 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweeps.engine import presets, seal, storage
-from sweeps.engine.cli import (
-    build_parser,
-    check_bounds,
-    check_config_bounds,
-    check_name,
-    check_numbers,
-    default_name,
-    given_flags,
-)
+from sweeps.engine.cli import build_parser, check_config_bounds, check_name, check_numbers, default_name, given_flags
 from trainables.core import endpoints, object_storage
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Method, MetricContract, PlanContext
 from trainables.core.paths import PROJECT_ROOT
 from trainables.core.schema import config_hash
+from trainables.core.settings import resolve
 from trainables.encoders.cost import CUDA_ALLOCATOR_ENV
 from trainables.methods import get_method
 from trainables.training import retention
@@ -171,7 +164,20 @@ def _tune_state_exists(sweep_dir: str) -> bool:
     )
 
 
-def _refuse_changed_flags(args: Namespace, defaults: dict, saved: dict, given: set | None = None) -> None:
+def _typed(setting, value):
+    """A value a sweep recorded, typed by today's declaration (a sweep of before the declarations
+    recorded texts); as recorded where there is no declaration or it refuses the value."""
+    if setting is None:
+        return value
+    try:
+        return setting.parse(value)
+    except SweepInputError:
+        return value
+
+
+def _refuse_changed_flags(
+    args: Namespace, defaults: dict, saved: dict, method_cls: type[Method], given: set | None = None
+) -> None:
     """--resume continues a sweep with the flags it started with: a flag given now with another
     value is refused rather than silently ignored (`given`: the flags on the command line; a flag
     left unset is no difference)."""
@@ -181,6 +187,9 @@ def _refuse_changed_flags(args: Namespace, defaults: dict, saved: dict, given: s
             return a == b or str(a) == str(b) or float(a) == float(b)
         except (TypeError, ValueError):
             return False
+
+    settings = {s.name: s for s in build_parser("x", "", method_cls).settings}
+    saved = {key: _typed(settings.get(key), value) for key, value in saved.items()}
 
     given = {**vars(args), "mlflow_uri": args.mlflow_uri and endpoints.recorded_uri(args.mlflow_uri)}
     changed = [
@@ -220,15 +229,16 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
             )
     method_cls = method_cls or get_method(method)
     if saved is not None:
+        saved["args"] = {method_cls.renamed.get(key, key): value for key, value in saved["args"].items()}
         defaults = vars(build_parser("x", "", method_cls).parse_args([]))  # flags added since it started
-        _refuse_changed_flags(args, defaults, saved["args"], given)
+        _refuse_changed_flags(args, defaults, saved["args"], method_cls, given)
         # the folder's own place, never sweep.json's: a copied or moved sweep resumes where it is
         where = {"storage_path": object_storage.parent(sweep_dir)}
         args = Namespace(**{**defaults, **saved["args"], **kept, **where})
+        resolve(args, build_parser("x", "", method_cls).settings)
         prog = saved.get("script") or prog
     # --smoke-test's values are already in `args`, under the flags given on the command line (presets.apply)
     check_numbers(args)
-    check_bounds(args)
     method_cls.check(args)
 
     storage_path = storage.absolute(args.storage_path)
@@ -258,7 +268,7 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
         _check_parent_run(sweep_dir, mlflow_uri, saved["parent_run_id"], str(saved.get("mlflow_uri")))
     endpoints.check_ray_address(args.address)
 
-    default_models = build_parser("x", "", method_cls).get_default("models") or ""
+    default_models = build_parser("x", "", method_cls).get_default("models") or []
     context = PlanContext(storage_path, mlflow_uri, smoke_test=bool(args.smoke_test), default_models=default_models)
     planned = method_cls.plan(args, context)
     for config in planned.configs:
@@ -772,15 +782,21 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
     quiet()
     method_cls = get_method(method)
     parser = build_parser(prog, description, method_cls, defaults)
-    args = parser.parse_args(argv)
-    given = given_flags(parser, argv)
     plan = None
-    new = _absent_paths(args)
+    new = []
     try:
+        args = parser.parse_args(argv)
+        given = given_flags(parser, argv)
+        new = _absent_paths(args)
         if getattr(args, "list_presets", False):
             print(presets.listing(method_cls, build_parser, args.data_dir))
             return 0
         args = presets.apply(parser, argv, args, method_cls, given)
+        if args.dry_run:
+            from sweeps.engine import dry_run
+
+            print(dry_run.describe(args, method_cls, prog))
+            return 0
         plan = plan_sweep(args, method=method_cls, prog=prog, given=given)
         run_sweep(plan)
     except SweepInputError as error:

@@ -6,9 +6,12 @@ under `trainables/methods/` (importing `trainables.methods` imports every such p
 registers it); its sweep script in `sweeps/` calls `sweeps.engine.runner.main(method="name")`.
 It declares:
 
-- `add_arguments(parser)`: its command-line flags (the engine adds the shared ones: storage,
-  MLflow, Ray, resources, seeds, search, resume, smoke test); `smoke`: the flag values of
-  `--smoke-test`; `check(args)`: refuse bad values of its flags (SweepInputError) before any work;
+- `info`: its `MethodInfo` (display name, one-line description, BibTeX citation, main metric),
+  which the report, `--list-presets` and the docs read;
+- `settings`: its settings, declared once and typed (trainables/core/settings.py `Setting`): its
+  flags, their --help, checks, and the trial config's keys (so the MLflow params) all come from
+  them; `smoke`: the setting values of `--smoke-test`; `check(args)`: refuse what no single
+  setting can (values that clash), before any work. Every method receives typed values;
 - `plan(args, context) -> MethodPlan`: the driver-side work done once before trials (resolving
   models, loading and tokenising data, the specs of upstream stages) and what reaches the
   trials: the trial configs (the grid), the shared `data` shipped through Ray's object store, the
@@ -30,12 +33,13 @@ and the analysis groups and selects by what was logged.
 
 from __future__ import annotations
 
-from argparse import ArgumentParser, Namespace
+from argparse import Namespace
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from trainables.core.errors import SweepInputError
 from trainables.core.registry import Registry
+from trainables.core.settings import Setting, config_values
 
 
 @dataclass(frozen=True)
@@ -221,12 +225,15 @@ class Preset:
 
 @dataclass(frozen=True)
 class Estimate:
-    """What a grid costs, priced without loading any model: trials and GPU-hours on one GPU."""
+    """What a grid costs, priced without loading any model: trials and GPU-hours on one GPU, and
+    (for --dry-run) each trial's cost and the upstream stages it needs."""
 
     trials: int
     gpu_hours: float | None
     note: str = ""  # what this grid's figure leaves out or approximates
     basis: str = ""  # how every figure of the method is priced
+    costs: tuple[TrialCost, ...] = ()  # each trial's cost (for --dry-run's resources and disk; empty: unknown)
+    stages: tuple[str, ...] = ()  # the upstream stages the grid runs first, one line each
 
 
 @dataclass
@@ -236,7 +243,9 @@ class PlanContext:
     storage_path: str  # absolute local path or URI of the sweep's storage
     mlflow_uri: str  # the tracking store (to resolve runs:/ model references)
     smoke_test: bool = False
-    default_models: str = ""  # the parser's default --models (a smoke test swaps it for a tiny model)
+    default_models: list[str] = field(
+        default_factory=list
+    )  # the default --models (a smoke test swaps it for a tiny model)
 
 
 @dataclass
@@ -255,23 +264,48 @@ class MethodPlan:
     method_label: str | None = None  # the method name(s) recorded on the parent run
 
 
+@dataclass(frozen=True)
+class MethodInfo:
+    """What a method is, for people: its name in reports, a one-line description, the paper to cite
+    (BibTeX) and the metric its tables rank by. `labels`: the display names of other method labels
+    its runs record (e.g. TMFT's upstream variants `ws+tmft`)."""
+
+    display_name: str
+    description: str
+    citation: str
+    main_metric: str
+    labels: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("display_name", "description", "citation", "main_metric"):
+            if not str(getattr(self, name)).strip():
+                raise ValueError(f"MethodInfo.{name} is empty")
+        if not self.citation.lstrip().startswith("@"):
+            raise ValueError("MethodInfo.citation must be a BibTeX entry (@article{...}, @inproceedings{...})")
+
+
 class Method:
     """Base of every registered method (see the module docstring)."""
 
     name: ClassVar[str] = ""
     trainable: ClassVar[type | None] = None
-    description: ClassVar[str] = ""
+    info: ClassVar[MethodInfo | None] = None
+    settings: ClassVar[tuple[Setting, ...]] = ()
     smoke: ClassVar[dict] = {}
     cost_axes: ClassVar[tuple[str, ...]] = ()  # the config keys a trial's cost depends on
     presets: ClassVar[dict[str, Preset]] = {}
-
-    @classmethod
-    def add_arguments(cls, parser: ArgumentParser, defaults: dict) -> None:
-        raise NotImplementedError
+    renamed: ClassVar[dict[str, str]] = {}  # old setting name -> new: a sweep recorded before resumes
 
     @classmethod
     def check(cls, args: Namespace) -> None:
-        """Refuse bad values of the method's own flags (SweepInputError)."""
+        """Refuse values of the method's settings that clash with each other (SweepInputError); each
+        setting alone was checked by its declaration."""
+
+    @classmethod
+    def base_config(cls, args: Namespace) -> dict:
+        """The trial-config entries every trial shares: the method's name and each declared setting
+        that goes into the config (trainables/core/settings.py `config_values`)."""
+        return {"method": cls.name, **config_values(args, cls.settings)}
 
     @classmethod
     def metrics(cls, args: Namespace) -> MetricContract:
@@ -298,53 +332,31 @@ class Method:
 
 
 METHODS = Registry("method", Method)
-register_method = METHODS.register
 
 
-# --- flag helpers the methods share ------------------------------------------------------------
-MAX_LIST = 100_000  # values one range of a list flag may hold (a grid that size is a typo)
+def register_method(name: str, *aliases: str):
+    """Register a method class under `name`, refusing one whose declarations are incomplete: no
+    `MethodInfo`, a setting that is not a `Setting`, two settings of one name, a default its own kind
+    refuses, or a `smoke` value for no setting."""
+    register = METHODS.register(name, *aliases)
 
-
-def parse_int_list(text: str, flag: str) -> list[int]:
-    """'0,1,2' or '0-4' (or a mix) -> sorted unique non-negative ints; SweepInputError otherwise."""
-    values = []
-    for part in (p.strip() for p in str(text).split(",")):
-        if not part:
-            continue
-        try:
-            low, high = (int(v) for v in part.split("-", 1)) if "-" in part[1:] else (int(part), int(part))
-        except ValueError:
-            raise SweepInputError(
-                f"{flag} {text!r} is not a comma-separated list of integers (e.g. 0,1,2 or 0-4)"
-            ) from None
-        if high < low:
-            raise SweepInputError(f"{flag} {text!r}: the range {part} runs backwards; write {high}-{low}")
-        if high - low >= MAX_LIST:
-            raise SweepInputError(f"{flag} {text!r}: the range {part} holds more than {MAX_LIST} values")
-        values.extend(range(low, high + 1))
-    if not values:
-        raise SweepInputError(f"{flag} is empty")
-    if any(v < 0 for v in values):
-        raise SweepInputError(f"{flag} {text!r} holds a negative value")
-    return sorted(set(values))
-
-
-def parse_layers(text: str) -> list[int] | None:
-    """None means all layers of each model."""
-    return None if str(text).strip().lower() == "all" else parse_int_list(text, "--layers")
-
-
-def parse_names(text: str, flag: str, known: list[str] | None = None) -> list[str]:
-    """A comma-separated list of names, each checked against `known` when given."""
-    names = [n.strip() for n in str(text).split(",") if n.strip()]
-    if not names:
-        raise SweepInputError(f"{flag} is empty")
-    if known is not None:
-        unknown = [n for n in names if n not in known]
+    def decorate(cls):
+        if not isinstance(cls.info, MethodInfo):
+            raise TypeError(f"method {name!r} ({cls.__name__}) declares no `info = MethodInfo(...)`")
+        if not isinstance(cls.__dict__.get("settings", ()), tuple):
+            return register(cls)  # computed when read (from other registries): checked by the tests of every method
+        names = [s.name for s in cls.settings]
+        if not all(isinstance(s, Setting) for s in cls.settings):
+            raise TypeError(f"method {name!r}: every entry of `settings` must be a Setting")
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"method {name!r} declares {', '.join(repeated)} twice")
+        for setting in cls.settings:
+            if setting.default is not None:
+                setting.parse(setting.default)
+        unknown = [key for key in cls.smoke if key not in names]
         if unknown:
-            raise SweepInputError(f"{flag}: unknown {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
-    return list(dict.fromkeys(names))
+            raise ValueError(f"method {name!r}: smoke values for undeclared settings {', '.join(unknown)}")
+        return register(cls)
 
-
-def add_seeds_argument(group, default: str = "0,1,2,3,4") -> None:
-    group.add_argument("--seeds", default=default, help="comma-separated seeds, or a range like 0-4")
+    return decorate

@@ -256,7 +256,8 @@ def paper_parameter_count(model: nn.Module) -> int:
 
 def model_list(args: Namespace, context: PlanContext) -> list[str]:
     """--models as a list; a smoke test with the default models uses the tiny smoke model."""
-    models = [m.strip() for m in str(args.models).split(",") if m.strip()]
+    given = args.models if isinstance(args.models, list) else str(args.models).split(",")  # typed, or a text
+    models = [m.strip() for m in given if m.strip()]
     repeated = sorted({m for m in models if models.count(m) > 1})
     if repeated:
         raise SweepInputError(

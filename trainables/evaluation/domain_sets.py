@@ -55,7 +55,7 @@ from trainables.core.errors import DataFormatError, SweepInputError
 from trainables.data._io import find_under, iter_lines, parse_float
 from trainables.evaluation.hub_copies import HubCopy, is_hub
 from trainables.evaluation.sets import EvalData, EvalSet, check_data_dir, files_digest, register_eval_set
-from trainables.evaluation.tasks import Judged, Pairs, Rerank, Retrieval, task_kind
+from trainables.evaluation.task_kinds import Judged, Pairs, Rerank, Retrieval, task_kind
 
 
 def find_release(data_dir, files: tuple[str, ...], set_name: str, hint: str) -> Path:

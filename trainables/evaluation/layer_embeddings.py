@@ -1,7 +1,7 @@
 """The `embeddings` stage: every requested layer's pooled embeddings of an evaluation suite's
 sentences, from one forward pass per model (trainables/zero_shot.pooled_layers), computed once in
 the stage store and read by trials that only score them: zero-shot evaluation
-(trainables/methods/evaluate/method.py) and TMFT with `--epochs 0` (trainables/methods/tmft/method.py).
+(trainables/methods/zero_shot/method.py) and TMFT with `--epochs 0` (trainables/methods/tmft/method.py).
 
 Spec config: `layers`, `poolings`, `max_length`, `batch_size`, `sets` (the suite). The stage
 directory holds `layer<l>_<pooling>.npy` (float32, rows = the suite's `sentences`) and

@@ -41,17 +41,17 @@ from pathlib import Path
 import numpy as np
 
 from trainables.core.errors import DataFormatError, SweepInputError
-from trainables.core.method import parse_names
 from trainables.core.registry import Registry
+from trainables.core.settings import Auto, Names, Setting
 from trainables.data._io import find_under, parse_float
 from trainables.evaluation.hub_copies import HubCopy, is_hub
 from trainables.evaluation.metrics import correlations
-from trainables.evaluation.tasks import TASK_KINDS, Pairs, Rerank, Retrieval, pair_cosines, task_kind
+from trainables.evaluation.task_kinds import TASK_KINDS, Pairs, Rerank, Retrieval, pair_cosines, task_kind
 
 
 @dataclass
 class EvalData:
-    """A loaded set: its task kind (trainables/evaluation/tasks.py), its subsets of that kind's data,
+    """A loaded set: its task kind (trainables/evaluation/task_kinds.py), its subsets of that kind's data,
     the checksum of what was read, and the metric it is ranked by (`main`: the kind's unless set)."""
 
     name: str
@@ -81,8 +81,8 @@ class EvalSet:
         raise NotImplementedError
 
 
-EVAL_SETS = Registry("evaluation set", EvalSet)
-register_eval_set = EVAL_SETS.register
+SET_REGISTRY = Registry("evaluation set", EvalSet)
+register_eval_set = SET_REGISTRY.register
 
 
 def _load_registrations() -> None:
@@ -99,12 +99,12 @@ def _load_registrations() -> None:
 
 def eval_set_names() -> list[str]:
     _load_registrations()
-    return EVAL_SETS.names()
+    return SET_REGISTRY.names()
 
 
 def get_eval_set(name: str) -> EvalSet:
     _load_registrations()
-    return EVAL_SETS.get(name)()
+    return SET_REGISTRY.get(name)()
 
 
 def main_metric(name: str) -> str:
@@ -455,26 +455,31 @@ def load_suite(names: list[str], data_dir) -> EvalSuite:
     return EvalSuite(sets)
 
 
-def add_eval_sets_argument(group, default: str) -> None:
-    group.add_argument(
-        "--eval-sets",
-        default=default,
-        help=f"evaluation sets scored with the best-dev weights at the end of each trial, or 'none'; "
-        f"known: {', '.join(eval_set_names())}",
-    )
-
-
-def parse_eval_sets(text: str) -> list[str]:
-    return [] if str(text).strip().lower() in ("", "none") else parse_names(text, "--eval-sets", eval_set_names())
+EVAL_SETS = Setting(
+    "eval_sets",
+    Names(known=lambda: eval_set_names(), empty=True),
+    [],
+    "evaluation sets scored with the best-dev weights at the end of each trial",
+)
 
 
 PAPER_SETS = ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr")  # the papers' STS suite
 
 
-def suite_sets(text: str, data_dir) -> tuple[list[str], list[str]]:
-    """(sets to use, default sets not found). `papers` = STS12-16, STS-B test, SICK-R where found."""
-    if str(text).strip().lower() != "papers":
-        return parse_names(text, "--sets", eval_set_names()), []
+SUITE = Setting(
+    "sets",
+    Auto(Names(known=lambda: eval_set_names()), word="papers"),
+    "papers",
+    "the evaluation sets: 'papers' (STS12-16, STS-B test, SICK-R test, those found in --data-dir) or named sets",
+    group="what to evaluate",
+)
+
+
+def suite_sets(sets, data_dir) -> tuple[list[str], list[str]]:
+    """(sets to use, default sets not found) of `SUITE`'s typed value: `papers` = STS12-16, STS-B
+    test, SICK-R where found; a list of names as it is."""
+    if sets != "papers":
+        return list(sets), []
     found, missing = [], []
     for name in PAPER_SETS:
         try:

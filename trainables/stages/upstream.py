@@ -33,6 +33,35 @@ from pathlib import Path
 
 from trainables.core import object_storage
 from trainables.core.registry import Registry
+from trainables.core.settings import Float, Setting, Text
+
+# Where and on what stages run: settings of every method that runs upstream stages.
+STORE_SETTINGS = (
+    Setting(
+        "stage_dir",
+        Text(),
+        None,
+        "the stage store (default: <storage-path>/stages): a local or shared folder, or an s3:// URI",
+        group="upstream stages",
+        config=False,
+    ),
+    Setting(
+        "stage_cpus",
+        Float(above=0),
+        None,
+        "CPUs per stage task (default: --cpus-per-trial)",
+        group="upstream stages",
+        config=False,
+    ),
+    Setting(
+        "stage_gpus",
+        Float(low=0),
+        None,
+        "GPUs per stage task (default: 1 when trials use GPUs, else 0)",
+        group="upstream stages",
+        config=False,
+    ),
+)
 
 EXECUTION_LOG = "executions.jsonl"
 EXECUTIONS_DIR = "executions"
@@ -42,12 +71,15 @@ class StageKind:
     """A kind of upstream stage, registered (`@STAGES.register(name)`) by the package that owns it:
     `compute(spec, out_dir) -> result` builds it, `downstream` is the method of the trials that start
     from it, `task` what its MLflow run records, `params` that run's params beyond the stage config
-    (`stage_<key>`) and the common ones: by default the config values named in `recorded`."""
+    (`stage_<key>`) and the common ones: by default the config values named in `recorded`.
+    `settings`: the settings (trainables/core/settings.py, each named `<kind>_...`) a method that runs
+    the stage takes, declared once here; they are flags of that method's script, checked with its own."""
 
     name = ""
     downstream = ""
     task = ""
     recorded: dict[str, str] = {}  # {param: config key}; a list is recorded comma-separated
+    settings: tuple = ()
 
     @staticmethod
     def compute(spec: dict, out_dir: Path) -> dict:

@@ -24,7 +24,7 @@ import torch
 from trainables.encoders.loading import encode
 from trainables.encoders.precision import adamw, resolve, to_device
 from trainables.training.batches import forward_chunks, pad, resolve_forward_chunk, train_batches
-from trainables.training.tasks import get_task
+from trainables.training.pair_tasks import get_task
 
 _NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "LayerNorm.bias")
 

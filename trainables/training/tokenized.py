@@ -3,7 +3,7 @@ through Ray's object store (`tune.with_parameters`): a trial only pads and batch
 
 A `TokenizedTask` holds, for each split, the token ids of both sentences of every pair (no
 padding) and the labels (the task's `label`: a score, a 0/1 label or a class index; see
-trainables/training/tasks.py), plus the tokenizer's pad id and the data files' checksums.
+trainables/training/pair_tasks.py), plus the tokenizer's pad id and the data files' checksums.
 
 Tokenised splits are cached on disk across sweeps (`tokenized_cache_dir()`: $EMBSWEEP_CACHE_DIR
 or ~/.cache/embsweep/tokenized, one JSON file of about 1.6 MB per model and task for STS-B), keyed
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from trainables.encoders.loading import load_config, max_tokens
-from trainables.training.tasks import get_task
+from trainables.training.pair_tasks import get_task
 
 
 @dataclass
@@ -49,7 +49,7 @@ class TokenizedTask:
 
 
 def load_task(task: str, data_dir):
-    """Raw examples {split: [pair example]} and data checksums for a task name (trainables/training/tasks.py)."""
+    """Raw examples {split: [pair example]} and data checksums for a task name (trainables/training/pair_tasks.py)."""
     return get_task(task).load(data_dir)
 
 

@@ -1,6 +1,6 @@
 """Adaptive layers: every layer from one training run (docs/methods.md, "Adaptive layers").
 
-Inputs: the pair task and data TMFT trains on (trainables/training/tasks.py: STS-B by default; MRPC,
+Inputs: the pair task and data TMFT trains on (trainables/training/pair_tasks.py: STS-B by default; MRPC,
 SICK), an encoder. Model: the whole encoder with mean pooling, trained once with sentence-transformers'
 `AdaptiveLayerLoss` around TMFT's loss of the task (trainables/methods/adaptive_layer/training.py), with
 TMFT's optimiser, schedule, batch and epochs. The one saved model (`best/`, the best epoch by the mean
@@ -9,26 +9,180 @@ dev score over the layers) is scored at every layer from one forward pass: `laye
 The loss's options are flags with its documented defaults: `--n-layers-per-step 1`,
 `--last-layer-weight 1.0`, `--prior-layers-weight 1.0`, `--kl-div-weight 1.0`, `--kl-temperature 0.3`.
 
+Settings: `SETTINGS` (trainables/core/settings.py; the training ones are TMFT's, with TMFT's defaults).
 Config keys: method, model, seed, task, epochs, lr, batch_size, weight_decay, warmup_ratio,
 eval_batch_size, max_train_samples, max_eval_samples and the five loss options.
+`estimate` (for `--dry-run`) prices models x seeds from the models' configs alone (`local_config`),
+without loading any model.
 """
 
 from __future__ import annotations
 
-from trainables.core.errors import SweepInputError
-from trainables.core.method import (
-    Method,
-    MethodPlan,
-    MetricContract,
-    TrialCost,
-    add_seeds_argument,
-    parse_int_list,
-    register_method,
-)
+from dataclasses import dataclass
+
+from trainables.core import settings as shared
+from trainables.core.method import Estimate, Method, MethodInfo, MethodPlan, MetricContract, TrialCost, register_method
+from trainables.core.settings import Choice, Float, Int, Setting
 from trainables.encoders.loading import model_list
 from trainables.methods.adaptive_layer.trainable import AdaptiveLayerTrainable
 from trainables.methods.adaptive_layer.training import DEFAULTS
-from trainables.training.tasks import COMPANIONS, get_task, task_names
+from trainables.training.pair_tasks import COMPANIONS, get_task, task_names
+
+TMFT = "ELECTRA paper §3 (TMFT's)"  # the source of the training settings, TMFT's (docs/methods.md M1)
+TRAINING = "training (TMFT's, docs/methods.md M1)"
+LOSS = "AdaptiveLayerLoss (sentence-transformers; its defaults)"
+LIBRARY = "sentence-transformers' AdaptiveLayerLoss default"
+
+
+@dataclass(frozen=True)
+class LayersPerStep(Int):
+    """-1 (every earlier layer) or a positive number of layers."""
+
+    def parse(self, value):
+        number = super().parse(value)
+        if number == 0:
+            raise ValueError("must be -1 (all) or 1 or more, got 0")
+        return number
+
+    def describe(self) -> str:
+        return "-1 (all) or 1 or more"
+
+    def bad_values(self) -> list[str]:
+        return ["x", "0", "-2"]
+
+
+SETTINGS = (
+    shared.MODELS,
+    shared.SEEDS.but(default=[0]),
+    Setting("task", Choice(tuple(task_names())), "stsb", "the pair task, as TMFT's --task", group="what to sweep"),
+    shared.EPOCHS.but(kind=Int(low=1), default=1, group=TRAINING),
+    shared.BATCH_SIZE.but(group=TRAINING, source=TMFT),
+    shared.LR.but(group=TRAINING, source=TMFT),
+    shared.WEIGHT_DECAY.but(group=TRAINING, source=TMFT),
+    shared.WARMUP_RATIO.but(group=TRAINING, source=TMFT),
+    shared.EVAL_BATCH_SIZE.but(group=TRAINING),
+    shared.MAX_TRAIN_SAMPLES.but(help="train on a deterministic subset of this many pairs", group=TRAINING),
+    shared.MAX_EVAL_SAMPLES.but(group=TRAINING),
+    Setting(
+        "n_layers_per_step",
+        LayersPerStep(low=-1),
+        DEFAULTS["n_layers_per_step"],
+        "earlier layers drawn per step beside the last (-1: all of them)",
+        group=LOSS,
+        source=LIBRARY,
+    ),
+    Setting(
+        "last_layer_weight",
+        Float(low=0),
+        DEFAULTS["last_layer_weight"],
+        "weight of the task's loss at the last layer",
+        group=LOSS,
+        source=LIBRARY,
+    ),
+    Setting(
+        "prior_layers_weight",
+        Float(low=0),
+        DEFAULTS["prior_layers_weight"],
+        "weight of the task's loss at the earlier layers drawn (shared among them)",
+        group=LOSS,
+        source=LIBRARY,
+    ),
+    Setting(
+        "kl_div_weight",
+        Float(low=0),
+        DEFAULTS["kl_div_weight"],
+        "weight of the KL divergence of each drawn layer from the last (times --kl-temperature)",
+        group=LOSS,
+        source=LIBRARY,
+    ),
+    Setting(
+        "kl_temperature",
+        Float(low=0),
+        DEFAULTS["kl_temperature"],
+        "temperature of the KL term; 0 turns the KL term off",
+        group=LOSS,
+        source=LIBRARY,
+    ),
+)
+CITATION = """@article{li-etal-2024-2d-matryoshka,
+  title = {{2D} {M}atryoshka Sentence Embeddings},
+  author = {Li, Xianming and Li, Zongxi and Li, Jing and Xie, Haoran and Li, Qing},
+  journal = {arXiv preprint arXiv:2402.14776},
+  year = {2024},
+  url = {https://arxiv.org/abs/2402.14776}
+}"""
+
+
+# Public configs of models a plain run names, priced without them here: hidden size, layers, attention
+# heads, intermediate size, vocabulary (the model's config.json on the hub).
+PUBLIC_CONFIGS = {"sentence-transformers/all-MiniLM-L6-v2": (384, 6, 12, 1536, 30522)}
+
+
+def _local_folder(model: str):
+    from pathlib import Path
+
+    from trainables.core.paths import models_dir
+    from trainables.encoders.run_refs import is_run_reference
+
+    if is_run_reference(model):
+        return None
+    return next((f for f in (Path(model).expanduser(), models_dir() / model) if (f / "config.json").is_file()), None)
+
+
+def local_config(model: str):
+    """The transformers config of `model` without loading the model or going online: the config.json of
+    a local model folder or of the project's model store (trainables/core/paths.py `models_dir`), else
+    its public config (`PUBLIC_CONFIGS`); None where none is here (a run reference, a hub id not
+    installed)."""
+    folder = _local_folder(model)
+    if folder is not None:
+        from transformers import AutoConfig
+
+        try:
+            return AutoConfig.from_pretrained(str(folder))
+        except (OSError, ValueError):
+            return None
+    if model in PUBLIC_CONFIGS:
+        from transformers import BertConfig
+
+        hidden, layers, heads, intermediate, vocab = PUBLIC_CONFIGS[model]
+        return BertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                          intermediate_size=intermediate, vocab_size=vocab)  # fmt: skip
+    return None
+
+
+def _priced_task(args, model: str):
+    """(the task's pairs as token ids for the cost model, how they were tokenised): the subsets the
+    sweep would use, tokenised in memory (no cache written) by the model's own tokenizer where its
+    folder is here, else ceil(1.3 x words) + 2 ids a sentence."""
+    import math
+
+    from trainables.training.tokenized import TokenizedPairs, TokenizedTask, load_task, subset
+
+    examples, checksums = load_task(args.task, args.data_dir)
+    rows = {
+        split: subset(pairs, args.max_train_samples if split == "train" else args.max_eval_samples)
+        for split, pairs in examples.items()
+    }
+    folder, encode, how = _local_folder(model), None, "estimated as 1.3 per word"
+    if folder is not None:
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(folder))
+            encode = lambda texts: tokenizer(list(texts), truncation=True, max_length=512)["input_ids"]  # noqa: E731
+            how = "by the models' own tokenizers"
+        except (OSError, ValueError):
+            encode = None
+    if encode is None:
+        encode = lambda texts: [[0] * (math.ceil(1.3 * len(str(t).split())) + 2) for t in texts]  # noqa: E731
+    splits = {
+        split: TokenizedPairs(
+            encode([r.sentence1 for r in pairs]), encode([r.sentence2 for r in pairs]), [0.0] * len(pairs)
+        )
+        for split, pairs in rows.items()
+    }
+    return TokenizedTask(args.task, str(folder or model), 0, splits, dict(checksums)), how
 
 
 class AdaptiveData:
@@ -43,58 +197,53 @@ class AdaptiveLayer(Method):
     """One model per (model, seed) trained with AdaptiveLayerLoss, scored at every layer."""
 
     trainable = AdaptiveLayerTrainable
-    description = "adaptive layers: every layer from one run (sentence-transformers' AdaptiveLayerLoss)"
-    smoke = {"seeds": "0", "epochs": 1, "max_train_samples": 64, "max_eval_samples": 200, "batch_size": 16}
+    info = MethodInfo(
+        display_name="Adaptive layers (one run)",
+        description="adaptive layers: every layer from one run (sentence-transformers' AdaptiveLayerLoss)",
+        citation=CITATION,
+        main_metric="test Spearman at the best dev epoch of every layer (STS-B), beside TMFT's model of that layer",
+    )
+    settings = SETTINGS
+    smoke = {"seeds": [0], "epochs": 1, "max_train_samples": 64, "max_eval_samples": 200, "batch_size": 16}
     cost_axes = ("model",)
 
     @classmethod
-    def add_arguments(cls, parser, defaults: dict) -> None:
-        d = {"models": "sentence-transformers/all-MiniLM-L6-v2", "seeds": "0", "epochs": 1, **defaults}
-        what = parser.add_argument_group("what to sweep")
-        what.add_argument("--models", default=d["models"], help="comma-separated hub ids or local model directories")
-        add_seeds_argument(what, d["seeds"])
-        what.add_argument("--task", default="stsb", choices=task_names(), help="the pair task, as TMFT's --task")
-        train = parser.add_argument_group("training (TMFT's, docs/methods.md M1)")
-        train.add_argument("--epochs", type=int, default=d["epochs"])
-        train.add_argument("--batch-size", type=int, default=32)
-        train.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (AdamW)")
-        train.add_argument("--weight-decay", type=float, default=0.01)
-        train.add_argument("--warmup-ratio", type=float, default=0.1)
-        train.add_argument("--eval-batch-size", type=int, default=64)
-        train.add_argument("--max-train-samples", type=int, default=None, help="train on the first N pairs")
-        train.add_argument("--max-eval-samples", type=int, default=None, help="a subset of dev and test")
-        loss = parser.add_argument_group("AdaptiveLayerLoss (sentence-transformers; its defaults)")
-        loss.add_argument(
-            "--n-layers-per-step",
-            type=int,
-            default=DEFAULTS["n_layers_per_step"],
-            help="earlier layers drawn per step beside the last (-1: all of them)",
-        )
-        loss.add_argument("--last-layer-weight", type=float, default=DEFAULTS["last_layer_weight"])
-        loss.add_argument("--prior-layers-weight", type=float, default=DEFAULTS["prior_layers_weight"])
-        loss.add_argument("--kl-div-weight", type=float, default=DEFAULTS["kl_div_weight"])
-        loss.add_argument(
-            "--kl-temperature", type=float, default=DEFAULTS["kl_temperature"], help="0 turns the KL term off"
-        )
+    def estimate(cls, args) -> Estimate:
+        """Trials (models x seeds), each priced by the cost model (trainables/encoders/cost.py) as TMFT's
+        trial at the model's last layer, from the model's local or public config (`local_config`; no
+        model loaded) on the task's data tokenised by the model's tokenizer where it is here (else 1.3
+        tokens per word); nothing is written."""
+        from trainables.encoders import cost as encoder_cost
 
-    @classmethod
-    def check(cls, args) -> None:
-        if args.epochs < 1:
-            raise SweepInputError(f"--epochs must be 1 or more, got {args.epochs}")
-        if not args.lr > 0:
-            raise SweepInputError(f"--lr must be positive, got {args.lr}")
-        for flag in ("batch_size", "eval_batch_size", "max_train_samples", "max_eval_samples"):
-            value = getattr(args, flag)
-            if value is not None and value <= 0:
-                raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {value}")
-        if args.weight_decay < 0 or not 0 <= args.warmup_ratio < 1:
-            raise SweepInputError("--weight-decay must be >= 0 and --warmup-ratio in [0, 1)")
-        if args.n_layers_per_step == 0 or args.n_layers_per_step < -1:
-            raise SweepInputError(f"--n-layers-per-step must be -1 (all) or 1 or more, got {args.n_layers_per_step}")
-        for flag in ("last_layer_weight", "prior_layers_weight", "kl_div_weight", "kl_temperature"):
-            if getattr(args, flag) < 0:
-                raise SweepInputError(f"--{flag.replace('_', '-')} must be 0 or more, got {getattr(args, flag)}")
-        parse_int_list(args.seeds, "--seeds")
+        trials = len(args.models) * len(args.seeds)
+        configs = {model: local_config(model) for model in args.models}
+        unknown = [model for model, config in configs.items() if config is None]
+        if unknown:
+            return Estimate(trials, None, f"not priced: no local or public config here for {', '.join(unknown)}")
+        precision = "tf32" if args.precision == "auto" else args.precision
+        per_model, hows = [], set()
+        for model, config in configs.items():
+            task, how = _priced_task(args, model)
+            hows.add(how)
+            memory, seconds, weights = encoder_cost.pair_task_cost(
+                config,
+                task,
+                int(config.num_hidden_layers),
+                args.batch_size,
+                args.epochs,
+                args.gpu_tflops,
+                precision,
+                args.eval_batch_size,
+            )
+            per_model.append(TrialCost(memory, seconds, weight_bytes=weights))
+        costs = tuple(cost for cost in per_model for _ in args.seeds)
+        return Estimate(
+            trials,
+            sum(cost.seconds for cost in costs) / 3600,
+            "priced as TMFT's trial at the last layer: the earlier layers' losses and their evaluation not counted",
+            f"{precision} on an H100 (--gpu-tflops scales it), tokens {' and '.join(sorted(hows))}",
+            costs=costs,
+        )
 
     @classmethod
     def metrics(cls, args) -> MetricContract:
@@ -118,7 +267,7 @@ class AdaptiveLayer(Method):
         from trainables.encoders.loading import load_config, resolve_model
         from trainables.training.tokenized import load_task, subset, tokenize_task
 
-        seeds = parse_int_list(args.seeds, "--seeds")
+        seeds = args.seeds
         models = model_list(args, context)
         paths = {model: resolve_model(model, context.mlflow_uri) for model in models}
         examples, checksums = load_task(args.task, args.data_dir)
@@ -127,19 +276,7 @@ class AdaptiveLayer(Method):
                 s: rows if s == "train" else subset(rows, args.max_eval_samples) for s, rows in examples.items()
             }
         tasks = {m: tokenize_task(args.task, paths[m], examples, checksums, args.max_train_samples) for m in models}
-        base = {
-            "method": cls.name,
-            "task": args.task,
-            "epochs": args.epochs,
-            "lr": args.lr,
-            "batch_size": args.batch_size,
-            "weight_decay": args.weight_decay,
-            "warmup_ratio": args.warmup_ratio,
-            "eval_batch_size": args.eval_batch_size,
-            "max_train_samples": args.max_train_samples,
-            "max_eval_samples": args.max_eval_samples,
-            **{key: getattr(args, key) for key in DEFAULTS},
-        }
+        base = cls.base_config(args)
         costs = {}
         for model, task in tasks.items():
             config = load_config(task.model_path)

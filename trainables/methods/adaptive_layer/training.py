@@ -1,4 +1,4 @@
-"""The adaptive-layer training loop without Ray: TMFT's pair task and loss (trainables/training/tasks.py)
+"""The adaptive-layer training loop without Ray: TMFT's pair task and loss (trainables/training/pair_tasks.py)
 wrapped in sentence-transformers' `AdaptiveLayerLoss` (2D Matryoshka Sentence Embeddings, Li et al. 2024,
 arXiv 2402.14776), and the task's scores of every layer of the one model from one forward pass.
 

@@ -88,17 +88,11 @@ from pathlib import Path
 
 import numpy as np
 
+from trainables.core import settings as shared
 from trainables.core.errors import SweepInputError
-from trainables.core.method import (
-    Method,
-    MethodPlan,
-    MetricContract,
-    TrialCost,
-    add_seeds_argument,
-    parse_int_list,
-    parse_names,
-    register_method,
-)
+from trainables.core.method import Method, MethodInfo, MethodPlan, MetricContract, register_method
+from trainables.core.settings import Choice, Float, Int, Kind, Names, Setting
+from trainables.evaluation.sets import SUITE
 from trainables.methods.meta_embeddings import paper, token_embeddings
 from trainables.methods.meta_embeddings.models import (
     ABLATIONS,
@@ -115,6 +109,7 @@ from trainables.methods.meta_embeddings.models import (
 from trainables.methods.meta_embeddings.trainable import MetaData, MetaEmbeddingTrainable
 
 DEFAULT_SOURCES = "sentence-transformers/all-MiniLM-L6-v2,sentence-transformers/all-mpnet-base-v2"
+DEFAULT_SOURCE_LIST = DEFAULT_SOURCES.split(",")
 
 
 # --- the method ---------------------------------------------------------------------------------
@@ -164,15 +159,28 @@ def source_labels(names: list[str]) -> list[str]:
     return labels if len(set(labels)) == len(labels) else [source_identity(n) for n in names]
 
 
-def parse_variants(text: str) -> list[str] | None:
-    """--variants: None for `all`; `main` (the default): every variant but UNSUP's ablations; or names."""
-    text = str(text).strip()
-    known = sorted({v for vs in VARIANTS.values() for v in vs if v != "-"})
-    if text == "all":
-        return None
-    if text == "main":
-        return [v for v in known if v not in ABLATIONS]
-    return parse_names(text, "--variants", known)
+class Variants(Kind):
+    """--variants: `all` -> None (every variant); `main` -> every variant but UNSUP's ablations; or
+    comma-separated variant names (a list)."""
+
+    def known(self) -> list[str]:
+        return sorted({v for vs in VARIANTS.values() for v in vs if v != "-"})
+
+    def parse(self, value):
+        if value is None or (isinstance(value, str) and value.strip() == "all"):
+            return None
+        if isinstance(value, str) and value.strip() == "main":
+            return [v for v in self.known() if v not in ABLATIONS]
+        return Names(known=self.known).parse(value)
+
+    def describe(self) -> str:
+        return "main, all, or comma-separated, of " + ", ".join(self.known())
+
+    def bad_values(self) -> list[str]:
+        return ["no-such-variant"]
+
+    def to_config(self, value):
+        return "all" if value is None else ",".join(value)
 
 
 def _paper_loss_runs(trial: dict) -> bool:
@@ -214,117 +222,173 @@ def smoke_sources(storage_path: str, data_dir) -> list[str]:
     return folders
 
 
+WHAT = "meta-embeddings"
+TRAIN = "UNSUP and SUP training (the authors' defaults)"
+CODE = "the authors' code"
+SETTINGS = (
+    Setting(
+        "sources",
+        Names(),
+        DEFAULT_SOURCE_LIST,
+        "two or more comma-separated source encoders (hub ids installed locally, folders, runs:/<id>)",
+        group=WHAT,
+        source="project (paper §4.1: SBERT's bert-large-nli-stsb-mean-tokens and roberta-large-nli-stsb-mean-tokens)",
+    ),
+    Setting(
+        "methods",
+        Names(known=lambda: list(VARIANTS)),
+        list(VARIANTS),
+        "the methods to run, comma-separated",
+        group=WHAT,
+        axis=True,
+    ),
+    Setting(
+        "variants",
+        Variants(),
+        "main",
+        "'main' (all but UNSUP's ablations), 'all', or the variants to run: "
+        + "; ".join(f"{m}: {', '.join(v)}" for m, v in VARIANTS.items() if len(v) > 1)
+        + " (ablations of the paper's model: no-weights = paper Table 2's w/o, no-c1..no-c4, no-ortho = one "
+        "loss term left out)",
+        group=WHAT,
+        axis=True,
+    ),
+    shared.SEEDS.but(default=[0, 1, 2], group=WHAT),
+    SUITE.but(
+        default=["sts12", "sts13", "sts14", "stsb"],
+        help="evaluation sets scored at the end: 'papers' (STS12-16, STS-B, SICK-R where found) or named sets",
+        group=WHAT,
+    ),
+    shared.EPOCHS.but(kind=Int(low=1), default=20, help="cap on epochs", group=TRAIN, source=CODE),
+    Setting(
+        "patience",
+        Int(low=1),
+        5,
+        "epochs without a better STS-B dev Pearson before stopping",
+        group=TRAIN,
+        source="paper §4.4",
+    ),
+    shared.BATCH_SIZE.but(default=512, help="pairs per update", group=TRAIN, source="paper §4.4"),
+    Setting(
+        "optimizer",
+        Choice(OPTIMIZERS),
+        None,
+        "unset: sgd (paper §4.4) for the paper's model, its ablations and SUP mse; adamw (the released code) for "
+        "UNSUP authors_code and SUP signed",
+        group=TRAIN,
+        config=False,  # each trial records the optimiser it trains with (none for the baselines)
+    ),
+    shared.LR.but(
+        default=1e-2,
+        help="learning rate (SUP signed: always the authors' 1e-4)",
+        group=TRAIN,
+        source="the authors' research code",
+    ),
+    shared.WEIGHT_DECAY.but(default=1e-4, help="weight decay", group=TRAIN, source="the authors' research code"),
+    Setting(
+        "width",
+        Int(low=1),
+        1024,
+        "meta-embedding size per source (also SVD's and GCCA's d, capped)",
+        group=TRAIN,
+        source="paper §4.5",
+    ),
+    Setting(
+        "pooling",
+        Names(known=lambda: list(POOLINGS)),
+        list(POOLINGS),
+        "word-to-sentence pooling, comma-separated: every method runs under each",
+        group=TRAIN,
+        source="paper Table 1's max and mean rows",
+        axis=True,
+    ),
+    Setting(
+        "paper_loss",
+        Choice(PAPER_LOSSES),
+        "literal",
+        "the paper variant's loss: literal (eq. 10, trained coefficients, |.| as the code) or hinge (the project's "
+        "reading: unit coefficients, hinge on criteria 2-4 with --margin)",
+        group=TRAIN,
+        source="paper §3",
+        config=False,  # recorded only on the trials that train with it
+    ),
+    Setting(
+        "margin",
+        Float(low=0),
+        1.0,
+        "hinge margin of --paper-loss hinge (not in the paper)",
+        group=TRAIN,
+        config=False,  # recorded only on the trials that train with the hinge
+    ),
+    shared.MAX_TRAIN_SAMPLES.but(help="the first N STS-B train pairs (unset: all)", group=TRAIN),
+    Setting(
+        "baseline_inputs",
+        Choice(BASELINE_INPUTS),
+        "raw",
+        "what CONC, AVG, SVD and GCCA combine: raw (each source's pooled vectors as they are) or l2 (each source's "
+        "pooled sentence vector l2-normalised first)",
+        group=WHAT,
+        source="paper eq. 11-14",
+        config=False,  # recorded only on the baselines' trials
+    ),
+)
+CITATION = """@inproceedings{takahashi-bollegala-2022-unsupervised,
+  title = {Unsupervised Attention-based Sentence-Level Meta-Embeddings from Contextualised Language Models},
+  author = {Takahashi, Keigo and Bollegala, Danushka},
+  booktitle = {Proceedings of the Thirteenth Language Resources and Evaluation Conference},
+  pages = {7155--7163},
+  year = {2022},
+  address = {Marseille, France},
+  publisher = {European Language Resources Association},
+  url = {https://aclanthology.org/2022.lrec-1.775/}
+}"""
+
+
 @register_method("meta-embeddings")
 class MetaEmbeddings(Method):
     """UNSUP and the baselines over cached frozen sources (module docstring)."""
 
     trainable = MetaEmbeddingTrainable
-    description = (
-        "sentence meta-embeddings: UNSUP (paper, authors_code), SSE, CONC, AVG, SVD, GCCA, SUP of frozen sources"
+    info = MethodInfo(
+        display_name="UNSUP meta-embeddings",
+        description="sentence meta-embeddings: UNSUP (paper, authors_code), SSE, CONC, AVG, SVD, GCCA, SUP of "
+        "frozen sources",
+        citation=CITATION,
+        main_metric="best STS-B dev Pearson (selection); test Spearman at the best dev epoch (report)",
     )
-    smoke = {"sets": "stsb", "epochs": 2, "seeds": "0", "max_train_samples": 256, "width": 16}
+    settings = SETTINGS
+    smoke = {"sets": ["stsb"], "epochs": 2, "seeds": [0], "max_train_samples": 256, "width": 16}
     cost_axes = ("meta",)
     presets = paper.PRESETS
 
     @classmethod
     def estimate(cls, args):
-        return paper.estimate(args, trial_grid, parse_variants)
-
-    @classmethod
-    def add_arguments(cls, parser, defaults: dict) -> None:
-
-        what = parser.add_argument_group("meta-embeddings")
-        what.add_argument(
-            "--sources",
-            default=defaults.get("sources", DEFAULT_SOURCES),
-            help="two or more comma-separated source encoders (hub ids installed locally, folders, runs:/<id>)",
-        )
-        what.add_argument("--methods", default=",".join(VARIANTS), help=f"comma-separated: {', '.join(VARIANTS)}")
-        what.add_argument(
-            "--variants",
-            default="main",
-            help="'main' (all but UNSUP's ablations), 'all', or the variants to run: "
-            + "; ".join(f"{m}: {', '.join(v)}" for m, v in VARIANTS.items() if len(v) > 1)
-            + " (ablations of the paper's model: no-weights = paper Table 2's w/o, no-c1..no-c4, no-ortho = one "
-            "loss term left out)",
-        )
-        add_seeds_argument(what, "0,1,2")
-        what.add_argument(
-            "--sets",
-            default="sts12,sts13,sts14,stsb",
-            help="evaluation sets scored at the end ('papers': STS12-16, STS-B, SICK-R where found)",
-        )
-        train = parser.add_argument_group("UNSUP and SUP training (the authors' defaults)")
-        train.add_argument("--epochs", type=int, default=20, help="cap on epochs")
-        train.add_argument(
-            "--patience", type=int, default=5, help="epochs without a better STS-B dev Pearson before stopping"
-        )
-        train.add_argument("--batch-size", type=int, default=512, help="pairs per update")
-        train.add_argument(
-            "--optimizer",
-            choices=OPTIMIZERS,
-            default=None,
-            help="default: sgd (paper §4.4) for the paper's model, its ablations and SUP mse; adamw (the released "
-            "code) for UNSUP authors_code and SUP signed",
-        )
-        train.add_argument(
-            "--lr", type=float, default=1e-2, help="learning rate (the authors' 1e-2; SUP signed: 1e-4, the authors')"
-        )
-        train.add_argument("--weight-decay", type=float, default=1e-4, help="the authors' 1e-4")
-        train.add_argument(
-            "--width", type=int, default=1024, help="meta-embedding size per source (also SVD's and GCCA's d, capped)"
-        )
-        train.add_argument(
-            "--pooling",
-            default="max,mean",
-            help="word-to-sentence pooling, comma-separated (max, mean): every method runs under each "
-            "(paper Table 1's max and mean rows)",
-        )
-        train.add_argument(
-            "--paper-loss",
-            choices=PAPER_LOSSES,
-            default="literal",
-            help="the paper variant's loss: literal (eq. 10, trained coefficients, |.| as the code) or hinge "
-            "(the project's reading: unit coefficients, hinge on criteria 2-4 with --margin)",
-        )
-        train.add_argument(
-            "--margin", type=float, default=1.0, help="hinge margin of --paper-loss hinge (not in the paper)"
-        )
-        train.add_argument(
-            "--max-train-samples", type=int, default=None, help="the first N STS-B train pairs (default: all)"
-        )
-        what.add_argument(
-            "--baseline-inputs",
-            choices=BASELINE_INPUTS,
-            default="raw",
-            help="what CONC, AVG, SVD and GCCA combine: raw (the paper's eq. 11-14: each source's pooled vectors as "
-            "they are) or l2 (each source's pooled sentence vector l2-normalised first)",
-        )
+        return paper.estimate(args, trial_grid)
 
     @classmethod
     def check(cls, args) -> None:
-        sources = [s.strip() for s in str(args.sources).split(",") if s.strip()]
+        sources = list(args.sources)
         identities = [source_identity(s) for s in sources]
         if len(set(identities)) < 2 and not args.smoke_test:
             got = (
                 f"{sources[0]!r} and {sources[1]!r} are both {identities[0]}"
                 if len(sources) > 1
-                else f"got {len(sources)} ({args.sources!r})"
+                else f"got {len(sources)} ({','.join(sources)!r})"
             )
             raise SweepInputError(
                 f"--sources needs two or more different encoders to combine; {got}; e.g. --sources {DEFAULT_SOURCES}"
             )
         refuse_repeated_sources(sources, identities)
-        methods = parse_names(args.methods, "--methods", list(VARIANTS))
-        trial_grid(methods, parse_variants(args.variants), sources or ["a", "b"])
-        parse_names(args.pooling, "--pooling", list(POOLINGS))
-        parse_int_list(args.seeds, "--seeds")
-        for flag in ("epochs", "patience", "batch_size", "width", "max_train_samples"):
-            value = getattr(args, flag)
-            if value is not None and value <= 0:
-                raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {value}")
-        if not args.lr > 0 or args.weight_decay < 0 or args.margin < 0:
-            raise SweepInputError("--lr must be positive, --weight-decay and --margin not negative")
+        trial_grid(args.methods, args.variants, sources or ["a", "b"])
+
+    @classmethod
+    def base_config(cls, args) -> dict:
+        """The declared settings' entries as runs have always recorded them: `sets` comma-separated (the
+        suite `plan` resolved), `sources` as each source's label (`source_labels`)."""
+        config = super().base_config(args)
+        config["sets"] = ",".join(args.sets) if isinstance(args.sets, list) else args.sets
+        config["sources"] = ",".join(source_labels(list(args.sources)))
+        return config
 
     @staticmethod
     def sets(args) -> list[str]:
@@ -336,8 +400,7 @@ class MetaEmbeddings(Method):
     def metrics(cls, args) -> MetricContract:
         from trainables.evaluation.sets import PAPER_SETS, main_metric, suite_primary
 
-        text = str(args.sets).strip()
-        sets = list(PAPER_SETS) if text.lower() == "papers" else [n.strip() for n in text.split(",") if n.strip()]
+        sets = list(PAPER_SETS) if args.sets == "papers" else list(args.sets)
         return MetricContract(
             primary="best_dev_pearson",
             report="test_spearman_at_best_dev" if "stsb" in sets else suite_primary(sets),
@@ -360,10 +423,9 @@ class MetaEmbeddings(Method):
         from trainables.evaluation.sets import load_suite
         from trainables.stages.store import stage_root
 
-        sets = cls.sets(args)
-        args.sets = ",".join(sets)
-        names = [s.strip() for s in str(args.sources).split(",") if s.strip()]
-        if context.smoke_test and args.sources == DEFAULT_SOURCES:
+        sets = args.sets = cls.sets(args)  # `papers`: the sets found
+        names = list(args.sources)
+        if context.smoke_test and names == DEFAULT_SOURCE_LIST:
             names = smoke_sources(context.storage_path, args.data_dir)
         paths = [resolve_model(name, context.mlflow_uri) for name in names]
         refuse_repeated_sources(names, [str(Path(p).resolve()) for p in paths], " once resolved")
@@ -394,23 +456,14 @@ class MetaEmbeddings(Method):
             suite,
             len(sentences),
         )
-        variants = parse_variants(args.variants)
-        grid = trial_grid(parse_names(args.methods, "--methods", list(VARIANTS)), variants, labels)
+        grid = trial_grid(args.methods, args.variants, labels)
         dims = [int(getattr(load_config(p), "hidden_size", 0) or 0) for p in paths]
         train_sentences = len({s for e in splits["train"] for s in (e.sentence1, e.sentence2)})
         for trial in grid if all(dims) else []:
             check_fit_sentences(trial["meta"], trial["variant"], train_sentences, args.width, dims)
         base = {
-            "method": cls.name,
-            "sources": ",".join(labels),
-            "sets": args.sets,
-            "epochs": args.epochs,
-            "patience": args.patience,
-            "batch_size": args.batch_size,
-            "lr": args.lr,
-            "weight_decay": args.weight_decay,
-            "width": args.width,
-            "max_train_samples": args.max_train_samples,
+            **cls.base_config(args),
+            "sources": ",".join(labels),  # the sources that run (a smoke test's tiny ones)
             "upstream_method": "token-embeddings",
             "stage_key": [spec["key"] for spec in specs],
             "upstream_run_id": None,
@@ -431,15 +484,12 @@ class MetaEmbeddings(Method):
                 "margin": args.margin if _paper_loss_runs(trial) and args.paper_loss == "hinge" else "",
                 "seed": seed,
             }
-            for seed in parse_int_list(args.seeds, "--seeds")
-            for pooling in parse_names(args.pooling, "--pooling", list(POOLINGS))
+            for seed in args.seeds
+            for pooling in args.pooling
             for trial in grid
         ]
         identity = hashlib.sha256("\n".join(sentences).encode()).hexdigest()[:16]
-        costs = {
-            (meta,): TrialCost(memory_bytes=2e9, seconds=60.0 if meta in TRAINED else 5.0, gpu=meta in TRAINED)
-            for meta in VARIANTS
-        }
+        costs = {(meta,): paper.trial_cost(meta) for meta in VARIANTS}
         return MethodPlan(
             configs=configs,
             data=data,

@@ -19,7 +19,7 @@ is max-pooled; SUP's pooling unmarked, max assumed, the code's default).
 
 from __future__ import annotations
 
-from trainables.core.method import Estimate, Preset, PublishedColumn, PublishedRow
+from trainables.core.method import Estimate, Preset, PublishedColumn, PublishedRow, TrialCost
 
 PAPER = "Takahashi and Bollegala 2022, Unsupervised Attention-based Sentence-Level Meta-Embeddings (UNSUP)"
 SOURCES = (
@@ -143,24 +143,33 @@ PRESETS = {
     )
 }
 
-# The plan's flat per-trial figures (trainables/methods/meta_embeddings/method.py `costs`).
-TRAINED_SECONDS, BASELINE_SECONDS = 60.0, 5.0
+# The plan's flat per-trial figures (trainables/methods/meta_embeddings/method.py `costs`): GPU memory
+# and seconds of a trained (UNSUP, SUP) trial and of a baseline's (on the CPU).
+TRIAL_MEMORY, TRAINED_SECONDS, BASELINE_SECONDS = 2e9, 60.0, 5.0
 
 
-def estimate(args, trial_grid, parse_variants) -> Estimate:
-    """Trials of the grid (methods x variants x poolings x seeds, one SSE trial per source) and the
-    GPU-hours of its trained trials (UNSUP, SUP) at the plan's flat 60 s each; the baselines run on
-    the CPU and the sources' token-embeddings stages are not priced."""
-    from trainables.core.method import parse_int_list, parse_names
-    from trainables.methods.meta_embeddings.models import POOLINGS, TRAINED, VARIANTS
+def trial_cost(meta: str) -> TrialCost:
+    """The plan's flat cost of one trial of `meta` (UNSUP and SUP train on a GPU; the baselines do not)."""
+    from trainables.methods.meta_embeddings.models import TRAINED
 
-    sources = [s for s in str(args.sources).split(",") if s.strip()]
-    grid = trial_grid(parse_names(args.methods, "--methods", list(VARIANTS)), parse_variants(args.variants), sources)
-    repeats = len(parse_int_list(args.seeds, "--seeds")) * len(parse_names(args.pooling, "--pooling", list(POOLINGS)))
-    trained = sum(t["meta"] in TRAINED for t in grid) * repeats
+    trained = meta in TRAINED
+    return TrialCost(memory_bytes=TRIAL_MEMORY, seconds=TRAINED_SECONDS if trained else BASELINE_SECONDS, gpu=trained)
+
+
+def estimate(args, trial_grid) -> Estimate:
+    """Trials of the grid (methods x variants x poolings x seeds, one SSE trial per source), each at
+    the plan's flat cost (`trial_cost`), and the GPU-hours of its trained trials (UNSUP, SUP) at 60 s
+    each; the baselines run on the CPU and the sources' token-embeddings stages (one per source,
+    listed) are not priced. `trial_grid`: method.py's (args typed, as the sweep's parser gives them)."""
+    grid = trial_grid(args.methods, args.variants, list(args.sources))
+    repeats = len(args.seeds) * len(args.pooling)
+    costs = tuple(trial_cost(t["meta"]) for _ in range(repeats) for t in grid)
+    sets = args.sets if args.sets == "papers" else ",".join(args.sets)
     return Estimate(
-        len(grid) * repeats,
-        trained * TRAINED_SECONDS / 3600,
+        len(costs),
+        sum(c.seconds for c in costs if c.gpu) / 3600,
         "source encoding stages not priced",
         "meta-embeddings: the plan's flat 60 s per UNSUP/SUP trial; baselines on the CPU",
+        costs=costs,
+        stages=tuple(f"token-embeddings: {source} over STS-B train/dev and --sets {sets}" for source in args.sources),
     )

@@ -53,20 +53,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from trainables.core import settings as shared
 from trainables.core.errors import SweepInputError
-from trainables.core.method import (
-    Method,
-    MethodPlan,
-    MetricContract,
-    TrialCost,
-    add_seeds_argument,
-    parse_int_list,
-    parse_names,
-    register_method,
-)
+from trainables.core.method import Estimate, Method, MethodInfo, MethodPlan, MetricContract, TrialCost, register_method
+from trainables.core.settings import Flag, Int, Names, Setting, Text
+from trainables.evaluation.sets import SUITE, eval_set_names
 from trainables.methods.sed import paper
 from trainables.methods.sed.targets import (
     DEV_SET,
+    Teachers,
     check_sizes,
     other_architectures,
     read_corpus,
@@ -76,7 +71,87 @@ from trainables.methods.sed.targets import (
 from trainables.methods.sed.trainable import SEDData, SEDTrainable
 
 MEMBERS = ("teacher", "ensemble", "student")
-DEFAULT_SETS = paper.PAPER_SETS
+SMOKE_TEACHER_SEEDS = (1, 2)  # --smoke-test without --teachers: two tiny random BERTs
+WHAT = "what to distil"
+DISTIL = "distillation (the paper's printed text lost its numbers: these are choices, recorded in each run)"
+SETTINGS = (
+    Setting(
+        "teachers",
+        Teachers(),
+        [],
+        "the ensemble, of one embedding size (sweep:<sweep name or parent run id>[:layer=l]: the best-dev "
+        "checkpoints of its trials); required, except with --smoke-test (tiny random teachers)",
+        group=WHAT,
+        config=False,
+    ),
+    Setting("student", Text(), "sentence-transformers/all-MiniLM-L6-v2", "the model to train", group=WHAT),
+    Setting(
+        "other_architectures",
+        Flag(),
+        False,
+        "accept teachers whose model type or shape differs from the student's (outside the paper's setting, §5.1; "
+        "recorded in param paper_setting); refused otherwise",
+        group=WHAT,
+        config=False,
+    ),
+    Setting(
+        "corpus",
+        Text(),
+        "wiki",
+        "'wiki' (the Wikipedia sample in --data-dir) or a text file, one sentence a line",
+        group=WHAT,
+        config=False,
+    ),
+    Setting(
+        "max_sentences",
+        Int(low=1),
+        None,
+        "a deterministic subset of the corpus of this many sentences (None: the whole corpus)",
+        group=WHAT,
+        config=False,
+    ),
+    shared.SEEDS.but(help="student seeds: comma-separated, or a range like 0-4", group=WHAT),
+    SUITE.but(
+        kind=Names(known=lambda: eval_set_names()),
+        default=list(paper.PAPER_SETS),
+        help="evaluation sets scored at the end (STS-B dev is scored every epoch)",
+        source="the SED paper: STS12-16 (Tables 1-3), STS-B and SICK-R (Table 7)",
+        group=WHAT,
+        config=False,
+    ),
+    shared.EPOCHS.but(
+        kind=Int(low=1),
+        default=1,
+        help="epochs over the corpus; STS-B dev Spearman after each, the best epoch's weights kept",
+        group=DISTIL,
+    ),
+    shared.BATCH_SIZE.but(help="corpus sentences per step", group=DISTIL),
+    shared.LR.but(help="peak learning rate (AdamW with weight decay 0, i.e. Adam)", group=DISTIL),
+    shared.WARMUP_RATIO.but(group=DISTIL),
+    Setting(
+        "train_pool_layers",
+        Int(low=1, high=2),
+        1,
+        "targets and student in training: mean of the last k layers' mean pooling",
+        group=DISTIL,
+        source="the SED paper: mean pooling of the final layer",
+    ),
+    Setting(
+        "eval_pool_layers",
+        Int(low=1, high=2),
+        2,
+        "every evaluation (teachers, ensemble, students): mean of the last k layers' mean pooling",
+        group=DISTIL,
+        source="the SED paper evaluates with the two final layers",
+    ),
+)
+CITATION = """@article{carlsson2021sentence,
+  title = {Sentence Embeddings by Ensemble Distillation},
+  author = {Carlsson, Fredrik and Sahlgren, Magnus},
+  journal = {arXiv preprint arXiv:2104.06719},
+  year = {2021},
+  url = {https://arxiv.org/abs/2104.06719}
+}"""
 
 
 # --- the method --------------------------------------------------------------------------------
@@ -85,87 +160,32 @@ class SED(Method):
     """Sentence ensemble distillation: targets stage, then teachers, ensemble and student seeds."""
 
     trainable = SEDTrainable
-    description = "SED: a student distilled to the mean embedding of an ensemble of teachers"
-    smoke = {"seeds": "0,1", "epochs": 1, "max_sentences": 128, "sets": "stsb", "batch_size": 16}
+    info = MethodInfo(
+        display_name="SED (ensemble distillation)",
+        description="a student distilled to the mean embedding of an ensemble of teachers",
+        citation=CITATION,
+        main_metric="mean Spearman over the evaluation sets, of the best-dev weights (the paper's Table 3: the "
+        "average over STS12-16 per teacher, the ensemble and per student)",
+    )
+    settings = SETTINGS
+    smoke = {"seeds": [0, 1], "epochs": 1, "max_sentences": 128, "sets": ["stsb"], "batch_size": 16}
     cost_axes = ("member",)
     presets = paper.PRESETS
 
     @classmethod
-    def estimate(cls, args):
+    def estimate(cls, args) -> Estimate:
+        if not args.teachers and args.smoke_test:
+            trials = len(SMOKE_TEACHER_SEEDS) + 1 + len(args.seeds)
+            stage = paper.targets_stage(len(SMOKE_TEACHER_SEEDS), args.max_sentences, args.storage_path)
+            return Estimate(
+                trials, None, "the smoke test's tiny random teachers and student, built when it starts", stages=(stage,)
+            )
         return paper.estimate(args)
 
     @classmethod
-    def add_arguments(cls, parser, defaults: dict) -> None:
-
-        what = parser.add_argument_group("what to distil")
-        what.add_argument(
-            "--teachers",
-            default=defaults.get("teachers", ""),
-            help="comma-separated models, folders or runs:/<run id> of one embedding size, or "
-            "sweep:<sweep name or parent run id>[:layer=l] (the best-dev checkpoints of its trials)",
-        )
-        what.add_argument("--student", default="sentence-transformers/all-MiniLM-L6-v2", help="the model to train")
-        what.add_argument(
-            "--other-architectures",
-            action="store_true",
-            help="accept teachers whose model type or shape differs from the student's (outside the paper's "
-            "setting, §5.1; recorded in param paper_setting); refused otherwise",
-        )
-        what.add_argument(
-            "--corpus",
-            default="wiki",
-            help="'wiki' (the Wikipedia sample in --data-dir) or a text file, one sentence a line",
-        )
-        what.add_argument("--max-sentences", type=int, default=None, help="a deterministic subset of the corpus")
-        add_seeds_argument(what, "0,1,2,3,4")
-        what.add_argument(
-            "--sets",
-            default=DEFAULT_SETS,
-            help="evaluation sets scored at the end (STS-B dev is scored every epoch); default: the paper's, "
-            "STS12-16, STS-B, SICK-R",
-        )
-        train = parser.add_argument_group(
-            "distillation (the paper's printed text lost its numbers: these are choices, recorded in each run)"
-        )
-        train.add_argument("--epochs", type=int, default=1)
-        train.add_argument("--batch-size", type=int, default=32)
-        train.add_argument("--lr", type=float, default=2e-5)
-        train.add_argument(
-            "--warmup-ratio", type=float, default=0.1, help="linear warm-up share of the steps, then linear decay"
-        )
-        train.add_argument(
-            "--train-pool-layers",
-            type=int,
-            choices=(1, 2),
-            default=1,
-            help="targets and student in training: mean of the last k layers' mean pooling (the paper: 1)",
-        )
-        train.add_argument(
-            "--eval-pool-layers",
-            type=int,
-            choices=(1, 2),
-            default=2,
-            help="every evaluation: mean of the last k layers (the paper evaluates with 2)",
-        )
-
-    @classmethod
     def check(cls, args) -> None:
-        if not str(args.teachers).strip() and not args.smoke_test:
+        if not args.teachers and not args.smoke_test:
             raise SweepInputError("--teachers is required: models of one embedding size, or sweep:<name>[:layer=l]")
-        if not args.lr > 0 or args.batch_size <= 0 or args.epochs < 1 or not 0 <= args.warmup_ratio < 1:
-            raise SweepInputError(
-                "--lr and --batch-size must be positive, --epochs at least 1, --warmup-ratio in [0, 1)"
-            )
-        if args.max_sentences is not None and args.max_sentences <= 0:
-            raise SweepInputError(f"--max-sentences must be a positive integer, got {args.max_sentences}")
-        parse_int_list(args.seeds, "--seeds")
-        cls.sets(args)
-
-    @staticmethod
-    def sets(args) -> list[str]:
-        from trainables.evaluation.sets import eval_set_names
-
-        return parse_names(args.sets, "--sets", eval_set_names())
 
     @classmethod
     def metrics(cls, args) -> MetricContract:
@@ -173,13 +193,13 @@ class SED(Method):
 
         return MetricContract(
             primary="best_dev_spearman",
-            report=suite_primary(cls.sets(args)),
+            report=suite_primary(args.sets),
             companion="test_spearman_at_best_dev",
             epoch="dev_spearman",
             axes=("member", "replica"),
             select=None,
             seed="replica",
-            columns=(*(main_metric(name) for name in cls.sets(args)), suite_primary(cls.sets(args))),
+            columns=(*(main_metric(name) for name in args.sets), suite_primary(args.sets)),
             label="Spearman",
             short={"member": "", "replica": "#"},
         )
@@ -192,7 +212,7 @@ class SED(Method):
         from trainables.evaluation.sets import load_suite
         from trainables.stages.store import make_spec, stage_root
 
-        if context.smoke_test and not str(args.teachers).strip():
+        if context.smoke_test and not args.teachers:
             teachers, student = cls._smoke_models(context, args)
         else:
             teachers = resolve_teachers(args.teachers, context.mlflow_uri)
@@ -207,7 +227,7 @@ class SED(Method):
             )
         setting = "yes" if not others else "no: other architectures: " + "; ".join(others)
         sentences, checksum = read_corpus(args.corpus, args.data_dir, args.max_sentences)
-        sets = cls.sets(args)
+        sets = args.sets
         suite, dev = load_suite(sets, args.data_dir), load_suite([DEV_SET], args.data_dir)
         root = stage_root(None, context.storage_path)
         config = stage_config(
@@ -232,18 +252,12 @@ class SED(Method):
         spec.update(teacher_paths=[str(path) for _, path in teachers], corpus_path=args.corpus)
         corpus_ids, pad_id = cls._tokenise(student[1], sentences)
         base = {
-            "method": cls.name,
-            "student": student[0],
+            **cls.base_config(args),  # method, student, epochs, lr, batch_size, warmup_ratio, *_pool_layers
+            "student": student[0],  # the smoke test's tiny student where --teachers is empty
             "_student_path": str(student[1]),
-            "epochs": args.epochs,
-            "lr": args.lr,
-            "batch_size": args.batch_size,
-            "warmup_ratio": args.warmup_ratio,
             "optimizer": "adamw-wd0",
             "schedule": "warmup-linear",
             "clip": 1.0,
-            "train_pool_layers": args.train_pool_layers,
-            "eval_pool_layers": args.eval_pool_layers,
             "saved_pooling": "mean of the last layer (folder_* metrics)",
             "corpus": config["corpus"],
             "sentences": len(sentences),
@@ -255,10 +269,7 @@ class SED(Method):
         }
         configs = [{**base, "member": "teacher", "replica": i, "seed": i} for i in range(len(teachers))]
         configs.append({**base, "member": "ensemble", "replica": 0, "seed": 0})
-        configs += [
-            {**base, "member": "student", "replica": seed, "seed": seed}
-            for seed in parse_int_list(args.seeds, "--seeds")
-        ]
+        configs += [{**base, "member": "student", "replica": seed, "seed": seed} for seed in args.seeds]
         return MethodPlan(
             configs=configs,
             data=SEDData(corpus_ids, pad_id, suite, dev),
@@ -277,7 +288,7 @@ class SED(Method):
         """Optuna over the student's lr, batch size and warm-up (one seed), as TMFT's."""
         from ray import tune
 
-        seed = parse_int_list(args.seeds, "--seeds")[0]
+        seed = args.seeds[0]
         return {
             **base,
             "member": "student",
@@ -305,7 +316,7 @@ class SED(Method):
 
         student = smoke_model(context.storage_path, args.data_dir)
         teachers = []
-        for seed in (1, 2):
+        for seed in SMOKE_TEACHER_SEEDS:
             folder = Path(student).parent / f"tiny-bert-teacher{seed}"
             if not (folder / "config.json").is_file():
                 from trainables.data.stsb import load_stsb

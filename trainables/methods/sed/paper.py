@@ -24,14 +24,14 @@ from __future__ import annotations
 import functools
 import math
 
-from trainables.core.method import Estimate, Preset, PublishedColumn, PublishedRow
+from trainables.core.method import Estimate, Preset, PublishedColumn, PublishedRow, TrialCost
 
 PAPER = "Carlsson and Sahlgren 2021, Sentence Embeddings by Ensemble Distillation (SED)"
 SOURCE = "the SED paper, Table 3 (§5.4): average Spearman over STS12-16 of the ensemble models and the learners"
 
 # The paper's evaluation: the zero-shot STS tasks of Tables 1-3, plus STS-B and SICK-R.
 STS_SETS = ("sts12", "sts13", "sts14", "sts15", "sts16")
-PAPER_SETS = ",".join((*STS_SETS, "stsb", "sickr"))
+PAPER_SETS = (*STS_SETS, "stsb", "sickr")
 AGGREGATION = "spearman_wmean"  # SentEval's weighted mean over subsets (module docstring)
 AVERAGE = tuple(f"{name}_{AGGREGATION}" for name in STS_SETS)
 
@@ -49,7 +49,7 @@ TEACHERS_SWEEP = "sed-ct-teachers"
 def teachers_command(model: str, sweep: str) -> str:
     """The command that trains a preset's CT teachers (`sweep:<sweep>`) of `model`, as Appendix B.2."""
     return (
-        f"python sweeps/tsdae.py --method ct --ct-variant official --ct-keep better --models {model} "
+        f"python sweeps/tsdae.py --objective ct --ct-variant official --ct-keep better --models {model} "
         f"--pooling mean --seeds {TEACHER_SEEDS} --steps 50000 --eval-steps 500 --final-weights best-dev "
         f"--corpus wiki --name {sweep}"
     )
@@ -191,25 +191,30 @@ CONFIGS = {
 
 
 def estimate(args) -> Estimate:
-    """Trials (one per teacher, the ensemble, one per student seed) and the students' GPU-hours,
-    priced by the cost model (trainables/encoders/cost.py) from the student's public config or its
-    local config, on the corpus's words (1.3 tokens a word). Teachers known only by a sweep name are
-    counted from the preset's teacher command; the teachers' own training is not priced."""
-    from trainables.core.method import parse_int_list
+    """Trials (one per teacher, the ensemble, one per student seed), each one's cost, and the students'
+    GPU-hours, priced by the cost model (trainables/encoders/cost.py) from the student's public config or
+    its local config, on the corpus's words (1.3 tokens a word); teacher and ensemble trials only score
+    the targets stage's cached embeddings (no GPU). Teachers known only by a sweep name are counted from
+    the preset's teacher command; the teachers' own training and the targets stage (each teacher's
+    forward passes over the corpus) are not priced. `args`: the typed settings of `sweeps/sed.py`."""
+    from trainables.core.settings import SEEDS
 
-    seeds = len(parse_int_list(args.seeds, "--seeds"))
-    spec = str(args.teachers).strip()
-    if spec in {f"sweep:{sweep}" for _, sweep in BASE_MODELS.values()}:
-        teachers = len(parse_int_list(TEACHER_SEEDS, "--seeds"))
-    elif spec and not spec.startswith("sweep:"):
-        teachers = len([t for t in spec.split(",") if t.strip()])
+    seeds = len(args.seeds)
+    teachers = args.teachers
+    if len(teachers) == 1 and teachers[0] in {f"sweep:{sweep}" for _, sweep in BASE_MODELS.values()}:
+        count = len(SEEDS.parse(TEACHER_SEEDS))
+    elif teachers and not teachers[0].startswith("sweep:"):
+        count = len(teachers)
+    elif not teachers:
+        return Estimate(0, None, "no --teachers given: nothing to count")
     else:
         return Estimate(0, None, "teachers from a sweep: count unknown before it is resolved")
-    trials = teachers + 1 + seeds
+    trials = count + 1 + seeds
     config = _config(args.student)
     words = _corpus_words(args.corpus, str(args.data_dir), args.max_sentences)
+    stage = targets_stage(count, words[0] if words else None, args.storage_path)
     if config is None or words is None:
-        return Estimate(trials, None, f"no config or corpus here to price {args.student}")
+        return Estimate(trials, None, f"no config or corpus here to price {args.student}", stages=(stage,))
     from trainables.encoders import cost as encoder_cost
 
     sentences, total = words
@@ -219,11 +224,29 @@ def estimate(args) -> Estimate:
     precision = "tf32" if args.precision == "auto" else args.precision
     steps = math.ceil(sentences / args.batch_size)
     seconds = encoder_cost.trial_seconds(shape, tokens // 2, 0, args.epochs, args.gpu_tflops, precision, steps, 0)
+    student = TrialCost(
+        encoder_cost.trial_memory_bytes(shape, precision), seconds, weight_bytes=encoder_cost.weight_bytes(shape)
+    )
+    scoring = TrialCost(0.0, 1.0, gpu=False)  # as SED.plan prices a teacher or the ensemble
     return Estimate(
         trials,
         seeds * seconds / 3600,
-        "teachers' training not priced" if spec.startswith("sweep:") else "",
+        "teachers' training not priced" if teachers[0].startswith("sweep:") else "",
         f"SED students: {precision} on an H100 (--gpu-tflops scales it), 1.3 tokens per corpus word",
+        costs=(scoring,) * (count + 1) + (student,) * seeds,
+        stages=(stage,),
+    )
+
+
+def targets_stage(teachers: int, sentences: int | None, storage_path: str) -> str:
+    """The `sed-targets` stage a grid runs first, as --dry-run lists it."""
+    from trainables.core import object_storage
+
+    return (
+        f"sed-targets: the ensemble's mean embedding of {sentences or 'every'} corpus sentences by {teachers} "
+        "teachers, and their embeddings of the evaluation sets; computed unless the stage store "
+        f"({object_storage.join(storage_path, 'stages')}) holds it for these teachers, poolings, corpus and sets; "
+        "not priced"
     )
 
 

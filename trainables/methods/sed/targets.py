@@ -8,13 +8,14 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from trainables.core.errors import SweepInputError
-from trainables.core.method import parse_names
+from trainables.core.settings import Names
 from trainables.stages.upstream import STAGES, StageKind, encoding_result
 
 DEV_SET = "stsb_dev"
@@ -27,17 +28,55 @@ SWEEP_PREFIX = "sweep:"
 
 
 # --- teachers, corpus --------------------------------------------------------------------------
-def resolve_teachers(spec: str, mlflow_uri: str) -> list[tuple[str, Path]]:
-    """(label, local model folder) of every teacher of `--teachers`."""
+def sweep_reference(spec: str) -> tuple[str, str | None]:
+    """(sweep name or parent run id, layer or None) of `sweep:<sweep>[:layer=l]`; ValueError otherwise."""
+    sweep, _, option = spec[len(SWEEP_PREFIX) :].partition(":")
+    layer = None
+    if option:
+        key, _, value = option.partition("=")
+        if key != "layer" or not value.strip().isdigit():
+            raise ValueError(f"{spec!r}: after the sweep, only :layer=<l> is understood")
+        layer = value.strip()
+    if not sweep.strip():
+        raise ValueError(f"{spec!r} names no sweep: write sweep:<sweep name or parent run id>[:layer=l]")
+    return sweep, layer
+
+
+@dataclass(frozen=True)
+class Teachers(Names):
+    """`--teachers`: two or more models, folders or `runs:/<run id>` (comma-separated, kept in order,
+    once each), or one `sweep:<sweep>[:layer=l]` alone; empty: none given (only `--smoke-test`,
+    which builds its own, runs without)."""
+
+    empty: bool = True
+
+    def parse(self, value):
+        names = super().parse(value)
+        sweeps = [name for name in names if name.startswith(SWEEP_PREFIX)]
+        if sweeps and len(names) > 1:
+            raise ValueError(f"{sweeps[0]!r} stands alone: a sweep's trials are the whole ensemble")
+        if sweeps:
+            sweep_reference(sweeps[0])
+        elif len(names) == 1:
+            raise ValueError(f"{names[0]!r}: an ensemble needs at least two teachers")
+        return names
+
+    def describe(self) -> str:
+        return "two or more comma-separated models, folders or runs:/<run id>, or one sweep:<sweep>[:layer=l]"
+
+    def bad_values(self) -> list[str]:
+        return ["one-model", "sweep:teachers:depth=2", "sweep:teachers,a-model"]
+
+
+def resolve_teachers(teachers: list[str], mlflow_uri: str) -> list[tuple[str, Path]]:
+    """(label, local model folder) of every teacher of `--teachers` (its typed value, `Teachers`)."""
     from trainables.encoders.loading import resolve_model
 
-    spec = str(spec).strip()
-    if spec.startswith(SWEEP_PREFIX):
-        return _sweep_teachers(spec, mlflow_uri)
-    names = parse_names(spec, "--teachers")
-    if len(names) < 2:
-        raise SweepInputError(f"--teachers {spec!r}: an ensemble needs at least two teachers")
-    return [(name, resolve_model(name, mlflow_uri)) for name in names]
+    if len(teachers) == 1 and teachers[0].startswith(SWEEP_PREFIX):
+        return _sweep_teachers(teachers[0], mlflow_uri)
+    if len(teachers) < 2:
+        raise SweepInputError(f"--teachers {','.join(teachers)!r}: an ensemble needs at least two teachers")
+    return [(name, resolve_model(name, mlflow_uri)) for name in teachers]
 
 
 def _sweep_teachers(spec: str, mlflow_uri: str) -> list[tuple[str, Path]]:
@@ -45,14 +84,10 @@ def _sweep_teachers(spec: str, mlflow_uri: str) -> list[tuple[str, Path]]:
     from trainables.encoders.run_refs import client as store_client
     from trainables.encoders.run_refs import resolve_run
 
-    body = spec[len(SWEEP_PREFIX) :]
-    sweep, _, option = body.partition(":")
-    layer = None
-    if option:
-        key, _, value = option.partition("=")
-        if key != "layer" or not value.strip().isdigit():
-            raise SweepInputError(f"--teachers {spec!r}: after the sweep, only :layer=<l> is understood")
-        layer = value.strip()
+    try:
+        sweep, layer = sweep_reference(spec)
+    except ValueError as error:
+        raise SweepInputError(f"--teachers {error}") from None
     client = store_client(mlflow_uri, f"--teachers {spec!r}")
     experiments = [e.experiment_id for e in client.search_experiments()]
     parents = (

@@ -43,6 +43,8 @@ import torch
 import torch.nn.functional as F
 
 from trainables.core.errors import SweepInputError
+from trainables.core.settings import Auto, Choice, Float, Int, Names, Setting
+from trainables.data.sentences import DAPT_SOURCES
 from trainables.encoders.mlm import HEADS, MLM_PROBABILITY, mlm_model
 from trainables.stages.upstream import STAGES, StageKind
 
@@ -66,6 +68,104 @@ STAGE_DEFAULTS = {
 # while the scheduler steps once per optimiser step, so the rate peaks at 80% of training with
 # accumulation 8 (docs/methods.md ambiguity 8).
 SCHEDULES = ("steps", "authors")
+PAPER = "ELECTRA paper §4 (domain-adaptive pre-training)"
+_GROUP = "upstream stages"
+
+
+class Clip(Auto):
+    """A positive gradient-clipping norm or 'none'; runs record it as it was given (`1.0`, `none`)."""
+
+    def to_config(self, value):
+        return str(value)
+
+
+class Sources(Names):
+    """Sentence sources, comma- or plus-separated (`sick,wiki`, `sick+wiki`)."""
+
+    def parse(self, value):
+        return super().parse(value.replace("+", ",") if isinstance(value, str) else value)
+
+
+SETTINGS = (
+    Setting(
+        "dapt_epochs",
+        Int(low=0),
+        STAGE_DEFAULTS["epochs"],
+        "DAPT stage epochs",
+        group=_GROUP,
+        source=PAPER,
+        config=False,
+    ),
+    Setting(
+        "dapt_batch_size",
+        Int(low=1),
+        STAGE_DEFAULTS["batch_size"],
+        "DAPT stage batch size",
+        group=_GROUP,
+        source=PAPER,
+        config=False,
+    ),
+    Setting(
+        "dapt_accumulation",
+        Int(low=1),
+        STAGE_DEFAULTS["accumulation"],
+        "gradient accumulation steps (effective batch = batch x this)",
+        group=_GROUP,
+        source=PAPER,
+        config=False,
+    ),
+    Setting(
+        "dapt_lr",
+        Float(above=0),
+        STAGE_DEFAULTS["lr"],
+        "DAPT stage learning rate",
+        group=_GROUP,
+        source=PAPER,
+        config=False,
+    ),
+    Setting(
+        "dapt_corpus",
+        Sources(known=lambda: list(DAPT_SOURCES)),
+        ["sick", "stsb-train", "wiki"],
+        "comma-separated sentence sources: sick, stsb-train, wiki, allnli (the paper's SNLI+MultiNLI), snli, multinli",
+        group=_GROUP,
+        config=False,
+    ),
+    Setting(
+        "dapt_max_sentences",
+        Int(low=1),
+        None,
+        "a deterministic subset of the corpus (quick runs)",
+        group=_GROUP,
+        config=False,
+    ),
+    Setting(
+        "dapt_head",
+        Choice(HEADS),
+        STAGE_DEFAULTS["head"],
+        "auto: the checkpoint's MLM head, or a new tied one if it has none; authors: always a new head, only its "
+        "tied decoder trained",
+        group=_GROUP,
+        config=False,
+    ),
+    Setting(
+        "dapt_schedule",
+        Choice(SCHEDULES),
+        STAGE_DEFAULTS["schedule"],
+        "steps: warm-up over 10% of the optimiser steps (the paper); authors: counted in batches, so the rate "
+        "peaks at 80% of training (the authors' code)",
+        group=_GROUP,
+        config=False,
+    ),
+    Setting(
+        "dapt_clip",
+        Clip(Float(above=0), word="none"),
+        "1.0",
+        "gradient clipping norm of the DAPT stage (the paper: 1.0), or 'none' (the authors' code)",
+        group=_GROUP,
+        config=False,
+    ),
+)
 
 
 def stage_config(
@@ -282,3 +382,4 @@ class DaptStage(StageKind):
     downstream, task = "dapt+tmft", "mlm"
     compute = staticmethod(compute)
     recorded = {"dapt_corpus": "corpus", "dapt_head": "head"}
+    settings = SETTINGS

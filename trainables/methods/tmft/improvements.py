@@ -16,18 +16,18 @@ and fills each trial's `upstream_run_id`.
 
 from __future__ import annotations
 
-import math
+from dataclasses import replace
 
 from trainables.core import object_storage
 from trainables.core.errors import SweepInputError
-from trainables.core.method import MethodPlan, MetricContract, register_method
-from trainables.data.word_similarity import SPLIT_METHODS as WS_SPLITS
+from trainables.core.method import MethodInfo, MethodPlan, MetricContract, register_method
+from trainables.core.settings import Names, Setting, by_name, merge
 from trainables.encoders.mlm import check_model
 from trainables.encoders.precision import stage_precision
 from trainables.methods.tmft import dapt, word_similarity
 from trainables.methods.tmft.method import TMFT
 from trainables.stages.store import stage_root
-from trainables.stages.upstream import STAGES
+from trainables.stages.upstream import STAGES, STORE_SETTINGS
 
 IMPROVEMENTS = ("none", "ws", "dapt", "tsdae")  # none: plain TMFT, no stage
 ALIASES = {"both": ("ws", "dapt")}
@@ -44,148 +44,79 @@ STAGE_SMOKE = {
 }
 
 
+IMPROVEMENT = Setting(
+    "improvement",
+    Names(known=lambda: [*IMPROVEMENTS, *ALIASES]),
+    ["both"],
+    "comma-separated: ws (word-similarity TMFT at layer l, then STS TMFT), dapt (MLM pre-training, then TMFT), "
+    "tsdae (TSDAE, then TMFT), none (plain TMFT beside them); both = ws,dapt",
+    group="upstream stages",
+    config=False,
+)
+DAPT_CLIP = by_name(dapt.SETTINGS)["dapt_clip"]
+
+
+class StageSettings:
+    """The method's settings: TMFT's, --improvement, each stage kind's (`StageKind.settings`) and the
+    stage store's. Read when asked, from the stage registry: the `tsdae` stage kind registers itself
+    when its own package is imported, which may be after this one."""
+
+    def __get__(self, instance, owner) -> tuple:
+        kinds = [STAGES.get(kind).settings for kind in IMPROVEMENTS if kind != "none"]
+        return merge(TMFT.settings, (IMPROVEMENT,), *kinds, STORE_SETTINGS)
+
+
 @register_method("improvements")
 class Improvements(TMFT):
-    description = "WS+TMFT and DAPT+TMFT: upstream stages, then the TMFT layer sweep from them"
+    info = MethodInfo(
+        display_name="TMFT after an upstream stage",
+        description="WS+TMFT, DAPT+TMFT and TSDAE+TMFT: upstream stages, then the TMFT layer sweep from them",
+        citation=TMFT.info.citation,
+        main_metric=TMFT.info.main_metric,
+    )
+    settings = StageSettings()
     smoke = {**TMFT.smoke, **STAGE_SMOKE}
     cost_axes = ("model", "layer")
     one_pass_zero_shot = False  # a stage's weights, not the pretrained ones
 
     @classmethod
-    def add_arguments(cls, parser, defaults: dict) -> None:
-
-        super().add_arguments(parser, defaults)
-        group = parser.add_argument_group("improvements (upstream stages)")
-        group.add_argument(
-            "--improvement",
-            default="both",
-            help="comma-separated: ws (word-similarity TMFT at layer l, then STS TMFT), dapt (MLM "
-            "pre-training, then TMFT), none (plain TMFT beside them); both = ws,dapt",
-        )
-        ws = word_similarity.STAGE_DEFAULTS
-        group.add_argument(
-            "--ws-epochs", type=int, default=ws["epochs"], help="word-similarity stage epochs (best dev epoch kept)"
-        )
-        group.add_argument("--ws-batch-size", type=int, default=ws["batch_size"])
-        group.add_argument("--ws-lr", type=float, default=ws["lr"])
-        group.add_argument(
-            "--ws-selection",
-            choices=word_similarity.SELECTIONS,
-            default=ws["selection"],
-            help="best-epoch rule: dev Spearman of the cosine (the paper), or the authors' max over cosine, "
-            "Euclidean, Manhattan and dot",
-        )
-        group.add_argument(
-            "--ws-max-train-samples",
-            type=int,
-            default=None,
-            help="train the WS stage on a deterministic subset of word pairs",
-        )
-        dp = dapt.STAGE_DEFAULTS
-        group.add_argument("--dapt-epochs", type=int, default=dp["epochs"])
-        group.add_argument("--dapt-batch-size", type=int, default=dp["batch_size"])
-        group.add_argument(
-            "--dapt-accumulation",
-            type=int,
-            default=dp["accumulation"],
-            help="gradient accumulation steps (effective batch = batch x this)",
-        )
-        group.add_argument("--dapt-lr", type=float, default=dp["lr"])
-        group.add_argument(
-            "--dapt-corpus",
-            default="sick,stsb-train,wiki",
-            help="comma-separated sentence sources: sick, stsb-train, wiki, allnli (the paper's SNLI+MultiNLI), "
-            "snli, multinli",
-        )
-        group.add_argument(
-            "--dapt-max-sentences", type=int, default=None, help="a deterministic subset of the corpus (quick runs)"
-        )
-        group.add_argument(
-            "--dapt-head",
-            choices=dapt.HEADS,
-            default=dp["head"],
-            help="auto: the checkpoint's MLM head, or a new tied one if it has none; "
-            "authors: always a new head, only its tied decoder trained",
-        )
-        group.add_argument(
-            "--dapt-schedule",
-            choices=dapt.SCHEDULES,
-            default=dp["schedule"],
-            help="steps: warm-up over 10%% of the optimiser steps (the paper); authors: counted in batches, "
-            "so the rate peaks at 80%% of training (the authors' code)",
-        )
-        group.add_argument(
-            "--dapt-clip",
-            default="1.0",
-            help="gradient clipping norm of the DAPT stage (the paper: 1.0), or 'none' (the authors' code)",
-        )
-        group.add_argument(
-            "--ws-split",
-            choices=WS_SPLITS,
-            default="numpy",
-            help="word-pair split: numpy (seeded, this project's), sklearn-compat (the authors' "
-            "train_test_split with np.random.seed(0))",
-        )
-        STAGES.get("tsdae").add_arguments(group)
-        group.add_argument(
-            "--stage-dir",
-            default=None,
-            help="the stage store (default: <storage-path>/stages): a local or shared folder, or an s3:// URI",
-        )
-        group.add_argument(
-            "--stage-cpus", type=float, default=None, help="CPUs per stage task (default: --cpus-per-trial)"
-        )
-        group.add_argument(
-            "--stage-gpus",
-            type=float,
-            default=None,
-            help="GPUs per stage task (default: 1 when trials use GPUs, else 0)",
-        )
-
-    @classmethod
     def check(cls, args) -> None:
         super().check(args)
-        a = vars(args)
-        for flag in ("ws_batch_size", "dapt_batch_size", "dapt_accumulation"):
-            if a[flag] <= 0:
-                raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {a[flag]}")
-        for flag in ("ws_epochs", "dapt_epochs"):
-            if a[flag] < 0:
-                raise SweepInputError(f"--{flag.replace('_', '-')} must be 0 or more, got {a[flag]}")
-        for flag in ("ws_lr", "dapt_lr"):
-            if not a[flag] > 0:
-                raise SweepInputError(f"--{flag.replace('_', '-')} must be positive, got {a[flag]}")
-        STAGES.get("tsdae").check(a)
-        for flag in ("ws_max_train_samples", "dapt_max_sentences", "tsdae_max_sentences"):
-            if a[flag] is not None and a[flag] <= 0:
-                raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {a[flag]}")
-        parse_clip(a["dapt_clip"])
-        if a["search"] == "optuna" and len(parse_improvements(a["improvement"])) > 1:
+        STAGES.get("tsdae").check(vars(args))
+        if args.search == "optuna" and len(expand(args.improvement)) > 1:
             raise SweepInputError("--search optuna tunes one method: pass one of --improvement ws, dapt or tsdae")
 
     @classmethod
     def estimate(cls, args):
-        from trainables.methods.tmft import electra_paper
+        from trainables.methods.tmft import paper
 
-        models = [m.strip() for m in args.models.split(",") if m.strip()]
-        return electra_paper.estimate(args, models, stages=len(parse_improvements(args.improvement)))
+        kinds = expand(args.improvement)
+        estimate = paper.estimate(args, args.models, stages=len(kinds))
+        units = estimate.trials // max(1, len(kinds) * len(args.seeds))  # (model, layer) pairs
+        store = args.stage_dir or "<storage-path>/stages"
+        stages = [
+            f"{kind}: {units if kind == 'ws' else len(args.models)} "
+            f"(one per model{' and layer' if kind == 'ws' else ''}), each computed unless the stage store "
+            f"{store} holds it from an earlier sweep"
+            for kind in kinds
+            if kind != "none"
+        ]
+        return replace(estimate, stages=tuple(stages))
 
     @classmethod
     def metrics(cls, args) -> MetricContract:
-        from dataclasses import replace
-
         contract = super().metrics(args)
         return replace(contract, axes=("method", *contract.axes))
 
     @classmethod
     def plan(cls, args, context) -> MethodPlan:
-        from trainables.data.sentences import dapt_corpus_checksum, parse_sources
+        from trainables.data.sentences import dapt_corpus_checksum
         from trainables.data.word_similarity import ws_checksum
         from trainables.stages.store import make_spec
 
         planned = super().plan(args, context)
         a = vars(args)
-        kinds = parse_improvements(a["improvement"])
+        kinds = expand(a["improvement"])
         root = stage_root(a.get("stage_dir"), context.storage_path)
         paths = {model: task.model_path for model, task in planned.data.tasks.items()}
         data_dir = a["data_dir"]
@@ -193,7 +124,7 @@ class Improvements(TMFT):
         if "ws" in kinds:
             checksums["ws"] = ws_checksum(data_dir)  # raises DataFormatError naming a missing file
         if "dapt" in kinds:
-            sources = parse_sources(a["dapt_corpus"])
+            sources = a["dapt_corpus"]
             checksums["dapt"] = dapt_corpus_checksum(data_dir, sources)
             for path in set(paths.values()):
                 check_model(path)
@@ -230,7 +161,7 @@ class Improvements(TMFT):
                         random_init=a["random_init"],
                         max_sentences=a["dapt_max_sentences"],
                         schedule=a["dapt_schedule"],
-                        clip=parse_clip(a["dapt_clip"]),
+                        clip=None if a["dapt_clip"] == "none" else a["dapt_clip"],
                     )
                 if kind != "tsdae":  # TSDAE's loop trains in fp32
                     config.update(stage_precision(args))
@@ -254,12 +185,9 @@ class Improvements(TMFT):
         return planned
 
 
-def parse_improvements(text: str) -> tuple[str, ...]:
-    """--improvement: the kinds in IMPROVEMENTS (aliases expanded), in the order given."""
-    from trainables.core.method import parse_names
-
-    names = parse_names(text, "--improvement", [*IMPROVEMENTS, *ALIASES])
-    return tuple(dict.fromkeys(kind for name in names for kind in ALIASES.get(name, (name,))))
+def expand(improvements: list[str]) -> tuple[str, ...]:
+    """--improvement's kinds, aliases expanded (both = ws,dapt), in the order given."""
+    return tuple(dict.fromkeys(kind for name in improvements for kind in ALIASES.get(name, (name,))))
 
 
 def downstream_params(kind: str, a: dict) -> dict:
@@ -275,10 +203,8 @@ def downstream_params(kind: str, a: dict) -> dict:
         }
     if kind == "tsdae":
         return STAGES.get("tsdae").downstream_params(a)
-    from trainables.data.sentences import parse_sources
-
     return {
-        "dapt_corpus": "+".join(parse_sources(a["dapt_corpus"])),
+        "dapt_corpus": "+".join(a["dapt_corpus"]),
         "dapt_epochs": a["dapt_epochs"],
         "dapt_batch_size": a["dapt_batch_size"],
         "dapt_accumulation": a["dapt_accumulation"],
@@ -286,18 +212,5 @@ def downstream_params(kind: str, a: dict) -> dict:
         "dapt_max_sentences": a["dapt_max_sentences"],
         "dapt_head": a["dapt_head"],
         "dapt_schedule": a["dapt_schedule"],
-        "dapt_clip": a["dapt_clip"],
+        "dapt_clip": DAPT_CLIP.to_config(a["dapt_clip"]),
     }
-
-
-def parse_clip(text) -> float | None:
-    """--dapt-clip: a positive norm, or 'none'."""
-    if str(text).strip().lower() == "none":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not math.isfinite(value) or value <= 0:
-        raise SweepInputError(f"--dapt-clip must be a positive number or 'none', got {text!r}")
-    return value

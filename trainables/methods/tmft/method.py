@@ -1,6 +1,6 @@
 """TMFT: truncated model fine-tuning (ELECTRA paper; docs/methods.md M1), on any pair task.
 
-Inputs: sentence pairs of a task (trainables/training/tasks.py: STS-B, MRPC, SICK; word pairs for the
+Inputs: sentence pairs of a task (trainables/training/pair_tasks.py: STS-B, MRPC, SICK; word pairs for the
 word-similarity stage), an encoder and a layer l (0 = embedding output).
 Model: the encoder physically truncated to its embeddings plus the first l layers; u, v = masked
 mean of the last hidden state; the task's loss on (u, v) (STS-B: MSE(cos(u, v), gold / 5); MRPC:
@@ -28,29 +28,80 @@ The driver (`TMFT.plan`) tokenises each model's data once; it reaches trials as 
 
 from __future__ import annotations
 
+from trainables.core import settings as shared
 from trainables.core.errors import SweepInputError
-from trainables.core.method import (
-    Estimate,
-    Method,
-    MethodPlan,
-    MetricContract,
-    TrialCost,
-    add_seeds_argument,
-    parse_int_list,
-    parse_layers,
-    register_method,
-)
+from trainables.core.method import Estimate, Method, MethodInfo, MethodPlan, MetricContract, TrialCost, register_method
+from trainables.core.settings import Auto, Choice, Flag, Int, Setting
 from trainables.encoders.loading import model_list
 from trainables.evaluation import layer_embeddings
-from trainables.evaluation.sets import add_eval_sets_argument, check_scorable, main_metric, parse_eval_sets
-from trainables.methods.tmft import electra_paper
+from trainables.evaluation.sets import EVAL_SETS, check_scorable, main_metric
+from trainables.methods.tmft import paper
 from trainables.methods.tmft.encoder import ZERO_SHOT_STAGE
 from trainables.methods.tmft.trainable import TMFTData, TMFTTrainable
-from trainables.training.batches import CPU_FORWARD_CHUNK, resolve_forward_chunk
-from trainables.training.tasks import COMPANIONS, get_task, task_names
+from trainables.training.batches import CPU_FORWARD_CHUNK
+from trainables.training.pair_tasks import COMPANIONS, get_task, task_names
 
-PAPER_MODELS = ",".join(electra_paper.BASE_MODELS)
 LABELS = {"spearman": "Spearman", "f1": "F1"}
+PAPER = "ELECTRA paper §3"
+SETTINGS = (
+    shared.MODELS.but(default=list(paper.BASE_MODELS), source="the ELECTRA paper's models"),
+    shared.LAYERS,
+    shared.SEEDS.but(source="ELECTRA paper: five seeds"),
+    Setting(
+        "task",
+        Choice(tuple(task_names())),
+        "stsb",
+        "fine-tuning task: " + "; ".join(f"{n} ({get_task(n).description})" for n in task_names()),
+        group="what to sweep",
+    ),
+    Setting(
+        "random_init",
+        Flag(),
+        False,
+        "start from randomly initialised weights of the same architecture (Appendix E control)",
+        group="what to sweep",
+    ),
+    shared.EPOCHS.but(help="epochs; 0 = evaluate the pretrained truncated encoder (zero-shot baseline)", source=PAPER),
+    shared.BATCH_SIZE.but(source=PAPER),
+    shared.LR.but(source=PAPER),
+    shared.WEIGHT_DECAY,
+    shared.WARMUP_RATIO,
+    shared.EVAL_BATCH_SIZE,
+    Setting(
+        "length_grouped",
+        Flag(),
+        False,
+        "group training pairs of similar length into batches (faster; departs from the paper's random batches)",
+    ),
+    Setting(
+        "forward_chunk",
+        Auto(Int(low=0)),
+        "auto",
+        "encode each training batch's sentences sorted by length, this many at a time, so each chunk pads only to "
+        "its own longest sentence: the paper's batches and loss, fewer padded tokens. auto: "
+        f"{CPU_FORWARD_CHUNK} on the CPU, the whole batch on a GPU (where small models are bound by kernel "
+        "launches, which chunks multiply); 0 = the whole batch",
+    ),
+    Setting(
+        "test_every_epoch",
+        Flag(),
+        False,
+        "score the test set after every epoch too (per-epoch test curves in MLflow); by default it is scored once, "
+        "with the best-dev weights, at the end: the same reported numbers, less evaluation time (always on with "
+        "--search optuna, whose scheduler stops trials early)",
+    ),
+    shared.MAX_TRAIN_SAMPLES.but(help="train on a deterministic subset of this many pairs"),
+    shared.MAX_EVAL_SAMPLES,
+    EVAL_SETS,
+)
+CITATION = """@inproceedings{rep-etal-2024-electra,
+  title = {Are {ELECTRA}'s Sentence Embeddings Beyond Repair? The Case of Semantic Textual Similarity},
+  author = {Rep, Ivan and Duki{\\'c}, David and {\\v{S}}najder, Jan},
+  booktitle = {Findings of the Association for Computational Linguistics: EMNLP 2024},
+  pages = {9159--9169},
+  year = {2024},
+  url = {https://aclanthology.org/2024.findings-emnlp.535/}
+}"""
 
 
 @register_method("tmft")
@@ -58,10 +109,17 @@ class TMFT(Method):
     """Truncated model fine-tuning: models x layers x seeds on a pair task (docs/methods.md M1)."""
 
     trainable = TMFTTrainable
-    description = "TMFT: models x layers x seeds of truncated-model fine-tuning on a pair task"
+    info = MethodInfo(
+        display_name="TMFT",
+        description="truncated model fine-tuning: models x layers x seeds on a pair task",
+        citation=CITATION,
+        main_metric="test Spearman at the best dev epoch (STS-B)",
+        labels={"ws+tmft": "WS+TMFT", "dapt+tmft": "DAPT+TMFT", "tsdae+tmft": "TSDAE+TMFT"},
+    )
+    settings = SETTINGS
     smoke = {
-        "layers": "0,2",
-        "seeds": "0,1",
+        "layers": [0, 2],
+        "seeds": [0, 1],
         "epochs": 1,
         "max_train_samples": 64,
         "max_eval_samples": 200,
@@ -69,126 +127,23 @@ class TMFT(Method):
     }
     cost_axes = ("model", "layer")
     one_pass_zero_shot = True  # --epochs 0 reads every layer from one forward pass (not after a stage)
-    presets = electra_paper.PRESETS
+    presets = paper.PRESETS
 
     @classmethod
     def estimate(cls, args) -> Estimate:
-        models = cls.models_for_task(args, PAPER_MODELS)
-        return electra_paper.estimate(args, [m.strip() for m in models.split(",") if m.strip()])
+        return paper.estimate(args, cls.models_for_task(args, list(paper.BASE_MODELS)))
 
     @staticmethod
-    def models_for_task(args, default_models: str) -> str:
+    def models_for_task(args, default_models: list[str]) -> list[str]:
         """--models as given; for a translated STS-B left at the default models, the paper's models for its language."""
         language_models = getattr(get_task(args.task), "paper_models", None)
-        return language_models if language_models and args.models == default_models else args.models
-
-    @classmethod
-    def add_arguments(cls, parser, defaults: dict) -> None:
-        d = {
-            "models": PAPER_MODELS,
-            "layers": "all",
-            "seeds": "0,1,2,3,4",
-            "epochs": 10,
-            "batch_size": 32,
-            "lr": 2e-5,
-            "task": "stsb",
-            "eval_sets": "none",
-            **defaults,
-        }
-        what = parser.add_argument_group("what to sweep")
-        what.add_argument("--models", default=d["models"], help="comma-separated hub ids or local model directories")
-        what.add_argument(
-            "--layers",
-            default=d["layers"],
-            help="'all' (0..L of each model) or comma-separated layers, e.g. 0,3,6; 0 = embedding output",
-        )
-        add_seeds_argument(what, d["seeds"])
-        what.add_argument(
-            "--task",
-            default=d["task"],
-            choices=task_names(),
-            help="fine-tuning task: " + "; ".join(f"{n} ({get_task(n).description})" for n in task_names()),
-        )
-        what.add_argument(
-            "--random-init",
-            action="store_true",
-            help="start from randomly initialised weights of the same architecture (Appendix E control)",
-        )
-        train = parser.add_argument_group("training")
-        train.add_argument(
-            "--epochs",
-            type=int,
-            default=d["epochs"],
-            help="epochs; 0 = evaluate the pretrained truncated encoder (zero-shot baseline)",
-        )
-        train.add_argument("--batch-size", type=int, default=d["batch_size"])
-        train.add_argument("--lr", type=float, default=d["lr"], help="peak learning rate (AdamW)")
-        train.add_argument(
-            "--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on LayerNorm/bias)"
-        )
-        train.add_argument(
-            "--warmup-ratio", type=float, default=0.1, help="linear warm-up share of all steps, then linear decay"
-        )
-        train.add_argument("--eval-batch-size", type=int, default=64)
-        train.add_argument(
-            "--length-grouped",
-            action="store_true",
-            help="group training pairs of similar length into batches (faster; departs from the paper's random "
-            "batches)",
-        )
-        train.add_argument(
-            "--forward-chunk",
-            default="auto",
-            help="encode each training batch's sentences sorted by length, this many at a time, so each chunk "
-            "pads only to its own longest sentence: the paper's batches and loss, fewer padded tokens. auto "
-            f"(default): {CPU_FORWARD_CHUNK} on the CPU, the whole batch on a GPU (where small models are bound "
-            "by kernel launches, which chunks multiply); 0 = the whole batch",
-        )
-        train.add_argument(
-            "--test-every-epoch",
-            action="store_true",
-            help="score the test set after every epoch too (per-epoch test curves in MLflow); by default it "
-            "is scored once, with the best-dev weights, at the end: the same reported numbers, less "
-            "evaluation time (always on with --search optuna, whose scheduler stops trials early)",
-        )
-        train.add_argument(
-            "--max-train-samples", type=int, default=None, help="train on a deterministic subset of this many pairs"
-        )
-        train.add_argument(
-            "--max-eval-samples",
-            type=int,
-            default=None,
-            help="evaluate on a deterministic subset of dev and test (quick runs only)",
-        )
-        add_eval_sets_argument(train, d["eval_sets"])
+        if language_models and args.models == default_models:
+            return [m.strip() for m in language_models.split(",") if m.strip()]
+        return args.models
 
     @classmethod
     def check(cls, args) -> None:
-        if not args.lr > 0:
-            raise SweepInputError(f"--lr must be positive, got {args.lr}")
-        for flag in ("batch_size", "eval_batch_size"):
-            if getattr(args, flag) <= 0:
-                raise SweepInputError(
-                    f"--{flag.replace('_', '-')} must be a positive integer, got {getattr(args, flag)}"
-                )
-        if args.epochs < 0:
-            raise SweepInputError(f"--epochs must be 0 or more, got {args.epochs}")
-        if args.weight_decay < 0 or not 0 <= args.warmup_ratio < 1:
-            raise SweepInputError("--weight-decay must be >= 0 and --warmup-ratio in [0, 1)")
-        for flag in ("max_train_samples", "max_eval_samples"):
-            value = getattr(args, flag)
-            if value is not None and value <= 0:
-                raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {value}")
-        try:
-            resolve_forward_chunk(args.forward_chunk, "cpu")
-        except ValueError:
-            raise SweepInputError(
-                f"--forward-chunk takes auto or a whole number >= 0 (0 = the whole batch), got {args.forward_chunk!r}"
-            ) from None
-        layers = parse_layers(args.layers)
-        parse_int_list(args.seeds, "--seeds")
-        parse_eval_sets(args.eval_sets)
-        if args.search == "optuna" and (layers is None or len(layers) != 1 or "," in args.models):
+        if args.search == "optuna" and (args.layers is None or len(args.layers) != 1 or len(args.models) != 1):
             raise SweepInputError(
                 "--search optuna tunes one model at one layer: pass a single --models entry and a single --layers value"
             )
@@ -197,7 +152,7 @@ class TMFT(Method):
     def metrics(cls, args) -> MetricContract:
         primary = get_task(args.task).primary_for(vars(args))
         companion = COMPANIONS.get(primary, "")
-        sets = parse_eval_sets(getattr(args, "eval_sets", "none"))
+        sets = getattr(args, "eval_sets", [])
         return MetricContract(
             primary=f"best_dev_{primary}",
             report=f"test_{primary}_at_best_dev",
@@ -213,25 +168,10 @@ class TMFT(Method):
 
     @classmethod
     def base_config(cls, args) -> dict:
-        config = {
-            "method": cls.name,
-            "task": args.task,
-            "epochs": args.epochs,
-            "lr": args.lr,
-            "batch_size": args.batch_size,
-            "weight_decay": args.weight_decay,
-            "warmup_ratio": args.warmup_ratio,
-            "eval_batch_size": args.eval_batch_size,
-            "length_grouped": bool(args.length_grouped),
-            "forward_chunk": args.forward_chunk if args.forward_chunk == "auto" else int(args.forward_chunk),
-            "random_init": bool(args.random_init),
-            "test_every_epoch": bool(args.test_every_epoch) or args.search == "optuna",
-            "max_train_samples": args.max_train_samples,
-            "max_eval_samples": args.max_eval_samples,
-        }
-        sets = parse_eval_sets(args.eval_sets)
-        if sets:  # only when asked, so configs (and their hashes) of plain sweeps stay as they were
-            config["eval_sets"] = ",".join(sets)
+        config = super().base_config(args)
+        config["test_every_epoch"] = config["test_every_epoch"] or args.search == "optuna"
+        if not args.eval_sets:  # only when asked, so configs (and their hashes) of plain sweeps stay as they were
+            del config["eval_sets"]
         return config
 
     @classmethod
@@ -239,8 +179,7 @@ class TMFT(Method):
         from trainables.encoders.loading import load_config, model_depth, resolve_model
         from trainables.training.tokenized import load_task, subset, tokenize_task
 
-        seeds = parse_int_list(args.seeds, "--seeds")
-        layers = parse_layers(args.layers)
+        seeds, layers = args.seeds, args.layers
         if not context.smoke_test:
             args.models = cls.models_for_task(args, context.default_models)
         model_ids = model_list(args, context)
@@ -267,7 +206,7 @@ class TMFT(Method):
                     sample=f"--max-eval-samples {args.max_eval_samples}",
                 )
         suite = None
-        sets = parse_eval_sets(args.eval_sets)
+        sets = args.eval_sets
         if sets:
             from trainables.evaluation.sets import load_suite
 

@@ -14,8 +14,8 @@ from trainables.core.faults import maybe_inject_fault
 from trainables.encoders.loading import count_parameters, paper_parameter_count
 from trainables.evaluation import layer_embeddings
 from trainables.methods.tmft.encoder import ZERO_SHOT_STAGE, build_encoder
+from trainables.training.pair_tasks import get_task
 from trainables.training.pair_training import PairFineTuning
-from trainables.training.tasks import get_task
 from trainables.training.trainable import EpochTrainable
 
 

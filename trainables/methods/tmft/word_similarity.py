@@ -24,6 +24,8 @@ import math
 import time
 from pathlib import Path
 
+from trainables.core.settings import Choice, Float, Int, Setting
+from trainables.data.word_similarity import SPLIT_METHODS
 from trainables.stages.upstream import STAGES, StageKind
 
 STAGE_DEFAULTS = {
@@ -39,6 +41,63 @@ STAGE_DEFAULTS = {
     "split_method": "numpy",
 }
 SELECTIONS = ("cosine", "max4")
+PAPER = "ELECTRA paper §4 (word-similarity fine-tuning)"
+_GROUP = "upstream stages"
+SETTINGS = (
+    Setting(
+        "ws_epochs",
+        Int(low=0),
+        STAGE_DEFAULTS["epochs"],
+        "word-similarity stage epochs (best dev epoch kept)",
+        group=_GROUP,
+        source=PAPER,
+        config=False,
+    ),
+    Setting(
+        "ws_batch_size",
+        Int(low=1),
+        STAGE_DEFAULTS["batch_size"],
+        "word-similarity stage batch size",
+        group=_GROUP,
+        source=PAPER,
+        config=False,
+    ),
+    Setting(
+        "ws_lr",
+        Float(above=0),
+        STAGE_DEFAULTS["lr"],
+        "word-similarity stage learning rate",
+        group=_GROUP,
+        source=PAPER,
+        config=False,
+    ),
+    Setting(
+        "ws_selection",
+        Choice(SELECTIONS),
+        STAGE_DEFAULTS["selection"],
+        "best-epoch rule: dev Spearman of the cosine (the paper), or the authors' max over cosine, Euclidean, "
+        "Manhattan and dot",
+        group=_GROUP,
+        config=False,
+    ),
+    Setting(
+        "ws_max_train_samples",
+        Int(low=1),
+        None,
+        "train the WS stage on a deterministic subset of word pairs",
+        group=_GROUP,
+        config=False,
+    ),
+    Setting(
+        "ws_split",
+        Choice(SPLIT_METHODS),
+        STAGE_DEFAULTS["split_method"],
+        "word-pair split: numpy (seeded, this project's), sklearn-compat (the authors' train_test_split with "
+        "np.random.seed(0))",
+        group=_GROUP,
+        config=False,
+    ),
+)
 
 
 def stage_config(
@@ -81,8 +140,8 @@ def compute(spec: dict, out_dir: Path) -> dict:
     from trainables.stages.progress import StageProgress
     from trainables.training.device import pick_device, seed_everything
     from trainables.training.divergence import check_converging
+    from trainables.training.pair_tasks import get_task
     from trainables.training.pair_training import PairFineTuning
-    from trainables.training.tasks import get_task
     from trainables.training.tokenized import subset, tokenize_task
 
     started = time.perf_counter()
@@ -134,6 +193,7 @@ class WordSimilarityStage(StageKind):
     downstream, task = "ws+tmft", "wordsim"
     compute = staticmethod(compute)
     recorded = {"layer": "layer", "ws_selection": "selection"}
+    settings = SETTINGS
 
     @staticmethod
     def label(config: dict) -> str:

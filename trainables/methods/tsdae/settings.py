@@ -1,8 +1,9 @@
 """What each objective of a TSDAE sweep trains with, and where each value comes from (docs/methods.md M6,
 "Settings"): by default every objective runs at its own paper's settings (`PAPER`); `--shared-settings`
 runs every objective at TSDAE's (`SHARED`); a flag given on the command line (`--lr`, `--batch-size`,
-`--pooling`, `--steps`, `--eval-steps`, `--max-length`, `--eval-max-length`, `--final-weights`) sets
-that value for every objective either way, or, written `objective=value` (`--batch-size simcse=512`,
+`--pooling`, `--steps`, `--eval-steps`, `--max-length`, `--eval-max-length`, `--final-weights`: the
+per-objective settings of method.py `SETTINGS`, typed by trainables/core/settings.py) sets that value
+for every objective either way, or, written `objective=value` (`--batch-size simcse=512`,
 `--lr 3e-5,ct=1e-5`), for the objectives it names only. SimCSE runs as the TSDAE paper ran it
 (`--simcse-settings tsdae-paper`: Appendix B's batch 512, lr 5e-5 and linear layer + tanh over [CLS]
 kept at test time) or at the SimCSE paper's later settings (`simcse-paper`). `resolve` gives the
@@ -19,24 +20,25 @@ Appendix A.2), whose setup the TSDAE paper keeps for MLM but for steps, batch an
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
 
-from trainables.core.errors import SweepInputError
+from trainables.core.settings import value_for
 
 MODEL_MAX = "model-max"  # the model's own limit (tokenizer and position embeddings), resolved per model
 
 
 @dataclass(frozen=True)
-class Setting:
+class Sourced:
+    """A value of a paper's settings and where it comes from."""
+
     value: object
     source: str
 
 
-S = Setting
+S = Sourced
 TSDAE_B = "TSDAE paper Appendix B"
-PAPER: dict[str, dict[str, Setting]] = {
+PAPER: dict[str, dict[str, Sourced]] = {
     "tsdae": {
         "steps": S(100_000, TSDAE_B),
         "batch_size": S(8, TSDAE_B),
@@ -127,12 +129,10 @@ CT_BOUNDARIES = (500, 1000, 1500, 2000)
 
 
 def flag_value(args, flag: str, objective: str):
-    """The value of a per-objective flag for `objective`: its own (`simcse=512`), else the one given
-    for every objective, else None (the objective's own setting)."""
-    value = getattr(args, flag, None)
-    if isinstance(value, dict):
-        return value.get(objective, value.get(ALL))
-    return value
+    """The value of a per-objective setting (`Setting(per=...)`, trainables/core/settings.py) for
+    `objective`: its own (`simcse=512`), else the one given for every objective, else None (the
+    objective's own setting)."""
+    return value_for(getattr(args, flag, None), objective)
 
 
 def resolve(objective: str, args, corpus_size: int, model_max: int) -> dict:
@@ -199,61 +199,6 @@ def simcse_settings(args) -> str:
     return getattr(args, "simcse_settings", None) or SIMCSE_SETTINGS[0]
 
 
-ALL = "*"  # the key of a per-objective flag's value for every objective
-
-
-def per_objective(cast, objectives: tuple[str, ...]):
-    """An argparse type for a flag given for every objective (`64`) or per objective (`simcse=512`,
-    `32,simcse=512`): the plain value, or {objective or "*": value}."""
-
-    def parse(text: str):
-        parts = [p.strip() for p in str(text).split(",") if p.strip()]
-        if len(parts) == 1 and "=" not in parts[0]:
-            return _cast(cast, parts[0])
-        values = {}
-        for part in parts:
-            name, _, value = part.rpartition("=")
-            name = name.strip() or ALL
-            if name != ALL and name not in objectives:
-                raise argparse.ArgumentTypeError(
-                    f"{part!r}: {name!r} is not an objective; write VALUE for every objective or OBJECTIVE=VALUE "
-                    f"with OBJECTIVE one of {', '.join(objectives)}"
-                )
-            if name in values:
-                raise argparse.ArgumentTypeError(f"{text!r} gives {name if name != ALL else 'every objective'} twice")
-            values[name] = _cast(cast, value)
-        return values
-
-    return parse
-
-
-def choice(allowed: tuple[str, ...]):
-    """An argparse cast that takes one of `allowed`."""
-
-    def parse(text: str) -> str:
-        if text not in allowed:
-            raise ValueError(text)
-        return text
-
-    parse.__name__ = "one of " + ", ".join(allowed)
-    return parse
-
-
-def _cast(cast, text: str):
-    try:
-        return cast(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text.strip()!r} is not a {getattr(cast, '__name__', 'value')}") from None
-
-
-def given_values(args, flag: str) -> list:
-    """Every value a per-objective flag was given (for checks), none when it was not given."""
-    value = getattr(args, flag, None)
-    if value is None:
-        return []
-    return list(value.values()) if isinstance(value, dict) else [value]
-
-
 SETTING_KEYS = (
     "steps",
     "batch_size",
@@ -289,17 +234,6 @@ def learning_rate(config: dict, step: int) -> float:
             return lr * step / max(1, warmup)
         return lr * max(0.0, (total - step) / max(1, total - warmup))
     return lr
-
-
-def check_flags(args) -> None:
-    """The per-objective flags (None: each objective's own value) refused when out of range."""
-    for flag in ("steps", "batch_size", "max_length", "eval_max_length", "eval_steps"):
-        for value in given_values(args, flag):
-            if value <= 0:
-                raise SweepInputError(f"--{flag.replace('_', '-')} must be a positive integer, got {value}")
-    for lr in given_values(args, "lr"):
-        if not lr > 0:
-            raise SweepInputError(f"--lr must be positive, got {lr}")
 
 
 def with_corpus_epochs(settings: dict, epochs: int, sentences: int, cap: int | None = None) -> dict:

@@ -1,49 +1,67 @@
 """The `tsdae` upstream stage (TSDAE once per model, for TMFT trials that start from it:
-`--improvement tsdae`), and TSDAE's training flags, shared by the method and the stage."""
+`--improvement tsdae`): its settings (`--tsdae-*`, `TsdaeStage.settings`), config and computation, and
+the noise setting the method and the stage share."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from trainables.core.errors import SweepInputError
+from trainables.core import settings as shared
+from trainables.core.settings import Choice, Int, Setting, Text
+from trainables.methods.tsdae.settings import PAPER
 from trainables.methods.tsdae.training import NOISES, Training, check_corpus, check_decoder, read_corpus
 from trainables.stages.upstream import STAGES, StageKind
 
-
-def add_training_flags(group, prefix: str) -> None:
-    """The `tsdae` stage's training flags (`--tsdae-steps` etc.): TSDAE's settings but for the step budget
-    and the length, which are the project's (10,000 steps, 128 tokens)."""
-    group.add_argument(f"--{prefix}steps", type=int, default=10_000, help="optimiser steps (project; the paper: 100K)")
-    group.add_argument(f"--{prefix}batch-size", type=int, default=8, help="(TSDAE paper Appendix B)")
-    group.add_argument(
-        f"--{prefix}lr", type=float, default=3e-5, help="AdamW, constant, weight decay 0, clipping 1 (TSDAE paper)"
+NOISE = Setting(
+    "noise",
+    Choice(NOISES),
+    "delete",
+    "delete: the paper's deletion p=0.6 drawn every time; keep: the ST v3 examples' keep-0.6 variant",
+    source="TSDAE paper §3.2, Appendix A Tables 5-6",
+)
+_GROUP = "upstream stages"
+_TSDAE = PAPER["tsdae"]
+# The stage trains at TSDAE's settings (settings.py PAPER) but for the step budget and the length,
+# which are the project's (10,000 steps, 128 tokens).
+SETTINGS = tuple(
+    setting.but(group=_GROUP, config=False)  # they reach trials through `downstream_params`
+    for setting in (
+        Setting("tsdae_steps", Int(low=1), 10_000, "TSDAE stage: optimiser steps (project; the paper: 100K)"),
+        shared.BATCH_SIZE.but(
+            name="tsdae_batch_size",
+            default=_TSDAE["batch_size"].value,
+            help="TSDAE stage: sentences a batch",
+            source=_TSDAE["batch_size"].source,
+        ),
+        shared.LR.but(
+            name="tsdae_lr",
+            default=_TSDAE["lr"].value,
+            help="TSDAE stage: AdamW, constant, weight decay 0, clipping 1",
+            source=_TSDAE["lr"].source,
+        ),
+        shared.POOLING.but(
+            name="tsdae_pooling",
+            kind=Choice(("cls", "mean")),
+            default=_TSDAE["pooling"].value,
+            help="TSDAE stage: how token vectors become a sentence vector",
+            source=_TSDAE["pooling"].source,
+        ),
+        NOISE.but(name="tsdae_noise", help="TSDAE stage: " + NOISE.help),
+        shared.MAX_LENGTH.but(
+            name="tsdae_max_length",
+            kind=Int(low=1),
+            default=128,
+            help="TSDAE stage: tokens (project; the released code truncates at the model's limit only)",
+        ),
+        Setting(
+            "tsdae_corpus",
+            Text(),
+            "wiki",
+            "TSDAE stage: 'wiki' (the Wikipedia sample) or a text file, one sentence a line",
+        ),
+        Setting("tsdae_max_sentences", Int(low=1), None, "TSDAE stage: the first N sentences of the corpus"),
     )
-    group.add_argument(f"--{prefix}pooling", default="cls", choices=("cls", "mean"), help="(TSDAE paper §3.2)")
-    add_noise_flag(group, prefix)
-    group.add_argument(
-        f"--{prefix}max-length",
-        type=int,
-        default=128,
-        help="tokens (project; the released code truncates at the model's limit only)",
-    )
-
-
-def add_noise_flag(group, prefix: str) -> None:
-    group.add_argument(
-        f"--{prefix}noise",
-        default="delete",
-        choices=NOISES,
-        help="delete: the paper's deletion p=0.6 drawn every time; keep: the ST v3 examples' keep-0.6 variant",
-    )
-
-
-def check_training_flags(a: dict, prefix: str) -> None:
-    key = prefix.replace("-", "_")
-    for flag in ("steps", "batch_size", "max_length"):
-        if a[key + flag] <= 0:
-            raise SweepInputError(f"--{prefix}{flag.replace('_', '-')} must be a positive integer, got {a[key + flag]}")
-    if not a[key + "lr"] > 0:
-        raise SweepInputError(f"--{prefix}lr must be positive, got {a[key + 'lr']}")
+)
 
 
 # --- the `tsdae` upstream stage (trainables/stages/upstream.py): TSDAE once per model, then TMFT ----------
@@ -118,27 +136,17 @@ def compute(spec: dict, out_dir: Path) -> dict:
 @STAGES.register("tsdae")
 class TsdaeStage(StageKind):
     """TSDAE once per model, for TMFT trials that start from it (`--improvement tsdae`): besides the
-    stage itself, what that method asks of it, all under `--tsdae-*` flags."""
+    stage itself, what that method asks of it: its settings (`--tsdae-*` flags, typed), their check,
+    the stage config and the params every downstream trial records."""
 
     downstream, task = "tsdae+tmft", "denoising"
     compute = staticmethod(compute)
     recorded = {"tsdae_corpus": "corpus", "tsdae_steps": "steps"}
-
-    @staticmethod
-    def add_arguments(group) -> None:
-        add_training_flags(group, "tsdae-")
-        group.add_argument(
-            "--tsdae-corpus",
-            default="wiki",
-            help="TSDAE stage: 'wiki' (the Wikipedia sample) or a text file, one sentence a line",
-        )
-        group.add_argument(
-            "--tsdae-max-sentences", type=int, default=None, help="TSDAE stage: the first N sentences of the corpus"
-        )
+    settings = SETTINGS
 
     @staticmethod
     def check(a: dict) -> None:
-        check_training_flags(a, "tsdae-")
+        """What the settings alone cannot check: the corpus is a known name or a text file."""
         check_corpus(a["tsdae_corpus"], "--tsdae-corpus")
 
     @staticmethod

@@ -33,7 +33,7 @@ def check_decoder(model_path, model: str) -> None:
         raise SweepInputError(
             f"TSDAE: {model} is a {config.model_type!r} model, and transformers has no causal-LM decoder "
             f"with cross-attention for {config.model_type!r}; use a BERT/RoBERTa/ELECTRA-family model "
-            "for --method tsdae, or --method mlm,simcse,ct for this one"
+            "for --objective tsdae, or --objective mlm,simcse,ct for this one"
         )
 
 

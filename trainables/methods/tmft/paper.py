@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 
-from trainables.core.method import Estimate, Preset, PublishedScore
+from trainables.core.method import Estimate, Preset, PublishedScore, TrialCost
 
 PAPER = "Rep et al. 2024, Are ELECTRA's Sentence Embeddings Beyond Repair? (TMFT)"
 SOURCE = (
@@ -254,11 +254,9 @@ def estimate(args, models: list[str], stages: int = 1) -> Estimate:
     variants), priced by the cost model (trainables/encoders/cost.py) from the public configs, on
     the task's training data tokenised with all-MiniLM-L6-v2's WordPiece where installed (else
     1.3 tokens per word). Upstream stages are not priced."""
-    from trainables.core.method import parse_int_list, parse_layers
     from trainables.encoders import cost as encoder_cost
 
-    seeds = len(parse_int_list(args.seeds, "--seeds"))
-    layers = parse_layers(args.layers)
+    seeds, layers = len(args.seeds), args.layers
     configs = {model: public_config(model) for model in models}
     unknown = [m for m, c in configs.items() if c is None]
     depth = {m: int(c.num_hidden_layers) for m, c in configs.items() if c is not None}
@@ -267,23 +265,30 @@ def estimate(args, models: list[str], stages: int = 1) -> Estimate:
         return Estimate(trials if layers is not None else 0, None, f"no public config here for {', '.join(unknown)}")
     task, how, proxy = _tokenised_task(args.task, str(args.data_dir))
     precision = "tf32" if args.precision == "auto" else args.precision
-    seconds = (
-        stages
-        * seeds
-        * sum(
-            encoder_cost.pair_task_cost(
+    per_unit = [
+        _trial_cost(
+            *encoder_cost.pair_task_cost(
                 configs[m], task, layer, args.batch_size, args.epochs, args.gpu_tflops, precision
-            )[1]
-            for m in models
-            for layer in (layers if layers is not None else range(depth[m] + 1))
+            )
         )
-    )
+        for m in models
+        for layer in (layers if layers is not None else range(depth[m] + 1))
+    ]
+    seconds = stages * seeds * sum(cost.seconds for cost in per_unit)
     notes = [proxy] if proxy else []
     if getattr(args, "improvement", None):
         notes.append("upstream stages not priced")
     return Estimate(
-        trials, seconds / 3600, "; ".join(notes), f"{precision} on an H100 (--gpu-tflops scales it), tokens {how}"
+        trials,
+        seconds / 3600,
+        "; ".join(notes),
+        f"{precision} on an H100 (--gpu-tflops scales it), tokens {how}",
+        costs=tuple(per_unit) * (stages * seeds),
     )
+
+
+def _trial_cost(memory: float, seconds: float, weights: float) -> TrialCost:
+    return TrialCost(memory, seconds, weight_bytes=weights)
 
 
 @functools.lru_cache(maxsize=None)

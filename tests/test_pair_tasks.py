@@ -1,4 +1,4 @@
-"""Task definitions (trainables/training/tasks.py): F1 / macro-F1 / thresholds against hand computations,
+"""Task definitions (trainables/training/pair_tasks.py): F1 / macro-F1 / thresholds against hand computations,
 the MRPC dev-threshold rule, the SICK head, word-similarity scores, the primary metric of each task,
 labels of the real MRPC and SICK files, and the DAPT model's MLM head (new, tied)."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainables.training.tasks import (
+from trainables.training.pair_tasks import (
     accuracy,
     best_threshold,
     binary_f1,

@@ -166,7 +166,7 @@ TABLE9_METRICS = {
 }
 # transformers has no causal-LM decoder with cross-attention for DistilBERT, so TSDAE cannot run on it
 # here (method.py refuses it before anything starts): the preset's grid leaves it out; its CT and
-# SimCSE rows compare when run by hand (`--models distilbert-base-uncased --method ct,simcse`).
+# SimCSE rows compare when run by hand (`--models distilbert-base-uncased --objective ct,simcse`).
 TABLE9_MODELS = tuple(m for m in TABLE9 if m != "distilbert-base-uncased")
 
 # --- Table 2's "NLI+STS -> target task" block starts from a model trained on NLI+STS: the paper's own
@@ -236,7 +236,7 @@ PRESETS = {
             "sentences, average precision on AskUbuntu, CQADupStack, TwitterPara, SciDocs",
             {
                 "models": MODEL,
-                "method": "none,tsdae,mlm,ct,simcse",
+                "objectives": "none,tsdae,mlm,ct,simcse",
                 "seeds": "0-4",
                 "corpus": ",".join(DOMAIN_SETS),
                 "eval_sets": "in-domain",
@@ -265,7 +265,7 @@ PRESETS = {
             "sentences, Spearman on STS12-16, STSb and SICK-R",
             {
                 "models": MODEL,
-                "method": "tsdae,ct,simcse,mlm",
+                "objectives": "tsdae,ct,simcse,mlm",
                 "seeds": "0-4",
                 "corpus": "wiki",
                 "eval_sets": ",".join(STS_SETS),
@@ -292,7 +292,7 @@ PRESETS = {
             "domain's unlabelled sentences from SBERT-base-nli-stsb-v2, average precision on the four tasks",
             {
                 "models": SBERT["SBERT-base-nli-stsb-v2"],
-                "method": "tsdae,mlm,ct,simcse",
+                "objectives": "tsdae,mlm,ct,simcse",
                 "seeds": "0-4",
                 "corpus": ",".join(DOMAIN_SETS),
                 "eval_sets": "in-domain",
@@ -317,14 +317,15 @@ PRESETS = {
             "encoding each domain's test set as they are",
             {
                 "models": ",".join(SBERT.values()),
-                "method": "none",
+                "objectives": "none",
                 "seeds": "0",
                 "corpus": ",".join(DOMAIN_SETS),
                 "eval_sets": "in-domain",
             },
             f"{SOURCE}, Table 2 (out-of-the-box supervised pre-trained models), test sets",
             _sbert_rows(),
-            "Encode-only rows: no training (`--method none`, mean pooling as the models' own), matched on the model.",
+            "Encode-only rows: no training (`--objective none`, mean pooling as the models' own), matched on the "
+            "model.",
             paper=PAPER,
             columns=(*_columns(TABLE2_METRICS), TABLE2_AVERAGE),
         ),
@@ -336,7 +337,7 @@ PRESETS = {
             "RoBERTa-base and BERT-base on each domain, average precision on the four tasks",
             {
                 "models": ",".join(TABLE9_MODELS),
-                "method": "tsdae,ct,simcse",
+                "objectives": "tsdae,ct,simcse",
                 "seeds": "0-4",
                 "corpus": ",".join(DOMAIN_SETS),
                 "eval_sets": "in-domain",
@@ -346,7 +347,7 @@ PRESETS = {
             _table9_rows(),
             f"{SETTINGS_NOTE} DistilBERT's rows are left out of the grid: transformers has no causal-LM decoder "
             "with cross-attention for DistilBERT, so TSDAE cannot run on it here (its CT and SimCSE rows compare "
-            "when run with --models distilbert-base-uncased --method ct,simcse). Rows match on the model.",
+            "when run with --models distilbert-base-uncased --objective ct,simcse). Rows match on the model.",
             paper=PAPER,
             columns=(
                 *_columns(TABLE9_METRICS),
@@ -361,7 +362,7 @@ PRESETS = {
             "100K steps, each domain",
             {
                 "models": MODEL,
-                "method": "tsdae,mlm,ct,simcse",
+                "objectives": "tsdae,mlm,ct,simcse",
                 "seeds": "0-4",
                 "corpus": ",".join(DOMAIN_SETS),
                 "max_sentences": ",".join(map(str, CORPUS_SIZES)),
@@ -387,46 +388,52 @@ EPOCH_SENTENCES = 100_000  # an objective that trains one epoch of a corpus (Sim
 
 
 def estimate(args) -> Estimate:
-    """Trials of the grid (corpora x sizes x models x objectives x seeds) and their GPU-hours from
-    the models' public configs: each objective's resolved settings (its paper's unless flags say
-    otherwise), `TOKENS_PER_SENTENCE` tokens a sentence, the encoder cost model's throughput
-    (trainables/encoders/cost.py); evaluation not priced."""
+    """Trials of the grid (corpora x sizes x models x objectives x seeds; the untrained encoder once per
+    model) and each trial's cost from the models' public configs: each objective's resolved settings
+    (its paper's unless settings say otherwise), `TOKENS_PER_SENTENCE` tokens a sentence, the encoder
+    cost model's throughput and memory (trainables/encoders/cost.py, method.py `trial_memory_bytes`);
+    evaluation not priced."""
     from transformers import BertConfig
 
-    from trainables.core.method import parse_int_list, parse_names
+    from trainables.core.method import TrialCost
     from trainables.encoders import cost as encoder_cost
+    from trainables.methods.tsdae.method import PASSES, trial_memory_bytes
     from trainables.methods.tsdae.settings import flag_value, resolve, with_corpus_epochs
 
-    corpora = parse_names(args.corpus, "--corpus")
-    sizes = [int(s) for s in str(args.max_sentences).split(",")] if args.max_sentences else [None]
-    models = parse_names(args.models, "--models")
-    objectives = parse_names(args.method, "--method")
-    seeds = len(parse_int_list(args.seeds, "--seeds"))
-    runs = sum(1 if o == "none" else seeds for o in objectives)  # the untrained encoder: one run per model
-    trials = len(corpora) * len(sizes) * len(models) * runs
+    corpora, sizes, models, objectives = args.corpus, args.max_sentences or [None], args.models, args.objectives
+    seeds = len(args.seeds)
+    runs = {o: 1 if o == "none" else seeds for o in objectives}  # the untrained encoder: one run per model
+    trials = len(corpora) * len(sizes) * len(models) * sum(runs.values())
     if any(m not in CONFIGS for m in models):
         return Estimate(trials, None, "GPU-hours priced for the paper's bert-base-uncased only")
     precision = "tf32" if args.precision == "auto" else args.precision
-    seconds = 0.0
-    for model in models:
-        hidden, layers, heads, intermediate, vocab = CONFIGS[model]
-        config = BertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                            intermediate_size=intermediate, vocab_size=vocab)  # fmt: skip
-        for size in sizes:
-            for objective in objectives:
-                settings = resolve(objective, args, size or EPOCH_SENTENCES, 512)
-                if getattr(args, "corpus_epochs", None) and objective != "none":
-                    cap = flag_value(args, "steps", objective)
-                    settings = with_corpus_epochs(settings, args.corpus_epochs, size or EPOCH_SENTENCES, cap)
-                steps, batch = int(settings.get("steps") or 0), int(settings.get("batch_size") or 1)
-                passes = {"tsdae": 0.4 + 1.5, "ct": 2.0, "simcse": 2.0}.get(objective, 1.0)
-                shape = encoder_cost.shape_from_config(config, layers, batch, TOKENS_PER_SENTENCE)
-                tokens = int(passes * batch * TOKENS_PER_SENTENCE * steps)
-                seconds += encoder_cost.trial_seconds(shape, tokens, 0, 1, args.gpu_tflops, precision, steps, 0)
+    costs = []
+    for _corpus in corpora:
+        for model in models:
+            hidden, layers, heads, intermediate, vocab = CONFIGS[model]
+            config = BertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                                intermediate_size=intermediate, vocab_size=vocab)  # fmt: skip
+            for size in sizes:
+                for objective in objectives:
+                    settings = resolve(objective, args, size or EPOCH_SENTENCES, 512)
+                    if getattr(args, "corpus_epochs", None) and objective != "none":
+                        cap = flag_value(args, "steps", objective)
+                        settings = with_corpus_epochs(settings, args.corpus_epochs, size or EPOCH_SENTENCES, cap)
+                    steps, batch = int(settings.get("steps") or 0), int(settings.get("batch_size") or 1)
+                    passes = PASSES.get(objective, 1.0)
+                    shape = encoder_cost.shape_from_config(config, layers, batch, TOKENS_PER_SENTENCE)
+                    tokens = int(passes * batch * TOKENS_PER_SENTENCE * steps)
+                    cost = TrialCost(
+                        memory_bytes=trial_memory_bytes(shape, objective),
+                        seconds=encoder_cost.trial_seconds(shape, tokens, 0, 1, args.gpu_tflops, precision, steps, 0),
+                        weight_bytes=encoder_cost.weight_bytes(shape),
+                    )
+                    costs.extend([cost] * runs[objective])
     return Estimate(
         trials,
-        len(corpora) * seeds * seconds / 3600,
+        sum(c.seconds for c in costs) / 3600,
         "",
         f"TSDAE and its baselines: {precision} on an H100 (--gpu-tflops scales it), {TOKENS_PER_SENTENCE} tokens "
         f"a sentence, one-epoch objectives at {EPOCH_SENTENCES:,} sentences, evaluation not priced",
+        costs=tuple(costs),
     )

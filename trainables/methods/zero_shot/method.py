@@ -1,0 +1,263 @@
+"""Zero-shot evaluation of any encoder on the evaluation suite (trainables/evaluation/sets.py), as the
+papers report it: cosine of the pooled embeddings against gold, Spearman and Pearson x100.
+
+Inputs: `--models` (hub ids, local folders, or `runs:/<run id>`: the best-dev checkpoint of a
+finished trial of any method, recorded as `evaluated_run_id`), `--layers` (`last`, `all`, or
+e.g. `0,3,6`; 0 = embedding output), `--pooling` (`mean`, `cls`, or both), `--sets`.
+Grid: models x poolings x layers, one trial (and one MLflow run) each; no seeds, no training.
+
+Cost: one forward pass per sentence per model, whatever the number of layers and poolings. The
+driver computes, as an upstream stage (kind `embeddings`, trainables/evaluation/layer_embeddings.py; in the
+stage store, keyed by the model's weights, layers, poolings, maximum length and the suite's
+data), every requested layer's pooled embeddings of the suite's unique sentences from one pass
+with all hidden states; each trial reads its (layer, pooling) and scores it.
+Metrics: `<set>_spearman`, `<set>_pearson`, `<set>_spearman_mean`, `<set>_<subset>_spearman`,
+`mean_spearman` (the contract's primary: the mean over the sets of their pooled Spearman).
+
+Settings: `SETTINGS` (trainables/core/settings.py). Config keys: method, model, layer, pooling, sets (the
+sets found, comma-separated), max_length (the one used), evaluated_run_id (a run reference's), stage_key,
+upstream_run_id, _upstream_path. `estimate` (for `--dry-run`) counts the trials from the models'
+configs alone (`local_config`), without loading any model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainables.core import settings as shared
+from trainables.core.errors import SweepInputError
+from trainables.core.method import Estimate, Method, MethodInfo, MethodPlan, MetricContract, TrialCost, register_method
+from trainables.core.settings import Auto, IntList, Names
+from trainables.encoders.loading import model_list
+from trainables.encoders.precision import stage_precision
+from trainables.evaluation import layer_embeddings
+from trainables.evaluation.sets import PAPER_SETS, SUITE, suite_sets
+from trainables.evaluation.zero_shot import POOLINGS
+from trainables.methods.zero_shot.trainable import EvaluateData, EvaluateTrainable
+
+WHAT = "what to evaluate"
+
+
+@dataclass(frozen=True)
+class LayerPick(Auto):
+    """`last`, `all` (typed None: 0..L of each model) or a list of layers. The typed `all` (None) parses
+    to itself, so a value read back from a saved sweep stays `all` (Auto alone would read None as `last`)."""
+
+    def parse(self, value):
+        return None if value is None else super().parse(value)
+
+
+SETTINGS = (
+    shared.MODELS.but(group=WHAT),
+    shared.LAYERS.but(
+        kind=LayerPick(IntList(word="all"), word="last"),
+        default="last",
+        help="'last', 'all' (0..L of each model), or comma-separated layers, e.g. 0,3,6; 0 = the embedding output",
+        group=WHAT,
+    ),
+    shared.POOLING.but(
+        kind=Names(known=lambda: list(POOLINGS)), default=["mean"], help="mean, cls, or mean,cls", group=WHAT, axis=True
+    ),
+    SUITE.but(config=False),  # the trial config records the sets found (`papers` resolved), by `plan`
+    shared.BATCH_SIZE.but(default=64, help="sentences per forward pass", group=WHAT, config=False),
+    shared.MAX_LENGTH.but(
+        help="tokens per sentence (the model's own when unset, e.g. 256 for all-MiniLM-L6-v2)",
+        group=WHAT,
+        config=False,  # the trial config records the length used (the model's own when unset), by `plan`
+    ),
+)
+CITATION = """@inproceedings{reimers-gurevych-2019-sentence,
+  title = {Sentence-{BERT}: Sentence Embeddings using {S}iamese {BERT}-Networks},
+  author = {Reimers, Nils and Gurevych, Iryna},
+  booktitle = {Proceedings of the 2019 Conference on Empirical Methods in Natural Language Processing and the 9th
+    International Joint Conference on Natural Language Processing (EMNLP-IJCNLP)},
+  pages = {3982--3992},
+  year = {2019},
+  url = {https://aclanthology.org/D19-1410/}
+}"""
+
+
+# Public configs of models a plain run names, priced without them here: hidden size, layers, attention
+# heads, intermediate size, vocabulary (the model's config.json on the hub).
+PUBLIC_CONFIGS = {"sentence-transformers/all-MiniLM-L6-v2": (384, 6, 12, 1536, 30522)}
+
+
+def local_config(model: str):
+    """The transformers config of `model` without loading the model or going online: the config.json of
+    a local model folder or of the project's model store (trainables/core/paths.py `models_dir`), else
+    its public config (`PUBLIC_CONFIGS`); None where none is here (a run reference, a hub id not
+    installed)."""
+    from pathlib import Path
+
+    from trainables.core.paths import models_dir
+    from trainables.encoders.run_refs import is_run_reference
+
+    if is_run_reference(model):
+        return None
+    for folder in (Path(model).expanduser(), models_dir() / model):
+        if (folder / "config.json").is_file():
+            from transformers import AutoConfig
+
+            try:
+                return AutoConfig.from_pretrained(str(folder))
+            except (OSError, ValueError):
+                return None
+    if model in PUBLIC_CONFIGS:
+        from transformers import BertConfig
+
+        hidden, layers, heads, intermediate, vocab = PUBLIC_CONFIGS[model]
+        return BertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                          intermediate_size=intermediate, vocab_size=vocab)  # fmt: skip
+    return None
+
+
+@register_method("evaluate")
+class Evaluate(Method):
+    trainable = EvaluateTrainable
+    info = MethodInfo(
+        display_name="Zero-shot evaluation",
+        description="zero-shot evaluation: models x poolings x layers on STS12-16, STS-B and SICK-R",
+        citation=CITATION,
+        main_metric="mean Spearman over the STS sets",
+    )
+    settings = SETTINGS
+    smoke = {"layers": "all", "sets": "stsb,sts12"}
+    cost_axes = ("model", "layer")
+
+    @classmethod
+    def check(cls, args) -> None:
+        if args.search != "grid":
+            raise SweepInputError("--search optuna has nothing to tune in a zero-shot evaluation; use the default grid")
+
+    @classmethod
+    def layers_of(cls, args, model: str, depth: int) -> list[int]:
+        """The layers `--layers` asks of a model `depth` layers deep; SweepInputError on one beyond it."""
+        layers = [depth] if args.layers == "last" else list(range(depth + 1)) if args.layers is None else args.layers
+        beyond = [layer for layer in layers if layer > depth]
+        if beyond:
+            raise SweepInputError(
+                f"--layers: layer {beyond[0]} is beyond {model}'s depth ({depth} layers; valid 0..{depth})"
+            )
+        return layers
+
+    @classmethod
+    def estimate(cls, args) -> Estimate | None:
+        """Trials (models x poolings x layers) from the models' configs found without loading them
+        (`local_config`); the trials only read the `embeddings` stage's output on a CPU (no GPU, no
+        checkpoint), and the stage's one forward pass per model is not priced. None where `--layers
+        all` meets a model whose depth is not known here."""
+        depths = {model: local_config(model) for model in args.models}
+        unknown = [model for model, config in depths.items() if config is None]
+        if args.layers is None and unknown:
+            return None
+        counts = {
+            model: len(cls.layers_of(args, model, int(config.num_hidden_layers)))
+            if config is not None
+            else (1 if args.layers == "last" else len(args.layers))
+            for model, config in depths.items()
+        }
+        trials = len(args.pooling) * sum(counts.values())
+        sets = "the papers' sets found in --data-dir" if args.sets == "papers" else ",".join(args.sets)
+        if args.layers == "last" or args.layers is None:
+            layers = {"last": "the last layer", None: "layers 0..L"}[args.layers]
+        else:
+            layers = "layers " + ",".join(map(str, args.layers))
+        stages = tuple(
+            f"embeddings of {model}: {layers}, pooling {','.join(args.pooling)}, on {sets}; computed unless the stage "
+            "store (<storage-path>/stages) holds it"
+            for model in args.models
+        )
+        return Estimate(
+            trials,
+            None,
+            "the trials score cached embeddings on a CPU; the embeddings stage (one forward pass per model over the "
+            "suite's sentences) is not priced",
+            "trials counted from the models' local or public configs",
+            costs=tuple(TrialCost(memory_bytes=0.0, seconds=0.0, gpu=False) for _ in range(trials)),
+            stages=stages,
+        )
+
+    @classmethod
+    def metrics(cls, args) -> MetricContract:
+        from trainables.evaluation.sets import main_metric, suite_primary
+
+        sets = cls._sets_of(args)
+        return MetricContract(
+            primary=suite_primary(sets),
+            report=suite_primary(sets),
+            mode="max",
+            axes=("model", "pooling", "layer"),
+            select=None,
+            seed=None,
+            columns=tuple(main_metric(name) for name in sets),
+            short={"layer": "L", "pooling": ""},
+        )
+
+    @classmethod
+    def _sets_of(cls, args) -> list[str]:
+        """The sets scored: `--sets` (after `plan`, the sets found), `papers` standing for all of the papers'."""
+        return list(PAPER_SETS) if args.sets == "papers" else list(args.sets)
+
+    @classmethod
+    def plan(cls, args, context) -> MethodPlan:
+        from trainables.core import object_storage
+        from trainables.encoders.loading import load_config, model_depth, resolve_model
+        from trainables.encoders.run_refs import is_run_reference, run_id_of
+        from trainables.evaluation.sets import load_suite
+        from trainables.evaluation.zero_shot import default_max_length
+        from trainables.stages.store import stage_root
+
+        sets, missing = suite_sets(args.sets, args.data_dir)
+        if missing:
+            print(f"Evaluation sets not found under {args.data_dir}, skipped: {', '.join(missing)}", flush=True)
+        args.sets = sets  # the sets found: what the contract's columns and the saved sweep name
+        suite = load_suite(sets, args.data_dir)
+        poolings = args.pooling
+        base = cls.base_config(args)
+        root = stage_root(None, context.storage_path)
+        configs, specs, costs = [], {}, {}
+        for model in model_list(args, context):
+            path = resolve_model(model, context.mlflow_uri)
+            config = load_config(path)
+            layers = cls.layers_of(args, model, model_depth(config))
+            max_length = args.max_length or default_max_length(path)
+            spec = layer_embeddings.stage_spec(
+                model,
+                path,
+                layers,
+                poolings,
+                sets,
+                max_length,
+                args.batch_size,
+                root,
+                args.data_dir,
+                suite,
+                stage_precision(args),
+            )
+            specs[spec["key"]] = spec
+            extra = {"evaluated_run_id": run_id_of(model)} if is_run_reference(model) else {}
+            for pooling in poolings:
+                for layer in layers:
+                    configs.append(
+                        {
+                            **base,
+                            "model": model,
+                            "layer": layer,
+                            "pooling": pooling,
+                            "sets": ",".join(sets),
+                            "max_length": int(max_length),
+                            **extra,
+                            "stage_key": spec["key"],
+                            "upstream_run_id": None,
+                            "_upstream_path": object_storage.join(root, spec["key"]),
+                        }
+                    )
+                    costs[(model, layer)] = TrialCost(memory_bytes=0.0, seconds=0.0, gpu=False)
+        return MethodPlan(
+            configs=configs,
+            data=EvaluateData(suite),
+            costs=costs,
+            stages=specs,
+            checksums={f"eval_{k}": v for k, v in suite.checksums.items()},
+            static_params={"stage_dir": str(root)},
+        )
