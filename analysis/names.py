@@ -56,6 +56,7 @@ SET_NAMES = {
     "scidocs": "SciDocs",
     "scidocsrr": "SciDocsRR",
     "cqadupstack": "CQADupStack",
+    "cqadupstackretrieval": "CQADupStackRetrieval",
 }
 # Metrics of the evaluation suite's task kinds (trainables/evaluation/task_kinds.py) as column suffixes.
 KIND_METRICS = {

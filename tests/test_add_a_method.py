@@ -174,7 +174,10 @@ def test_a_new_package_and_script_are_a_method_the_engine_finds_and_plans(projec
         args = parser_for("toy").parse_args(["--storage-path", {str(tmp_path / "runs")!r},
                                              "--mlflow-uri", "sqlite:///{tmp_path / "mlflow.db"}"])
         plan = plan_sweep(args, method="toy", prog="toy")
-        print(json.dumps({{"class": toy.__name__, "trials": [[c["lr"], c["seed"]] for c in plan.configs],
+        from sweeps import toy as script
+        refused = script.main(["--momentum", "-1", "--storage-path", {str(tmp_path / "refused")!r}])
+        print(json.dumps({{"refused": refused, "class": toy.__name__,
+                          "trials": [[c["lr"], c["seed"]] for c in plan.configs],
                           "select": plan.contract.select, "cpu": plan.resources["cpu"],
                           "momentum": sorted({{c["momentum"] for c in plan.configs}})}}))
     """,
@@ -184,6 +187,8 @@ def test_a_new_package_and_script_are_a_method_the_engine_finds_and_plans(projec
     assert out["class"] == "Toy" and out["select"] == "lr"
     assert out["trials"] == [[0.1, 0], [0.1, 1], [0.3, 0], [0.3, 1]]
     assert out["momentum"] == [0.0]  # a declared setting reaches every trial's config (so its MLflow params)
+    assert out["refused"] == 2 and "error: --momentum must be >= 0 and < 1, got -1" in done.stderr, done.stderr
+    assert not (tmp_path / "refused").exists()  # refused before anything was written
 
     shown = subprocess.run(
         [sys.executable, "sweeps/toy.py", "--help"],
@@ -196,17 +201,6 @@ def test_a_new_package_and_script_are_a_method_the_engine_finds_and_plans(projec
     assert shown.returncode == 0, shown.stderr
     assert "--lrs" in shown.stdout and "--storage-path" in shown.stdout and "--resume" in shown.stdout
     assert "--momentum" in shown.stdout and "SGD momentum" in shown.stdout
-
-    refused = subprocess.run(
-        [sys.executable, "sweeps/toy.py", "--momentum", "-1", "--storage-path", str(tmp_path / "refused")],
-        cwd=project_with_toy,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(project_with_toy)},
-        timeout=120,
-    )
-    assert refused.returncode == 2 and "--momentum must be >= 0 and < 1, got -1" in refused.stderr, refused.stderr
-    assert not (tmp_path / "refused").exists()  # refused before anything was written
 
 
 @pytest.mark.sweep

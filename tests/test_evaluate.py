@@ -13,8 +13,9 @@ from sweeps.engine.runner import parser_for
 from trainables.core.errors import SweepInputError
 from trainables.core.method import PlanContext
 from trainables.core.settings import resolve
+from trainables.encoders.loading import config_without_loading
 from trainables.evaluation.sets import PAPER_SETS
-from trainables.methods.zero_shot.method import Evaluate, local_config
+from trainables.methods.zero_shot.method import Evaluate
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 KEYS = "method model layer pooling sets max_length stage_key upstream_run_id _upstream_path".split()
@@ -100,7 +101,7 @@ def test_the_trial_configs_keep_their_keys_and_values(tiny_bert, data_dir, tmp_p
 
 def test_the_dry_run_counts_the_trials_without_loading_a_model():
     text = dry_run.describe(parse("--layers", "all", "--pooling", "mean,cls", "--dry-run"), Evaluate, "evaluate")
-    depth = int(local_config(MINILM).num_hidden_layers)
+    depth = int(config_without_loading(MINILM).num_hidden_layers)
     assert f"trials: {2 * (depth + 1)}" in text and "no GPU" in text, text
     assert f"embeddings of {MINILM}: layers 0..L, pooling mean,cls" in text, text
     estimate = Evaluate.estimate(parse("--models", f"{MINILM},runs:/{'a' * 32}", "--layers", "0,2"))

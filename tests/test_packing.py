@@ -77,6 +77,6 @@ def test_bad_gpu_values_are_refused(value):
     from trainables.core.errors import SweepInputError
 
     gpus = next(s for s in ENGINE if s.name == "gpus_per_trial")
-    with pytest.raises(SweepInputError, match="--gpus-per-trial takes auto or a fraction"):
+    with pytest.raises(SweepInputError, match="--gpus-per-trial must be"):
         gpus.parse(value)
     assert gpus.parse("0.25") == 0.25 and gpus.parse("2") == 2 and gpus.parse("auto") == "auto"

@@ -4,6 +4,7 @@ and meta-embedding presets plan the paper's grid, run on tiny models, and their 
 published numbers beside ours with the difference; SED refuses teachers of another architecture;
 UNSUP's paper variant defaults to SGD, its ablations and the baselines' max pooling."""
 
+import importlib
 import os
 import re
 from argparse import Namespace
@@ -16,7 +17,7 @@ import torch
 from analysis_helpers import log_runs
 
 from analysis.report import build_report
-from sweeps import electra_layers, evaluate, improvements, meta_embeddings, sed, tsdae
+from sweeps import electra_layers, meta_embeddings, sed, tsdae
 from sweeps.engine import presets
 from sweeps.engine.runner import parser_for, plan_sweep
 from trainables.methods import all_presets, get_method
@@ -26,13 +27,12 @@ from trainables.methods.sed import paper as sed_paper
 from trainables.methods.tmft import paper as electra_paper
 from trainables.methods.tsdae import paper as tsdae_paper
 
+SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
+# Every sweep script (a script under sweeps/ that runs a registered method), found, not listed.
 SCRIPTS = {
-    "electra_layers": electra_layers,
-    "improvements": improvements,
-    "sed": sed,
-    "meta_embeddings": meta_embeddings,
-    "tsdae": tsdae,
-    "evaluate": evaluate,
+    path.stem: importlib.import_module(f"sweeps.{path.stem}")
+    for path in sorted(SWEEPS.glob("*.py"))
+    if 'method="' in path.read_text()
 }
 
 

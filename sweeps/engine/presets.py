@@ -162,8 +162,18 @@ def listing(method: type[Method], build_parser, data_dir: str | None = None) -> 
     return "\n".join(lines).rstrip("\n")
 
 
+_PRICED: dict = {}  # (preset, data folder) -> Estimate: a listing prices each preset once a process
+
+
 def _estimate(preset: Preset, build_parser, data_dir):
     """The preset's grid priced by the method that runs it (None where it cannot price it)."""
+    key = (preset.name, data_dir)
+    if key not in _PRICED:
+        _PRICED[key] = _price(preset, build_parser, data_dir)
+    return _PRICED[key]
+
+
+def _price(preset: Preset, build_parser, data_dir):
     runner = get_method(preset.method)
     parser = build_parser(preset.script, "", runner)
     parser.set_defaults(**preset.flags)

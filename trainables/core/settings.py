@@ -287,7 +287,7 @@ class Auto(Kind):
         try:
             return self.kind.parse(value)
         except ValueError as error:
-            raise ValueError(f"takes {self.word} or {self.kind.describe() or 'a value'}: {error}") from None
+            raise ValueError(f"{error} (or {self.word})") from None
 
     def describe(self) -> str:
         return f"{self.word}, or {self.kind.describe() or 'a value'}"

@@ -268,3 +268,40 @@ def model_list(args: Namespace, context: PlanContext) -> list[str]:
     if not models:
         raise SweepInputError("--models is empty")
     return models
+
+
+# Public configs of models a plain run names, priced without them here: hidden size, layers, attention
+# heads, intermediate size, vocabulary (the model's config.json on the hub).
+PUBLIC_CONFIGS = {"sentence-transformers/all-MiniLM-L6-v2": (384, 6, 12, 1536, 30522)}
+
+
+def local_model_folder(model: str) -> Path | None:
+    """The folder holding `model` here (a local folder, or the project's model store), without going
+    online; None for a run reference or a model not here."""
+    from trainables.encoders.run_refs import is_run_reference
+
+    if is_run_reference(model):
+        return None
+    return next((f for f in (Path(model).expanduser(), models_dir() / model) if (f / "config.json").is_file()), None)
+
+
+def config_without_loading(model: str):
+    """The transformers config of `model` without loading the model or going online (for `--dry-run`
+    and estimates): the config.json of a local model folder or of the project's model store
+    (trainables/core/paths.py `models_dir`), else its public config (`PUBLIC_CONFIGS`); None where none
+    is here (a run reference, a hub id not installed)."""
+    from transformers import AutoConfig
+
+    folder = local_model_folder(model)
+    if folder is not None:
+        try:
+            return AutoConfig.from_pretrained(str(folder))
+        except (OSError, ValueError):
+            return None
+    if model in PUBLIC_CONFIGS:
+        from transformers import BertConfig
+
+        hidden, layers, heads, intermediate, vocab = PUBLIC_CONFIGS[model]
+        return BertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                          intermediate_size=intermediate, vocab_size=vocab)  # fmt: skip
+    return None

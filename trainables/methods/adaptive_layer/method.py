@@ -12,7 +12,7 @@ The loss's options are flags with its documented defaults: `--n-layers-per-step 
 Settings: `SETTINGS` (trainables/core/settings.py; the training ones are TMFT's, with TMFT's defaults).
 Config keys: method, model, seed, task, epochs, lr, batch_size, weight_decay, warmup_ratio,
 eval_batch_size, max_train_samples, max_eval_samples and the five loss options.
-`estimate` (for `--dry-run`) prices models x seeds from the models' configs alone (`local_config`),
+`estimate` (for `--dry-run`) prices models x seeds from the models' configs alone (`config_without_loading`),
 without loading any model.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from trainables.core import settings as shared
 from trainables.core.method import Estimate, Method, MethodInfo, MethodPlan, MetricContract, TrialCost, register_method
 from trainables.core.settings import Choice, Float, Int, Setting
-from trainables.encoders.loading import model_list
+from trainables.encoders.loading import config_without_loading, local_model_folder, model_list
 from trainables.methods.adaptive_layer.trainable import AdaptiveLayerTrainable
 from trainables.methods.adaptive_layer.training import DEFAULTS
 from trainables.training.pair_tasks import COMPANIONS, get_task, task_names
@@ -113,44 +113,6 @@ CITATION = """@article{li-etal-2024-2d-matryoshka,
 }"""
 
 
-# Public configs of models a plain run names, priced without them here: hidden size, layers, attention
-# heads, intermediate size, vocabulary (the model's config.json on the hub).
-PUBLIC_CONFIGS = {"sentence-transformers/all-MiniLM-L6-v2": (384, 6, 12, 1536, 30522)}
-
-
-def _local_folder(model: str):
-    from pathlib import Path
-
-    from trainables.core.paths import models_dir
-    from trainables.encoders.run_refs import is_run_reference
-
-    if is_run_reference(model):
-        return None
-    return next((f for f in (Path(model).expanduser(), models_dir() / model) if (f / "config.json").is_file()), None)
-
-
-def local_config(model: str):
-    """The transformers config of `model` without loading the model or going online: the config.json of
-    a local model folder or of the project's model store (trainables/core/paths.py `models_dir`), else
-    its public config (`PUBLIC_CONFIGS`); None where none is here (a run reference, a hub id not
-    installed)."""
-    folder = _local_folder(model)
-    if folder is not None:
-        from transformers import AutoConfig
-
-        try:
-            return AutoConfig.from_pretrained(str(folder))
-        except (OSError, ValueError):
-            return None
-    if model in PUBLIC_CONFIGS:
-        from transformers import BertConfig
-
-        hidden, layers, heads, intermediate, vocab = PUBLIC_CONFIGS[model]
-        return BertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                          intermediate_size=intermediate, vocab_size=vocab)  # fmt: skip
-    return None
-
-
 def _priced_task(args, model: str):
     """(the task's pairs as token ids for the cost model, how they were tokenised): the subsets the
     sweep would use, tokenised in memory (no cache written) by the model's own tokenizer where its
@@ -164,7 +126,7 @@ def _priced_task(args, model: str):
         split: subset(pairs, args.max_train_samples if split == "train" else args.max_eval_samples)
         for split, pairs in examples.items()
     }
-    folder, encode, how = _local_folder(model), None, "estimated as 1.3 per word"
+    folder, encode, how = local_model_folder(model), None, "estimated as 1.3 per word"
     if folder is not None:
         try:
             from transformers import AutoTokenizer
@@ -210,13 +172,13 @@ class AdaptiveLayer(Method):
     @classmethod
     def estimate(cls, args) -> Estimate:
         """Trials (models x seeds), each priced by the cost model (trainables/encoders/cost.py) as TMFT's
-        trial at the model's last layer, from the model's local or public config (`local_config`; no
+        trial at the model's last layer, from the model's local or public config (`config_without_loading`; no
         model loaded) on the task's data tokenised by the model's tokenizer where it is here (else 1.3
         tokens per word); nothing is written."""
         from trainables.encoders import cost as encoder_cost
 
         trials = len(args.models) * len(args.seeds)
-        configs = {model: local_config(model) for model in args.models}
+        configs = {model: config_without_loading(model) for model in args.models}
         unknown = [model for model, config in configs.items() if config is None]
         if unknown:
             return Estimate(trials, None, f"not priced: no local or public config here for {', '.join(unknown)}")

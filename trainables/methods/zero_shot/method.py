@@ -17,7 +17,7 @@ Metrics: `<set>_spearman`, `<set>_pearson`, `<set>_spearman_mean`, `<set>_<subse
 Settings: `SETTINGS` (trainables/core/settings.py). Config keys: method, model, layer, pooling, sets (the
 sets found, comma-separated), max_length (the one used), evaluated_run_id (a run reference's), stage_key,
 upstream_run_id, _upstream_path. `estimate` (for `--dry-run`) counts the trials from the models'
-configs alone (`local_config`), without loading any model.
+configs alone (`config_without_loading`), without loading any model.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from trainables.core import settings as shared
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Estimate, Method, MethodInfo, MethodPlan, MetricContract, TrialCost, register_method
 from trainables.core.settings import Auto, IntList, Names
-from trainables.encoders.loading import model_list
+from trainables.encoders.loading import config_without_loading, model_list
 from trainables.encoders.precision import stage_precision
 from trainables.evaluation import layer_embeddings
 from trainables.evaluation.sets import PAPER_SETS, SUITE, suite_sets
@@ -77,40 +77,6 @@ CITATION = """@inproceedings{reimers-gurevych-2019-sentence,
 }"""
 
 
-# Public configs of models a plain run names, priced without them here: hidden size, layers, attention
-# heads, intermediate size, vocabulary (the model's config.json on the hub).
-PUBLIC_CONFIGS = {"sentence-transformers/all-MiniLM-L6-v2": (384, 6, 12, 1536, 30522)}
-
-
-def local_config(model: str):
-    """The transformers config of `model` without loading the model or going online: the config.json of
-    a local model folder or of the project's model store (trainables/core/paths.py `models_dir`), else
-    its public config (`PUBLIC_CONFIGS`); None where none is here (a run reference, a hub id not
-    installed)."""
-    from pathlib import Path
-
-    from trainables.core.paths import models_dir
-    from trainables.encoders.run_refs import is_run_reference
-
-    if is_run_reference(model):
-        return None
-    for folder in (Path(model).expanduser(), models_dir() / model):
-        if (folder / "config.json").is_file():
-            from transformers import AutoConfig
-
-            try:
-                return AutoConfig.from_pretrained(str(folder))
-            except (OSError, ValueError):
-                return None
-    if model in PUBLIC_CONFIGS:
-        from transformers import BertConfig
-
-        hidden, layers, heads, intermediate, vocab = PUBLIC_CONFIGS[model]
-        return BertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                          intermediate_size=intermediate, vocab_size=vocab)  # fmt: skip
-    return None
-
-
 @register_method("evaluate")
 class Evaluate(Method):
     trainable = EvaluateTrainable
@@ -143,10 +109,10 @@ class Evaluate(Method):
     @classmethod
     def estimate(cls, args) -> Estimate | None:
         """Trials (models x poolings x layers) from the models' configs found without loading them
-        (`local_config`); the trials only read the `embeddings` stage's output on a CPU (no GPU, no
+        (`config_without_loading`); the trials only read the `embeddings` stage's output on a CPU (no GPU, no
         checkpoint), and the stage's one forward pass per model is not priced. None where `--layers
         all` meets a model whose depth is not known here."""
-        depths = {model: local_config(model) for model in args.models}
+        depths = {model: config_without_loading(model) for model in args.models}
         unknown = [model for model, config in depths.items() if config is None]
         if args.layers is None and unknown:
             return None
