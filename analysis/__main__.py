@@ -5,6 +5,7 @@
     python -m analysis mteb --mlflow-uri URI [--experiment NAME] [--where PARAM=VALUE ...] [--pareto] --out DIR|URI
     python -m analysis mteb-run --models M[,M...] [--layers last|0,3] [--pooling mean|cls] --tasks T1,T2 --out DIR|URI
                                 [--data-dir D|hub] [--mlflow-uri URI]
+    python -m analysis methods      (the table of every registered method: its MethodInfo)
     python -m analysis cka --models A,B [--checkpoints DIR] [--data-dir D] [--max-sentences N]
                            [--unique-sentences] --out DIR|URI [--mlflow-uri URI] [--experiment cka]
 
@@ -75,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--mlflow-uri", default=None, help="the store of runs:/ references")
     run.add_argument("--batch-size", type=int, default=64)
 
+    commands.add_parser("methods", help="the table of every registered method, from each method's MethodInfo")
     cka = commands.add_parser("cka", help="linear CKA per layer index between two models")
     cka.add_argument("--models", required=True, help="two hub ids or model folders, comma-separated: A,B")
     cka.add_argument(
@@ -178,6 +180,11 @@ def _cka(args) -> None:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "methods":
+        from analysis.methods_table import markdown
+
+        print(markdown())
+        return 0
     try:
         from analysis.outputs import check_out
 

@@ -185,3 +185,31 @@ def test_the_trial_config_holds_every_declared_non_axis_setting_in_the_form_runs
     )
     args = resolve(argparse.Namespace(seeds="0-2", eval_sets="stsb,sickr", lr="3e-5", stage_dir=None), declared)
     assert config_values(args, declared) == {"eval_sets": "stsb,sickr", "lr": 3e-5}
+
+
+def test_the_docs_table_of_methods_is_the_one_the_methods_declare():
+    from analysis.methods_table import BEGIN, END, section
+
+    page = (ROOT / "docs" / "methods.md").read_text()
+    assert BEGIN in page and END in page
+    shown = page[page.index(BEGIN) : page.index(END) + len(END)]
+    assert shown == section(), "docs/methods.md's methods table is stale: regenerate it with python -m analysis methods"
+    for method in METHOD_NAMES:
+        assert f"| `{method}` | {METHODS.get(method).info.display_name} |" in shown
+
+
+def test_a_sweep_recorded_before_the_declarations_resumes_its_texts_read_as_the_same_values():
+    """sweep.json of an older sweep holds the flags as texts (`"0,1"`, `"all"`) and TSDAE's objectives
+    under `method`: they compare equal to today's typed values, and a value that really changed is refused."""
+    parser = runner.parser_for("tmft")
+    args = parser.parse_args(["--models", "a,b", "--seeds", "0,1"])
+    defaults = vars(parser.parse_args([]))
+    old = {"models": "a,b", "seeds": "0,1", "layers": "all", "lr": "2e-05", "eval_sets": "none"}
+    runner._refuse_changed_flags(args, defaults, old, METHODS.get("tmft"))
+    with pytest.raises(SweepInputError, match=r"--seeds 0,1,2 \(the sweep has 0,1\)"):
+        runner._refuse_changed_flags(parser.parse_args(["--seeds", "0-2"]), defaults, old, METHODS.get("tmft"))
+    tsdae = METHODS.get("tsdae")
+    assert tsdae.renamed == {"method": "objectives"}
+    saved = {tsdae.renamed.get(k, k): v for k, v in {"method": "tsdae,mlm", "seeds": "0"}.items()}
+    typed = resolve(argparse.Namespace(**{**vars(runner.parser_for("tsdae").parse_args([])), **saved}), tsdae.settings)
+    assert typed.objectives == ["tsdae", "mlm"] and typed.seeds == [0]

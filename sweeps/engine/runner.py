@@ -175,6 +175,11 @@ def _typed(setting, value):
         return value
 
 
+def _shown(value) -> str:
+    """A setting's value as a flag takes it: a list comma-separated."""
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
 def _refuse_changed_flags(
     args: Namespace, defaults: dict, saved: dict, method_cls: type[Method], given: set | None = None
 ) -> None:
@@ -193,7 +198,7 @@ def _refuse_changed_flags(
 
     given = {**vars(args), "mlflow_uri": args.mlflow_uri and endpoints.recorded_uri(args.mlflow_uri)}
     changed = [
-        f"--{key.replace('_', '-')} {value} (the sweep has {saved.get(key, defaults.get(key))})"
+        f"--{key.replace('_', '-')} {_shown(value)} (the sweep has {_shown(saved.get(key, defaults.get(key)))})"
         for key, value in given.items()
         if key not in (*RESUME_KEEPS, "storage_path")
         and key in defaults
