@@ -391,13 +391,13 @@ def estimate(args) -> Estimate:
     """Trials of the grid (corpora x sizes x models x objectives x seeds; the untrained encoder once per
     model) and each trial's cost from the models' public configs: each objective's resolved settings
     (its paper's unless settings say otherwise), `TOKENS_PER_SENTENCE` tokens a sentence, the encoder
-    cost model's throughput and memory (trainables/encoders/cost.py, method.py `trial_memory_bytes`);
+    cost model's throughput and memory (trainables/encoders/cost.py, cost.py `trial_memory_bytes`);
     evaluation not priced."""
     from transformers import BertConfig
 
     from trainables.core.method import TrialCost
     from trainables.encoders import cost as encoder_cost
-    from trainables.methods.tsdae.method import PASSES, trial_memory_bytes
+    from trainables.methods.tsdae.cost import PASSES, trial_memory_bytes
     from trainables.methods.tsdae.settings import flag_value, resolve, with_corpus_epochs
 
     corpora, sizes, models, objectives = args.corpus, args.max_sentences or [None], args.models, args.objectives
