@@ -213,3 +213,11 @@ def test_a_sweep_recorded_before_the_declarations_resumes_its_texts_read_as_the_
     saved = {tsdae.renamed.get(k, k): v for k, v in {"method": "tsdae,mlm", "seeds": "0"}.items()}
     typed = resolve(argparse.Namespace(**{**vars(runner.parser_for("tsdae").parse_args([])), **saved}), tsdae.settings)
     assert typed.objectives == ["tsdae", "mlm"] and typed.seeds == [0]
+
+
+def test_every_shared_setting_is_a_setting_of_several_methods():
+    from trainables.core.settings import SHARED
+
+    for setting in SHARED:
+        users = [m for m in METHOD_NAMES if any(s.name == setting.name for s in METHODS.get(m).settings)]
+        assert len(users) >= 2, f"{setting.name} is declared as shared but only {users} take it"
