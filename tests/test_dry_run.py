@@ -37,6 +37,7 @@ def test_the_papers_grid_of_electra_layers_is_planned_without_ray_and_without_wr
 ):
     import ray
 
+    ray.shutdown()  # an earlier test of this process may have left its local Ray running
     code, out, err = _dry_run("tmft", "electra_layers", ["--data-dir", str(data_dir)], tmp_path, capsys, monkeypatch)
     assert code == 0, err
     # the paper's four base models: 13 layers each (0..12), five seeds

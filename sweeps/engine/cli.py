@@ -239,9 +239,10 @@ def build_parser(prog: str, description: str, method, defaults: dict | None = No
     )
     groups: dict = {}
     add_to_parser(parser, own, groups)
-    add_to_parser(parser, presets.settings(), groups)
+    chosen = presets.settings()
+    add_to_parser(parser, chosen, groups)
     add_to_parser(parser, ENGINE, groups)
-    parser.settings = (*own, *presets.settings(), *ENGINE)
+    parser.settings = (*own, *chosen, *ENGINE)
     return parser
 
 

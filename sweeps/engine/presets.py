@@ -25,7 +25,7 @@ import sys
 
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Estimate, Method, Preset
-from trainables.core.settings import Choice, Flag, Setting
+from trainables.core.settings import Choice, Flag, Setting, shown
 from trainables.methods import all_presets, get_method
 
 
@@ -110,15 +110,11 @@ def changes(preset: Preset, args: argparse.Namespace, given: set, settings) -> l
         return value == ours
 
     return [
-        f"{declared[flag].option if flag in declared else '--' + flag} {_shown(getattr(args, flag))} "
-        f"(the preset's: {_shown(value)})"
+        f"{declared[flag].option if flag in declared else '--' + flag} {shown(getattr(args, flag))} "
+        f"(the preset's: {shown(value)})"
         for flag, value in preset.flags.items()
         if flag in given and flag not in FREE_FLAGS and not inside(flag, getattr(args, flag), value)
     ]
-
-
-def _shown(value) -> str:
-    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
 def listing(method: type[Method], build_parser, data_dir: str | None = None) -> str:

@@ -28,7 +28,7 @@ from trainables.core.errors import SweepInputError
 from trainables.core.method import Method, MetricContract, PlanContext
 from trainables.core.paths import PROJECT_ROOT
 from trainables.core.schema import config_hash
-from trainables.core.settings import resolve
+from trainables.core.settings import resolve, shown
 from trainables.encoders.cost import CUDA_ALLOCATOR_ENV
 from trainables.methods import get_method
 from trainables.training import retention
@@ -175,14 +175,7 @@ def _typed(setting, value):
         return value
 
 
-def _shown(value) -> str:
-    """A setting's value as a flag takes it: a list comma-separated."""
-    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-
-
-def _refuse_changed_flags(
-    args: Namespace, defaults: dict, saved: dict, method_cls: type[Method], given: set | None = None
-) -> None:
+def _refuse_changed_flags(args: Namespace, defaults: dict, saved: dict, settings, given: set | None = None) -> None:
     """--resume continues a sweep with the flags it started with: a flag given now with another
     value is refused rather than silently ignored (`given`: the flags on the command line; a flag
     left unset is no difference)."""
@@ -193,12 +186,12 @@ def _refuse_changed_flags(
         except (TypeError, ValueError):
             return False
 
-    settings = {s.name: s for s in build_parser("x", "", method_cls).settings}
-    saved = {key: _typed(settings.get(key), value) for key, value in saved.items()}
+    declared = {s.name: s for s in settings}
+    saved = {key: _typed(declared.get(key), value) for key, value in saved.items()}
 
     given = {**vars(args), "mlflow_uri": args.mlflow_uri and endpoints.recorded_uri(args.mlflow_uri)}
     changed = [
-        f"--{key.replace('_', '-')} {_shown(value)} (the sweep has {_shown(saved.get(key, defaults.get(key)))})"
+        f"--{key.replace('_', '-')} {shown(value)} (the sweep has {shown(saved.get(key, defaults.get(key)))})"
         for key, value in given.items()
         if key not in (*RESUME_KEEPS, "storage_path")
         and key in defaults
@@ -235,12 +228,13 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
     method_cls = method_cls or get_method(method)
     if saved is not None:
         saved["args"] = {method_cls.renamed.get(key, key): value for key, value in saved["args"].items()}
-        defaults = vars(build_parser("x", "", method_cls).parse_args([]))  # flags added since it started
-        _refuse_changed_flags(args, defaults, saved["args"], method_cls, given)
+        parser = build_parser("x", "", method_cls)
+        defaults = vars(parser.parse_args([]))  # flags added since it started
+        _refuse_changed_flags(args, defaults, saved["args"], parser.settings, given)
         # the folder's own place, never sweep.json's: a copied or moved sweep resumes where it is
         where = {"storage_path": object_storage.parent(sweep_dir)}
         args = Namespace(**{**defaults, **saved["args"], **kept, **where})
-        resolve(args, build_parser("x", "", method_cls).settings)
+        resolve(args, parser.settings)
         prog = saved.get("script") or prog
     # --smoke-test's values are already in `args`, under the flags given on the command line (presets.apply)
     check_numbers(args)

@@ -465,6 +465,11 @@ def config_values(args: argparse.Namespace, settings) -> dict:
     }
 
 
+def shown(value) -> str:
+    """A setting's value as a flag takes it, for messages: a list comma-separated."""
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
 def by_name(settings) -> dict[str, Setting]:
     return {s.name: s for s in settings}
 
