@@ -97,7 +97,7 @@ def _commands(config: dict) -> str:
 
 
 def _setup_pins(config: dict) -> list[str]:
-    """The project at a pinned commit, and the nodes' Ray at this machine's version (`ray up` needs both sides equal)."""
+    """The project at a pinned commit; the nodes' Ray at this machine's version (`ray up` needs both sides equal)."""
     import ray
 
     commands = _commands(config)

@@ -1,23 +1,43 @@
-"""cluster.yaml passes Ray's own config validation offline; broken copies of it are rejected."""
+"""cluster.yaml passes Ray's own config validation offline once its placeholders are filled in; what a launch
+would refuse is rejected, one line each."""
 
 from __future__ import annotations
 
 import copy
+import json
 import re
 import socket
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
 
-from sweeps.cluster_config import main, validate_cluster_config
+from sweeps.cluster_config import check_cluster_config, launch_problems, main, validate_cluster_config
 
-CLUSTER_YAML = Path(__file__).resolve().parents[1] / "cluster.yaml"
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTER_YAML = ROOT / "cluster.yaml"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+FILLED = {
+    "ami-CHANGE_ME": "ami-0123456789abcdef0",
+    "fs-CHANGE_ME": "fs-0123abcd",
+    "EMBSWEEP_REPO=CHANGE_ME": "EMBSWEEP_REPO=https://git.example.org/embsweep.git",
+    "EMBSWEEP_REF=CHANGE_ME": f"EMBSWEEP_REF={COMMIT}",
+}
+
+
+def filled_text() -> str:
+    """cluster.yaml with its placeholders filled in, as a user would before `ray up`."""
+    text = CLUSTER_YAML.read_text()
+    for placeholder, value in FILLED.items():
+        assert placeholder in text, placeholder
+        text = text.replace(placeholder, value)
+    return text
 
 
 @pytest.fixture(scope="module")
 def raw_config() -> dict:
-    return yaml.safe_load(CLUSTER_YAML.read_text())
+    return yaml.safe_load(filled_text())
 
 
 def write_copy(tmp_path, config: dict) -> Path:
@@ -37,8 +57,8 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", refuse)
 
 
-def test_project_cluster_yaml_is_valid_offline(no_network):
-    config = validate_cluster_config(CLUSTER_YAML)
+def test_project_cluster_yaml_is_valid_offline(no_network, tmp_path, raw_config):
+    config, notes = check_cluster_config(write_copy(tmp_path, raw_config))
     assert config["provider"]["type"] == "aws"
     node_types = config["available_node_types"]
     head = node_types[config["head_node_type"]]
@@ -47,7 +67,143 @@ def test_project_cluster_yaml_is_valid_offline(no_network):
     assert gpu_types, "no GPU worker node type"
     assert all(0 <= t["min_workers"] <= t["max_workers"] <= config["max_workers"] for t in gpu_types)
     setup = " ".join(config["setup_commands"])
-    assert "/mnt/shared" in setup and "pip install -q -e ." in setup and "git clone" in setup
+    assert "/mnt/shared" in setup and "-e . 'ray[default,tune]==" in setup and "git clone" in setup
+    # the vCPU quotas at full size: the head (m5.2xlarge, 8), two on-demand and two spot g5.12xlarge (48 each)
+    assert sorted(notes) == [
+        "quota: 8 vCPUs of 'Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances' (L-1216C47A) "
+        "in us-west-2 at full size",
+        "quota: 96 vCPUs of 'All G and VT Spot Instance Requests' (L-3819A6DF) in us-west-2 at full size",
+        "quota: 96 vCPUs of 'Running On-Demand G and VT instances' (L-DB2E81BA) in us-west-2 at full size",
+    ]
+
+
+def test_the_shipped_file_is_refused_until_its_placeholders_are_filled(no_network):
+    with pytest.raises(ValueError) as refused:
+        check_cluster_config(CLUSTER_YAML)
+    lines = str(refused.value).splitlines()
+    assert len(lines) == 6, lines
+    assert all(line.startswith(f"{CLUSTER_YAML}: ") and "placeholder" in line for line in lines)
+    for where in ("head_cpu.node_config.ImageId", "gpu_worker.node_config.ImageId", "gpu_worker_spot.node_config"):
+        assert any(where in line for line in lines), where
+    for name in ("EFS_ID=fs-CHANGE_ME", "EMBSWEEP_REPO=CHANGE_ME", "EMBSWEEP_REF=CHANGE_ME"):
+        assert sum(name in line for line in lines) == 1, name
+
+
+def refusal(tmp_path, config) -> str:
+    """The checker's one line for a config with one defect."""
+    with pytest.raises(ValueError) as refused:
+        check_cluster_config(write_copy(tmp_path, config))
+    lines = str(refused.value).splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def gpu_worker(config) -> dict:
+    return config["available_node_types"]["gpu_worker"]
+
+
+def test_a_node_type_without_image_is_refused(tmp_path, raw_config):
+    broken = copy.deepcopy(raw_config)
+    del gpu_worker(broken)["node_config"]["ImageId"]
+    assert "gpu_worker.node_config: no ImageId" in refusal(tmp_path, broken)
+
+
+def test_node_config_keys_boto3_refuses_are_refused(tmp_path, raw_config):
+    broken = copy.deepcopy(raw_config)
+    node_config = gpu_worker(broken)["node_config"]
+    node_config["InstanceTyp"] = node_config.pop("InstanceType")
+    line = refusal(tmp_path, broken)
+    assert "gpu_worker.node_config: unknown key 'InstanceTyp' (did you mean InstanceType?)" in line
+    broken = copy.deepcopy(raw_config)
+    gpu_worker(broken)["node_config"]["BlockDeviceMappings"][0]["Ebs"]["VolumeSiz"] = 100
+    line = refusal(tmp_path, broken)
+    assert "BlockDeviceMappings[0].Ebs: unknown key 'VolumeSiz' (did you mean VolumeSize?)" in line
+    broken = copy.deepcopy(raw_config)
+    gpu_worker(broken)["node_config"]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] = "big"
+    assert "VolumeSize" in refusal(tmp_path, broken)
+
+
+def test_an_unknown_instance_type_is_refused(tmp_path, raw_config):
+    broken = copy.deepcopy(raw_config)
+    gpu_worker(broken)["node_config"]["InstanceType"] = "g5.12xlarg"
+    assert "'g5.12xlarg' is not an EC2 instance type (did you mean g5.12xlarge?)" in refusal(tmp_path, broken)
+
+
+def test_availability_zones_misuse_is_refused(tmp_path, raw_config):
+    broken = copy.deepcopy(raw_config)
+    broken["provider"]["availability_zones"] = broken["provider"].pop("availability_zone")
+    line = refusal(tmp_path, broken)
+    assert "provider.availability_zones: not a key Ray reads (ignored); did you mean availability_zone?" in line
+    broken = copy.deepcopy(raw_config)
+    broken["provider"]["availability_zone"] = "us-west-2a,us-east-1b"
+    assert "'us-east-1b' is not a zone of region 'us-west-2'" in refusal(tmp_path, broken)
+
+
+def test_gpu_resources_beyond_the_instance_types_gpus_are_refused(tmp_path, raw_config):
+    broken = copy.deepcopy(raw_config)
+    gpu_worker(broken)["node_config"]["InstanceType"] = "g5.xlarge"
+    assert "gpu_worker.resources.GPU: 4, but g5.xlarge has 1 GPU(s)" in refusal(tmp_path, broken)
+
+
+def test_an_unpinned_project_ref_or_another_ray_version_is_refused(tmp_path, raw_config):
+    broken = copy.deepcopy(raw_config)
+    broken["setup_commands"][3] = broken["setup_commands"][3].replace(COMMIT, "main")
+    assert "EMBSWEEP_REF=main is not a pinned commit" in refusal(tmp_path, broken)
+    broken = copy.deepcopy(raw_config)
+    step = broken["setup_commands"][3]
+    broken["setup_commands"][3] = step.replace("ray[default,tune]==2.60.0", "ray[default,tune]==2.59.0")
+    assert "nodes install Ray 2.59.0, this machine runs Ray 2.60.0" in refusal(tmp_path, broken)
+
+
+def test_a_worker_instance_profile_prints_the_pass_role_the_head_needs(tmp_path, raw_config):
+    config = copy.deepcopy(raw_config)
+    arn = "arn:aws:iam::123456789012:instance-profile/ray-autoscaler-v1"
+    gpu_worker(config)["node_config"]["IamInstanceProfile"] = {"Arn": arn}
+    _, notes = check_cluster_config(write_copy(tmp_path, config))
+    assert f"iam: the head's role ray-autoscaler-v1 needs iam:PassRole on the role of {arn}" in notes[-1]
+    policy = json.loads((ROOT / "cluster" / "iam-passrole.json").read_text())
+    (statement,) = policy["Statement"]
+    assert statement["Action"] == "iam:PassRole" and statement["Effect"] == "Allow"
+    assert statement["Condition"]["StringEquals"]["iam:PassedToService"] == "ec2.amazonaws.com"
+
+
+def test_aws_rules_do_not_apply_to_other_providers(tmp_path):
+    config = {
+        "cluster_name": "local-test",
+        "provider": {"type": "local", "head_ip": "127.0.0.1", "worker_ips": ["127.0.0.2"]},
+        "auth": {"ssh_user": "ubuntu"},
+    }
+    assert check_cluster_config(write_copy(tmp_path, config))[1] == []
+    # node types without ImageId, with GPUs the checker cannot look up: nothing of AWS's rules applies
+    config["available_node_types"] = {
+        "node": {"resources": {"CPU": 2, "GPU": 4}, "node_config": {"InstanceTyp": "x"}, "max_workers": 1}
+    }
+    config["head_node_type"] = "node"
+    assert launch_problems(config) == []
+    config["setup_commands"] = ["EMBSWEEP_REF=CHANGE_ME; echo"]
+    assert launch_problems(config) == ["setup_commands[0]: placeholder EMBSWEEP_REF=CHANGE_ME left to fill in"]
+
+
+def test_node_constraints_agree_with_the_projects_pins():
+    """cluster/constraints.txt pins every node package; where pyproject.toml pins one too, the versions agree."""
+
+    def normal(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    pins = dict(
+        (normal(line.split("==")[0]), line.split("==")[1])
+        for line in (ROOT / "cluster" / "constraints.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    checked = 0
+    for requirement in declared:
+        name, version = re.sub(r"\[.*\]", "", requirement).split("==")
+        if name.lower() != "torch":
+            assert pins[normal(name)] == version, name
+            checked += 1
+    assert checked == len(declared) - 1
+    assert {"ray", "aiohttp-cors", "opencensus", "py-spy"} <= set(pins)  # ray[default]: the dashboard
 
 
 def test_cluster_yaml_holds_no_credentials():
@@ -101,8 +257,10 @@ def test_unreadable_or_non_mapping_files_are_rejected(tmp_path):
 
 
 def test_command_line(tmp_path, raw_config, capsys):
-    assert main([str(CLUSTER_YAML)]) == 0
-    assert capsys.readouterr().out.strip() == "valid"
+    assert main([str(write_copy(tmp_path, raw_config))]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "valid"
+    assert main([str(CLUSTER_YAML)]) == 1
+    assert "placeholder" in capsys.readouterr().err
     broken = copy.deepcopy(raw_config)
     broken["max_workers"] = "many"
     assert main([str(write_copy(tmp_path, broken))]) == 1
