@@ -13,6 +13,7 @@ import subprocess
 import types
 
 import pytest
+import yaml
 
 from sweeps.cluster_config import check_cluster_config
 
@@ -178,3 +179,56 @@ def test_ray_up_bootstraps_and_launches_every_node_type_against_moto(aws, tmp_pa
         assert any("torch.cuda.is_available()" in c for c in remote), name  # the GPU check of worker setup
         (start,) = [c for c in remote if "ray start --address" in c]
         assert resources_given(start) == {"CPU": 48, "GPU": 4}, name
+
+
+def _edit(config: dict, defect: str) -> None:
+    worker = config["available_node_types"]["gpu_worker"]
+    if defect == "placeholder":
+        config["setup_commands"][1] = config["setup_commands"][1].replace("fs-0123abcd", "fs-CHANGE_ME")
+    elif defect == "no image":
+        del worker["node_config"]["ImageId"]
+    elif defect == "InstanceTyp":
+        worker["node_config"]["InstanceTyp"] = worker["node_config"].pop("InstanceType")
+    elif defect == "availability_zones":
+        config["provider"]["availability_zones"] = config["provider"].pop("availability_zone")
+    elif defect == "GPU: 4 on one GPU":
+        worker["node_config"]["InstanceType"] = "g5.xlarge"
+
+
+DEFECTS = ["placeholder", "no image", "InstanceTyp", "availability_zones", "GPU: 4 on one GPU"]
+
+
+@pytest.mark.parametrize("defect", DEFECTS)
+def test_ray_up_stops_at_the_checkers_one_line_for_each_defect(aws, tmp_path, defect):
+    import boto3
+
+    ec2 = boto3.client("ec2", region_name=REGION)
+    image = next(i for i in ec2.describe_images(Owners=["amazon"])["Images"] if "ubuntu" in i["Name"].lower())
+    config = yaml.safe_load(filled_cluster_yaml(tmp_path, image["ImageId"]).read_text())
+    _edit(config, defect)
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ValueError) as refused:
+        check_cluster_config(path)
+    assert len(str(refused.value).splitlines()) == 1, str(refused.value)
+    assert not ec2.describe_instances()["Reservations"]  # nothing launched, nothing billed
+
+
+def test_without_the_checker_boto3_refuses_the_misspelt_key_only_at_launch(aws, tmp_path):
+    """What the checker saves: Ray's bootstrap accepts `InstanceTyp`; boto3 refuses it when the node is created."""
+    import boto3
+    from botocore.exceptions import ParamValidationError
+    from ray.autoscaler._private.aws.config import bootstrap_aws
+    from ray.autoscaler._private.aws.node_provider import AWSNodeProvider
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    ec2 = boto3.client("ec2", region_name=REGION)
+    image = next(i for i in ec2.describe_images(Owners=["amazon"])["Images"] if "ubuntu" in i["Name"].lower())
+    config = yaml.safe_load(filled_cluster_yaml(tmp_path, image["ImageId"]).read_text())
+    _edit(config, "InstanceTyp")
+    prepared = prepare_config(config)
+    validate_config(prepared)
+    bootstrapped = bootstrap_aws(prepared)
+    provider = AWSNodeProvider(bootstrapped["provider"], bootstrapped["cluster_name"])
+    with pytest.raises(ParamValidationError, match="InstanceTyp"):
+        provider.create_node(bootstrapped["available_node_types"]["gpu_worker"]["node_config"], {}, 1)

@@ -17,7 +17,7 @@ import secrets
 import time
 from pathlib import Path
 
-from sweeps.engine import presets
+from sweeps.engine import instances, presets
 from trainables.core.errors import SweepInputError
 from trainables.core.paths import default_data_dir
 from trainables.core.settings import (
@@ -214,6 +214,14 @@ ENGINE = (
         False,
         "print the plan (trials, resources per trial, GPU-hours, disk, upstream stages to compute or reuse) and "
         "exit: no Ray, nothing written",
+        group=RUN,
+    ),
+    Setting(
+        "instance_type",
+        Choice(instances.GPU_TYPES),
+        None,
+        "with --dry-run: the plan's GPU-hours priced on this AWS GPU instance type, on demand and on spot "
+        f"(sweeps/engine/instances.py, {instances.PRICE_REGION} prices of {instances.PRICES_AS_OF})",
         group=RUN,
     ),
 )

@@ -4,13 +4,15 @@ Every setting is parsed and checked as for a real sweep (the same refusals), the
 its grid from public configs alone (`Method.estimate`: no model loaded, no data tokenised): trials,
 each trial's CPU and GPU share (the packing rule of sweeps/engine/packing.py on the trial's memory
 estimate), GPU-hours, the disk the finished trials leave and a running trial adds
-(trainables/training/retention.py), and the upstream stages run first. No Ray, no MLflow, and
+(trainables/training/retention.py), and the upstream stages run first. With `--instance-type`, the
+GPU-hours' cost on that AWS instance type, on demand and on spot (sweeps/engine/instances.py: a dated
+price table that names its source). No Ray, no MLflow, and
 nothing written: not the storage path, not a cache.
 """
 
 from __future__ import annotations
 
-from sweeps.engine import packing
+from sweeps.engine import instances, packing
 from sweeps.engine.cli import check_numbers
 from trainables.core.method import Method
 from trainables.training import retention
@@ -33,6 +35,12 @@ def describe(args, method: type[Method], prog: str) -> str:
     lines.append(
         f"  GPU-hours: {hours} one trial after another on one GPU" + (f"; {estimate.basis}" if estimate.basis else "")
     )
+    if getattr(args, "instance_type", None):
+        lines.append(
+            instances.cost_line(estimate.gpu_hours, args.instance_type)
+            if estimate.gpu_hours is not None
+            else f"  cost on {args.instance_type}: unknown (GPU-hours unknown)"
+        )
     if estimate.note:
         lines.append(f"  note: {estimate.note}")
     lines += _disk(args, estimate.costs)

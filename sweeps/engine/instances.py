@@ -84,11 +84,12 @@ GPU_TYPES = tuple(name for name, t in TYPES.items() if t.gpus)
 
 
 def cost_line(gpu_hours: float, name: str) -> str:
-    """What `gpu_hours` cost on instance type `name`: its hourly price over its GPUs, on demand and on spot."""
+    """What `gpu_hours` cost on instance type `name` (its hourly price over its GPUs, on demand and on spot), and the
+    prices' source: two lines."""
     t = TYPES[name]
     on_demand = gpu_hours * t.on_demand / t.gpus
     spot = f", about ${gpu_hours * t.spot / t.gpus:,.2f} on spot (${t.spot:.2f}/h)" if t.spot else ""
     return (
-        f"  cost on {name} ({t.gpus}x {t.gpu}): ${on_demand:,.2f} on demand (${t.on_demand:.3f}/h){spot}; "
-        f"prices: {PRICE_SOURCE}"
+        f"  cost on {name} ({t.gpus}x {t.gpu}) for these GPU-hours: ${on_demand:,.2f} on demand "
+        f"(${t.on_demand:.3f}/h){spot}\n    prices: {PRICE_SOURCE}"
     )
