@@ -23,7 +23,7 @@ import pytest
 import yaml
 from server_helpers import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "cluster.md"
