@@ -4,9 +4,13 @@ would refuse is rejected, one line each."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import re
+import shlex
 import socket
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -265,3 +269,41 @@ def test_command_line(tmp_path, raw_config, capsys):
     broken["max_workers"] = "many"
     assert main([str(write_copy(tmp_path, broken))]) == 1
     assert "max_workers" in capsys.readouterr().err
+
+
+def node_check(command: str) -> subprocess.CompletedProcess:
+    """A check of cluster.yaml's node setup, run here with this venv's python for the node's."""
+    command = command.replace("~/embsweep-venv/bin/python", shlex.quote(sys.executable))
+    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_node_checks_of_torch_fail_setup_with_one_line_on_a_cpu_only_build():
+    import torch
+
+    if torch.version.cuda or torch.cuda.is_available():
+        pytest.skip("this machine's torch is a CUDA build")
+    raw = yaml.safe_load(CLUSTER_YAML.read_text())
+    (gpu_check,) = raw["worker_setup_commands"]
+    done = node_check(gpu_check)
+    assert done.returncode == 1 and done.stderr.splitlines() == [
+        f"cluster.yaml: torch {torch.__version__} cannot use this node's GPU (NVIDIA driver missing or older than "
+        "CUDA 13 needs): choose another ImageId"
+    ]
+    cuda_build = raw["setup_commands"][3].rsplit("&& ", 1)[1]
+    assert cuda_build.startswith("~/embsweep-venv/bin/python -c")
+    done = node_check(cuda_build)
+    assert done.returncode == 1 and done.stderr.splitlines() == [
+        f"cluster.yaml: torch {torch.__version__} is a CPU-only build: install the CUDA build (setup step 4)"
+    ]
+
+
+def test_the_python_check_of_node_setup_names_the_version_needed():
+    raw = yaml.safe_load(CLUSTER_YAML.read_text())
+    check = raw["setup_commands"][2].split(" &&", 1)[0]
+    assert node_check(check).returncode == 0  # this machine's Python is new enough
+    older = check.replace("(3, 11)", "(9, 0)")  # the same check, as a Python older than needed sees it
+    done = node_check(older)
+    assert done.returncode == 1 and done.stderr.splitlines() == [
+        f"cluster.yaml: embsweep needs Python >= 3.11, this image has {sys.version.split()[0]}: choose another ImageId"
+    ]

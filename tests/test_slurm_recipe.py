@@ -9,6 +9,7 @@ Slow (a two-node Ray and a smoke sweep: about two minutes on two cores)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,14 +45,17 @@ def test_the_sbatch_script_starts_ray_on_its_nodes_and_runs_the_sweep(tmp_path, 
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     storage = tmp_path / "shared"
+    port = free_port()
+    local = Path("/tmp") / f"sl{port}"  # the job's TMPDIR, where Ray keeps its sockets: their paths must stay short
+    local.mkdir()
     env = {
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "EMBSWEEP_DIR": str(ROOT),
         "VENV": sys.prefix,
         "STORAGE": str(storage),
-        "TMPDIR": str(tmp_path),
-        "RAY_PORT": str(free_port()),
+        "TMPDIR": str(local),
+        "RAY_PORT": str(port),
         "SLURM_JOB_ID": "4242",
         "SLURM_JOB_NODELIST": "node[0-1]",
         "SLURM_JOB_NUM_NODES": "2",
@@ -78,6 +82,7 @@ def test_the_sbatch_script_starts_ray_on_its_nodes_and_runs_the_sweep(tmp_path, 
             os.killpg(job.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
+        shutil.rmtree(local, ignore_errors=True)
     out = log.read_text()
     assert code == 0, out[-4000:]
     assert (storage / "runs" / "slurm").is_dir()
