@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,7 @@ def test_the_sbatch_script_starts_ray_on_its_nodes_and_runs_the_sweep(tmp_path, 
         "RAY_USAGE_STATS_ENABLED": "0",
     }
     sweep = ["python", "sweeps/electra_layers.py", "--smoke-test", "--data-dir", str(data_dir), "--name", "slurm"]
+    sweep += ["--gpus-per-trial", "0"]  # the nodes have no GPU here
     log = tmp_path / "job.out"
     job = subprocess.Popen(
         ["bash", str(ROOT / "cluster" / "slurm.sbatch"), *sweep],
@@ -78,10 +80,12 @@ def test_the_sbatch_script_starts_ray_on_its_nodes_and_runs_the_sweep(tmp_path, 
     try:
         code = job.wait(timeout=900)
     finally:  # what SLURM does at the job's end: every process of it goes, the Ray nodes with them
-        try:
-            os.killpg(job.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # Ray's processes get a moment to stop, then go anyway
+            try:
+                os.killpg(job.pid, sig)
+            except ProcessLookupError:
+                break
+            time.sleep(10)
         shutil.rmtree(local, ignore_errors=True)
     out = log.read_text()
     assert code == 0, out[-4000:]
