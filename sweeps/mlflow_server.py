@@ -56,8 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--storage-path",
         default="runs",
-        help="the sweeps' --storage-path: the store is <storage-path>/mlflow.db, artifacts "
-        "<storage-path>/mlartifacts (runs); a URI (s3://...) needs --backend-store-uri",
+        help="the --storage-path the sweeps ran with: the store is <storage-path>/mlflow.db (where sweeps run "
+        "without --mlflow-uri log), artifacts <storage-path>/mlartifacts (runs); a URI (s3://...) needs "
+        "--backend-store-uri",
     )
     parser.add_argument(
         "--backend-store-uri",
@@ -184,6 +185,14 @@ def _announce(args: argparse.Namespace, command: list[str], environment: dict[st
         f"artifacts: {artifacts}); sweeps log to it with --mlflow-uri http://{shown}:{args.port}",
         flush=True,
     )
+    store = command[command.index("--backend-store-uri") + 1]
+    if store.startswith("sqlite:///") and not Path(store[len("sqlite:///") :]).exists():
+        print(
+            f"note: {store[len('sqlite:///') :]} does not exist yet: this server starts an empty store. Sweeps run "
+            "without --mlflow-uri wrote <their --storage-path>/mlflow.db: give that --storage-path, or "
+            "--backend-store-uri the --mlflow-uri they were given.",
+            flush=True,
+        )
     if args.host not in LOCAL_HOSTS:
         print(
             f"note: bound to {args.host}, reachable from other machines and unauthenticated; "
