@@ -129,6 +129,8 @@ def test_ray_up_bootstraps_and_launches_every_node_type_against_moto(aws, tmp_pa
     head_instance = ec2.describe_instances(InstanceIds=[head])["Reservations"][0]["Instances"][0]
     assert head_instance["InstanceType"] == "m5.2xlarge" and head_instance["ImageId"] == image["ImageId"]
     assert head_instance["IamInstanceProfile"]["Arn"] == profile["Arn"]
+    shutdown = ec2.describe_instance_attribute(InstanceId=head, Attribute="instanceInitiatedShutdownBehavior")
+    assert shutdown["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"  # `ray exec --stop` ends it
     remote = runner.remote()
     setup = [c for c in remote if "EMBSWEEP_REF=" in c]
     assert setup and "ray[default,tune]==2.60.0" in setup[0] and "checkout --detach" in setup[0]
