@@ -12,11 +12,7 @@ import pytest
 from trainables.core import object_storage
 from trainables.core.errors import SweepInputError, redact
 
-BAD_KEYS = {
-    "dot-dot": ("p/../../etc", ".."),
-    "dot": ("p/./q", "."),
-    "empty segment": ("p//q", ""),
-}
+BAD_KEYS = {"dot-dot": ("p/../../etc", ".."), "dot": ("p/./q", "."), "empty segment": ("p//q", "")}
 
 
 @pytest.mark.parametrize("case", sorted(BAD_KEYS))
