@@ -43,7 +43,7 @@ QUIET_ENV = {
     "PYTHONWARNINGS": "ignore",
     "MLFLOW_LOGGING_LEVEL": "WARNING",  # read when mlflow is imported: no "Creating initial MLflow database tables"
 }
-RESUME_KEEPS = ("address", "max_concurrent", "local_gpus", "resume", "force")
+RESUME_KEEPS = ("address", "max_concurrent", "local_gpus", "resume", "force", "dry_run")
 # Loggers whose routine lines are not for the person running a sweep: MLflow's INFO (database
 # set-up), Ray's notice that token authentication is on (it stays on), Ray Tune's chatter.
 QUIET_LOGGERS = {
@@ -123,13 +123,41 @@ def _resolve_resume(args) -> tuple[str, dict]:
     return path, saved
 
 
-def _script_of(saved: dict, method: str) -> str:
-    """The script that made a sweep: recorded in sweep.json, or the one that runs its method's presets."""
+def _scripts_running(method: str) -> list[str]:
+    """The sweep scripts whose runs are of `method` (each script names its method once)."""
+    import re
+
+    return sorted(
+        f"sweeps/{path.name}"
+        for path in (PROJECT_ROOT / "sweeps").glob("*.py")
+        if re.search(rf'method="{re.escape(method)}"', path.read_text())
+    )
+
+
+def _script_of(saved: dict, method: str) -> str | None:
+    """The script that resumes a sweep of `method`: the one sweep.json records when it runs that method,
+    else the one script that does (None where none does: the folder contradicts itself)."""
+    scripts = _scripts_running(method) or sorted(
+        {p.script for p in presets.all_presets().values() if p.method == method}
+    )
     recorded = f"sweeps/{saved.get('script')}.py"
-    if saved.get("script") and (PROJECT_ROOT / recorded).is_file():
+    if recorded in scripts:
         return recorded
-    scripts = {p.script for p in presets.all_presets().values() if p.method == method}
-    return scripts.pop() if len(scripts) == 1 else f"the sweep script of method {method!r}"
+    return scripts[0] if len(scripts) == 1 else None
+
+
+def _refuse_other_method(sweep_dir: str, saved: dict, made_by: str, prog: str) -> None:
+    script = _script_of(saved, made_by)
+    if script is None or Path(script).stem == Path(prog).stem:  # never the command just refused
+        raise SweepInputError(
+            f"--resume {sweep_dir}: its {storage.SWEEP_FILE} records the script {saved.get('script')!r} and the "
+            f"method {made_by!r}, which no sweep script runs together; the folder's record does not match the code "
+            "that made it: resume it with the version of this project that made it, or start a new sweep"
+        )
+    raise SweepInputError(
+        f"--resume {sweep_dir}: this sweep was made by {script} (method {made_by}), not {prog}; "
+        f"resume it with: python {script} --resume {shlex.quote(sweep_dir)}"
+    )
 
 
 def _check_parent_run(sweep_dir: str, mlflow_uri: str, parent_run_id: str, recorded_uri: str) -> None:
@@ -207,10 +235,27 @@ def _refuse_changed_flags(args: Namespace, defaults: dict, saved: dict, settings
         )
 
 
-def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep", given: set | None = None) -> SweepPlan:
-    """Validate everything and prepare the shared data; raises SweepInputError on bad input.
-    `method`: a registered method's name or class (a sweep made by another method's script is refused
-    on --resume, with the script to use). `given`: the flags on the command line (cli.given_flags)."""
+@dataclass
+class CheckedSweep:
+    """What every check before planning settled (`check_sweep`): the arguments the sweep runs with (a
+    resumed sweep's own), where it lives and logs. The real plan and `--dry-run` both start here."""
+
+    args: Namespace
+    method_cls: type[Method]
+    prog: str
+    name: str
+    sweep_dir: str
+    storage_path: str
+    mlflow_uri: str
+    saved: dict | None = None
+
+
+def check_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep", given: set | None = None):
+    """Every check of a sweep before its method plans it, reading but writing nothing: the resume folder
+    (its seal, its method, the flags it started with), the settings, the method's own check, the storage,
+    the name, the MLflow store, the Ray address. `method`: a registered method's name or class (a sweep
+    made by another method's script is refused on --resume, with the script to use). `given`: the flags on
+    the command line (cli.given_flags)."""
     method_cls = method if isinstance(method, type) else None
     method = method_cls.name if method_cls else method
     saved = None
@@ -220,11 +265,7 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
         kept = {k: getattr(args, k) for k in RESUME_KEEPS}
         made_by = saved.get("method_class", method)
         if made_by != method:
-            script = _script_of(saved, made_by)
-            raise SweepInputError(
-                f"--resume {sweep_dir}: this sweep was made by {script} (method {made_by}), not this script; "
-                f"resume it with: python {script} --resume {shlex.quote(sweep_dir)}"
-            )
+            _refuse_other_method(sweep_dir, saved, made_by, prog)
     method_cls = method_cls or get_method(method)
     if saved is not None:
         saved["args"] = {method_cls.renamed.get(key, key): value for key, value in saved["args"].items()}
@@ -266,6 +307,15 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
     if saved and mlflow_uri != saved.get("mlflow_uri"):
         _check_parent_run(sweep_dir, mlflow_uri, saved["parent_run_id"], str(saved.get("mlflow_uri")))
     endpoints.check_ray_address(args.address)
+    return CheckedSweep(args, method_cls, prog, name, sweep_dir, storage_path, mlflow_uri, saved)
+
+
+def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep", given: set | None = None) -> SweepPlan:
+    """Validate everything (`check_sweep`) and prepare the shared data; raises SweepInputError on bad input."""
+    checked = check_sweep(args, method, prog, given)
+    args, method_cls, prog, saved = checked.args, checked.method_cls, checked.prog, checked.saved
+    method, name, sweep_dir = method_cls.name, checked.name, checked.sweep_dir
+    storage_path, mlflow_uri = checked.storage_path, checked.mlflow_uri
 
     default_models = build_parser("x", "", method_cls).get_default("models") or []
     context = PlanContext(storage_path, mlflow_uri, smoke_test=bool(args.smoke_test), default_models=default_models)
@@ -794,7 +844,7 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
         if args.dry_run:
             from sweeps.engine import dry_run
 
-            print(dry_run.describe(args, method_cls, prog))
+            print(dry_run.describe(check_sweep(args, method_cls, prog, given), build_parser(prog, "", method_cls)))
             return 0
         plan = plan_sweep(args, method=method_cls, prog=prog, given=given)
         run_sweep(plan)

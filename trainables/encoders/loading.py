@@ -285,6 +285,16 @@ def local_model_folder(model: str) -> Path | None:
     return next((f for f in (Path(model).expanduser(), models_dir() / model) if (f / "config.json").is_file()), None)
 
 
+def check_layers(model: str, depth: int, layers) -> None:
+    """Refuse a `--layers` entry beyond `model`'s depth (layer 0 is the embedding output): the plan and
+    the dry run's estimate refuse alike."""
+    beyond = [layer for layer in layers or [] if layer > depth]
+    if beyond:
+        raise SweepInputError(
+            f"--layers: layer {beyond[0]} is beyond {model}'s depth ({depth} layers; valid 0..{depth})"
+        )
+
+
 def config_without_loading(model: str):
     """The transformers config of `model` without loading the model or going online (for `--dry-run`
     and estimates): the config.json of a local model folder or of the project's model store
