@@ -307,6 +307,11 @@ def check_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep"
     if saved and mlflow_uri != saved.get("mlflow_uri"):
         _check_parent_run(sweep_dir, mlflow_uri, saved["parent_run_id"], str(saved.get("mlflow_uri")))
     endpoints.check_ray_address(args.address)
+    if saved and args.search == "pareto":  # its rung records, read back, as strictly as sweep.json
+        from sweeps.engine import pareto_asha
+
+        epochs = max(1, int(getattr(args, "epochs", 1) or 1))
+        pareto_asha.read_rungs(storage.join(sweep_dir, pareto_asha.RUNGS_FILE), args.pareto_eta, epochs)
     return CheckedSweep(args, method_cls, prog, name, sweep_dir, storage_path, mlflow_uri, saved)
 
 
