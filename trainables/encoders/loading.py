@@ -103,10 +103,16 @@ def check_model_folder(path, name: str | None = None) -> None:
             with safe_open(str(file), "pt") as handle:
                 embeddings = [k for k in handle.keys() if k.endswith("word_embeddings.weight")]
                 rows = handle.get_slice(embeddings[0]).get_shape()[0] if embeddings else None
+                not_finite = next((k for k in handle.keys() if not _finite(handle.get_tensor(k))), None)
         except SafetensorError as error:
             raise SweepInputError(
                 f"model {name}: the weights file {file} is damaged ({error}); copy it again"
             ) from None
+        if not_finite is not None:
+            raise SweepInputError(
+                f"model {name}: the weights file {file} holds values that are not finite (in {not_finite}); its "
+                "training diverged or the file was damaged: copy it again, or pick another checkpoint"
+            )
         if rows is not None and vocab and rows != vocab:
             raise SweepInputError(
                 f"model {name}: {file.name} holds embeddings for {rows} tokens but config.json says "
@@ -138,10 +144,24 @@ def max_tokens(config, tokenizer) -> int:
     return min(limit, positions) if positions > 0 else limit
 
 
+def _finite(tensor) -> bool:
+    import torch
+
+    return not tensor.is_floating_point() or bool(torch.isfinite(tensor).all())
+
+
 def load_config(path):
+    """The model's transformers config; a config.json that cannot be read is refused with one line."""
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(str(path))
+    try:
+        return AutoConfig.from_pretrained(str(path))
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise SweepInputError(
+            f"model {path}: its config.json cannot be read ({type(error).__name__}: "
+            f"{str(error).strip().splitlines()[0][:160] if str(error).strip() else 'no detail'}); copy the model's own "
+            "config.json there"
+        ) from None
 
 
 def model_depth(config) -> int:
