@@ -864,6 +864,12 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
     except Exception as error:
         full = no_space(error)
         if full is None:
+            fault = storage_fault(error)
+            if fault is not None:
+                print(f"error: {_stopped_for_storage(plan, fault)}", file=sys.stderr)
+                return 1
+            if plan is not None and plan.parent_run_id is not None:
+                _fail_open_runs(plan)  # a bug's traceback follows, but no run is left RUNNING
             raise
         if plan is None:  # while planning (e.g. the tokenised-data cache): nothing had started
             where = os.path.dirname(str(full.filename)) if full.filename else "the disk"
@@ -902,6 +908,48 @@ def no_space(error: BaseException) -> OSError | None:
             return error
         error = error.__cause__ or error.__context__
     return None
+
+
+STORAGE_MARKS = ("AWS Error", "NO_SUCH_BUCKET", "NoSuchBucket", "NoSuchKey", "curlCode", "ACCESS_DENIED", "S3")
+
+
+def storage_fault(error: BaseException) -> BaseException | None:
+    """The object store's error behind `error` (itself or what it was raised from): the store did not
+    answer after the retries (`object_storage.StorageUnavailable`), boto's errors, or pyarrow's S3
+    errors (a bucket or objects lost, access denied); None for any other error."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (object_storage.StorageUnavailable, BotoCoreError, ClientError)):
+            return error
+        if isinstance(error, OSError) and error.errno != errno.ENOSPC and any(m in str(error) for m in STORAGE_MARKS):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _stopped_for_storage(plan: SweepPlan | None, error: BaseException) -> str:
+    """Mark the sweep's runs FAILED (none left RUNNING) and say, in one line, which store failed and what to do."""
+    from trainables.core.errors import redact
+
+    cause = redact(" ".join(str(error).split())[:240]) or type(error).__name__
+    retried = (
+        f"retried for up to {object_storage.retry_seconds():.0f} s while it did not answer ({object_storage.RETRY_ENV})"
+    )
+    if plan is None:
+        return (
+            f"the object store failed while the sweep was planned ({cause}; {retried}); nothing started. Fix the "
+            "store, then run again"
+        )
+    marked = _fail_open_runs(plan)
+    return (
+        f"the object store of {redact(plan.sweep_dir)} failed ({cause}; {retried}); the sweep stopped ({marked}). "
+        "When the store answers again with the sweep's objects, continue with --resume "
+        f"{shlex.quote(redact(plan.sweep_dir))}; "
+        "if its bucket or objects were lost, start the sweep again under another --name"
+    )
 
 
 def _stopped_for_space(plan: SweepPlan, error: OSError) -> str:
