@@ -79,6 +79,7 @@ class SweepPlan:
     failed_trials: list = field(default_factory=list)
     method_cls: type[Method] | None = None  # the class registered as `method`, resolved once by plan_sweep
     prog: str = "sweep"  # the script that made the sweep (recorded in sweep.json)
+    ray_log: str = ""  # where Ray's own log lines go (`_ray_logs_to_file`)
 
 
 def git_commit() -> str:
@@ -457,6 +458,36 @@ def _init_ray(plan: SweepPlan) -> None:
                 log_to_driver=False,
                 logging_level=logging.WARNING,
             )
+    plan.ray_log = _ray_logs_to_file()
+
+
+RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.data")
+
+
+def _ray_logs_to_file() -> str:
+    """Ray's and Ray Tune's own log lines (a trial's traceback, warnings about syncing) go to a file in
+    Ray's session folder, not the terminal: the sweep prints what failed in its own words (the failed
+    trials and their reasons, a storage fault's one line) and names this file. Returns its path."""
+    import logging
+    import tempfile
+
+    import ray
+
+    try:
+        folder = ray._private.worker._global_node.get_logs_dir_path()  # Ray has no public name for it
+    except AttributeError:
+        folder = tempfile.gettempdir()
+    path = os.path.join(folder, f"embsweep-driver-{os.getpid()}.log")
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in RAY_LOGGERS:
+        logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if type(h) is logging.StreamHandler]:
+            logger.removeHandler(old)
+        if not any(getattr(h, "baseFilename", None) == handler.baseFilename for h in logger.handlers):
+            logger.addHandler(handler)
+        logger.propagate = False
+    return path
 
 
 CLOUD_CREDENTIAL_ENV = frozenset(
@@ -499,6 +530,7 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from sweeps.engine.progress import ProgressLine
+    from sweeps.engine.store_guard import StoreGuard
     from sweeps.engine.tracking import MlflowSweepCallback
 
     args, contract = plan.args, plan.contract
@@ -511,6 +543,7 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
             MlflowSweepCallback(
                 plan.mlflow_uri, plan.parent_run_id, plan.static_params, sweep_dir=plan.sweep_dir, contract=contract
             ),
+            StoreGuard(plan.sweep_dir),
             ProgressLine(
                 contract,
                 estimates=estimates,
@@ -814,6 +847,8 @@ def _finish(plan: SweepPlan, results) -> None:
         print(f"Then:    {command}")
     if failures:
         print(f"{len(failures)} trial(s) failed:", *failures, sep="\n")
+        if plan.ray_log:
+            print(f"Ray's own log of the sweep (tracebacks): {plan.ray_log}")
         print(
             f"--resume {shlex.quote(str(plan.sweep_dir))} reruns them from their last checkpoints: that helps when "
             "the cause has passed (a lost node, a full disk, an outage), not when a trial's settings or data are at "
@@ -922,7 +957,9 @@ def storage_fault(error: BaseException) -> BaseException | None:
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, (object_storage.StorageUnavailable, BotoCoreError, ClientError)):
+        if isinstance(
+            error, (object_storage.StorageUnavailable, object_storage.StorageLost, BotoCoreError, ClientError)
+        ):
             return error
         if isinstance(error, OSError) and error.errno != errno.ENOSPC and any(m in str(error) for m in STORAGE_MARKS):
             return error
@@ -949,6 +986,7 @@ def _stopped_for_storage(plan: SweepPlan | None, error: BaseException) -> str:
         "When the store answers again with the sweep's objects, continue with --resume "
         f"{shlex.quote(redact(plan.sweep_dir))}; "
         "if its bucket or objects were lost, start the sweep again under another --name"
+        + (f" (Ray's log: {plan.ray_log})" if plan.ray_log else "")
     )
 
 

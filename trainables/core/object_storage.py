@@ -46,6 +46,10 @@ class StorageUnavailable(RuntimeError):
     """The object store did not answer (after retries): the operation may succeed later."""
 
 
+class StorageLost(RuntimeError):
+    """The store answers but what a sweep wrote there is gone (a bucket emptied, a prefix deleted)."""
+
+
 # --- locations ----------------------------------------------------------------------------------
 def is_uri(location) -> bool:
     return "://" in str(location)
