@@ -126,3 +126,12 @@ def test_a_resume_of_another_scripts_sweep_never_suggests_the_command_just_refus
         assert f"resume it with: python {suggested} --resume /x/sweep" in message
     else:
         assert "does not match the code that made it" in message
+
+
+def test_a_dry_run_names_the_mlflow_store_the_sweep_would_use(tmp_path, data_dir, capsys):
+    storage = tmp_path / "runs"
+    argv = ["--smoke-test", "--data-dir", str(data_dir), "--storage-path", str(storage), "--name", "n"]
+    code, out, err = _dry("tmft", "electra_layers", argv, capsys)
+    assert code == 0, err
+    assert f"it would write to {storage}/n and log to sqlite:///{storage}/mlflow.db" in out, out
+    assert "<storage-path>" not in out and not storage.exists()
