@@ -135,3 +135,47 @@ def test_a_dry_run_names_the_mlflow_store_the_sweep_would_use(tmp_path, data_dir
     assert code == 0, err
     assert f"it would write to {storage}/n and log to sqlite:///{storage}/mlflow.db" in out, out
     assert "<storage-path>" not in out and not storage.exists()
+
+
+def _sealed_sweep(tmp_path, data_dir, model, method: str, script: str, name: str):
+    """A sweep folder as its driver writes it (sealed sweep.json), without running it."""
+    from sweeps.engine import seal
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    argv = ["--models", model, "--layers", "0,1", "--seeds", "0", "--epochs", "1", "--data-dir", str(data_dir)]
+    argv += ["--storage-path", str(tmp_path / "runs"), "--mlflow-uri", uri]
+    args = vars(runner.parser_for(method, script).parse_args(argv))
+    folder = tmp_path / "runs" / name
+    folder.mkdir(parents=True)
+    saved = {"name": name, "script": script, "method": method, "method_class": method, "parent_run_id": "0" * 32}
+    seal.record_sweep_file(str(folder), {**saved, "mlflow_uri": uri, "experiment": "test", "args": args})
+    return folder, argv
+
+
+def _suggested(message: str) -> list[str]:
+    import shlex
+
+    command = re.search(r"(?:resume it with: python \S+|continue it with) (--resume \S+)", message)
+    return shlex.split(command.group(1))
+
+
+def test_the_command_a_refusal_suggests_differs_from_the_refused_one_and_works(
+    tmp_path, data_dir, tiny_models, capsys, monkeypatch
+):
+    """A name taken suggests --resume of that sweep; a sweep of another script suggests that script: each
+    suggestion, run (as a dry run), is not refused."""
+    monkeypatch.chdir(tmp_path)
+    folder, argv = _sealed_sweep(tmp_path, data_dir, tiny_models["bert"], "tmft", "electra_layers", "taken")
+    code, _, err = _dry("tmft", "electra_layers", [*argv, "--name", "taken"], capsys)
+    assert code == 2 and "already exists" in err
+    suggested = _suggested(err)
+    assert suggested == ["--resume", str(folder)]
+    code, out, err = _dry("tmft", "electra_layers", suggested, capsys)
+    assert code == 0 and f"it would resume {folder}" in out, err
+
+    other, argv = _sealed_sweep(tmp_path, data_dir, tiny_models["bert"], "improvements", "improvements", "ws")
+    code, _, err = _dry("tmft", "electra_layers", ["--resume", str(other)], capsys)
+    assert code == 2 and "resume it with: python sweeps/improvements.py" in err, err
+    assert "python sweeps/electra_layers.py" not in err
+    code, out, err = _dry("improvements", "improvements", _suggested(err), capsys)
+    assert code == 0 and f"it would resume {other}" in out, err

@@ -51,8 +51,13 @@ def describe(checked, parser) -> str:
     trials = estimate.trials if args.search == "grid" else args.num_samples
     if checked.saved is not None:
         done = finished_trials(checked)
-        left = "unknown" if done is None else max(0, trials - done)
-        lines.append(f"  resuming {checked.sweep_dir}: {left} of its {trials} trials left ({done} finished)")
+        if done is None:
+            lines.append(
+                f"  resuming {checked.sweep_dir}: its finished trials could not be read from {checked.mlflow_uri}"
+            )
+        else:
+            left = max(0, trials - done)
+            lines.append(f"  resuming {checked.sweep_dir}: {left} of its {trials} trials left ({done} finished)")
     lines.append(f"  trials: {trials}" + (f" (--search {args.search})" if args.search != "grid" else ""))
     lines += _resources(args, estimate.costs)
     hours = "unknown" if estimate.gpu_hours is None else f"{estimate.gpu_hours:.2f}"
