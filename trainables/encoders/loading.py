@@ -47,8 +47,13 @@ def resolve_model(name: str, mlflow_uri: str | None = None) -> Path:
     """Map a hub id, a directory or `runs:/<run id>` (a trial's best-dev checkpoint in the MLflow
     store `mlflow_uri`; trainables/encoders/run_refs.py) to a local directory holding the model
     (downloading a hub id if online), checked by `check_model_folder`."""
+    from trainables.encoders.run_refs import is_run_reference
+
     path = _locate_model(name, mlflow_uri)
-    check_model_folder(path, name)
+    # every weight read once: a trained checkpoint or a folder of the user's may hold inf or NaN; a hub copy
+    # or an installed model (checksummed by embsweep-assets) does not, and reading it would cost seconds
+    trained = is_run_reference(name) or Path(name).expanduser().exists()
+    check_model_folder(path, name, finite=trained)
     return path
 
 
@@ -80,11 +85,12 @@ def _locate_model(name: str, mlflow_uri: str | None) -> Path:
         raise SweepInputError(_missing_model_message(name, reason)) from None
 
 
-def check_model_folder(path, name: str | None = None) -> None:
+def check_model_folder(path, name: str | None = None, finite: bool = True) -> None:
     """Refuse, before any compute, a model folder that every trial would fail on or silently get
-    wrong: weights missing or truncated, weights of another vocabulary, or a tokenizer that is not
-    the model's own (transformers falls back to a 5-token vocabulary when the files are missing,
-    and the sweep would train on [UNK]s)."""
+    wrong: weights missing or truncated, weights that are not finite (with `finite`: every tensor of its
+    safetensors files read), weights of another vocabulary, a config.json that cannot be read, or a
+    tokenizer that is not the model's own (transformers falls back to a 5-token vocabulary when the files
+    are missing, and the sweep would train on [UNK]s)."""
     from transformers import AutoTokenizer
 
     path, name = Path(path), name or str(path)
@@ -103,7 +109,9 @@ def check_model_folder(path, name: str | None = None) -> None:
             with safe_open(str(file), "pt") as handle:
                 embeddings = [k for k in handle.keys() if k.endswith("word_embeddings.weight")]
                 rows = handle.get_slice(embeddings[0]).get_shape()[0] if embeddings else None
-                not_finite = next((k for k in handle.keys() if not _finite(handle.get_tensor(k))), None)
+                not_finite = (
+                    next((k for k in handle.keys() if not _finite(handle.get_tensor(k))), None) if finite else None
+                )
         except SafetensorError as error:
             raise SweepInputError(
                 f"model {name}: the weights file {file} is damaged ({error}); copy it again"
