@@ -173,8 +173,52 @@ def pareto_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[keep]
 
 
+def scored_tasks(run: pd.Series) -> list[str]:
+    """The suite sets of `run` that are MTEB tasks with a main score."""
+    metrics = run_metrics(run)
+    return [name for name in TASKS if task_scores(metrics, name) is not None]
+
+
+def why_nothing(runs: pd.DataFrame) -> str:
+    """Why no run of `runs` gives an MTEB result (for the refusal of an export that would write nothing)."""
+    if runs.empty:
+        return "no trial runs match (check --mlflow-uri, --experiment and --where)"
+    subset = 0
+    for _, run in runs.iterrows():
+        sample = run.get("max_eval_samples")
+        subset += run.get("task") == "stsb" and pd.notna(sample) and str(sample) not in ("", "None", "0")
+    parts = []
+    if subset:
+        parts.append(
+            f"{subset} scored the test split on a subset (--max-eval-samples), which is not MTEB's STSBenchmark"
+        )
+    if len(runs) - subset:
+        parts.append(f"{len(runs) - subset} have no suite scores on an MTEB task")
+    return (
+        f"none of the {len(runs)} runs has a score on a whole MTEB task ({'; '.join(parts)}); evaluate their "
+        "best-dev models on the suite (python sweeps/evaluate.py --models runs:/<run id> --sets stsb,...) or train "
+        "with --eval-sets"
+    )
+
+
+def identities(runs: pd.DataFrame) -> dict:
+    """Each run's (mteb model name, revision, base model), the revision made the run id wherever two runs
+    would share a name and revision (two evaluations of one model): no two results share a file."""
+    found = {index: run_identity(run) for index, run in runs.iterrows()}
+    counts: dict = {}
+    for name, revision, _ in found.values():
+        counts[(name, revision)] = counts.get((name, revision), 0) + 1
+    return {
+        index: (name, str(runs.loc[index, "run_id"]) if counts[(name, revision)] > 1 else revision, base)
+        for index, (name, revision, base) in found.items()
+    }
+
+
 def export_runs(runs: pd.DataFrame, out) -> Export:
-    """Write every run's MTEB-task scores under `out` (mteb's cache layout); see the module docstring."""
+    """Write every run's MTEB-task scores under `out` (mteb's cache layout); see the module docstring.
+    SweepInputError (`why_nothing`) where no run gives a result: nothing is written then."""
+    if not any(scored_tasks(run) for _, run in runs.iterrows()):
+        raise SweepInputError(f"python -m analysis mteb: nothing to export: {why_nothing(runs)}")
     import mteb
     from mteb.cache import ResultCache
     from mteb.results import TaskResult
@@ -185,9 +229,10 @@ def export_runs(runs: pd.DataFrame, out) -> Export:
     named = [runs[c].dropna() for c in ("sets", "eval_sets") if c in runs]
     export.skipped = {s for column in named for text in column for s in str(text).split(",") if s and s not in TASKS}
     export.skipped.discard("none")
-    for _, run in runs.iterrows():
+    names = identities(runs)
+    for index, run in runs.iterrows():
         metrics = run_metrics(run)
-        name, revision, base = run_identity(run)
+        name, revision, base = names[index]
         written = 0
         for set_name in TASKS:
             scores = task_scores(metrics, set_name)

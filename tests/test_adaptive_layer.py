@@ -207,6 +207,7 @@ def test_a_bad_value_is_refused_naming_its_flag(flags, message):
 
 def test_the_dry_run_prices_models_x_seeds_without_loading_a_model(data_dir, tiny_models):
     from sweeps.engine import dry_run
+    from sweeps.engine.runner import check_sweep, parser_for
     from trainables.methods.adaptive_layer.method import AdaptiveLayer
 
     models = f"sentence-transformers/all-MiniLM-L6-v2,{tiny_models['bert']}"
@@ -215,7 +216,7 @@ def test_the_dry_run_prices_models_x_seeds_without_loading_a_model(data_dir, tin
     assert estimate.trials == 6 and len(estimate.costs) == 6 and estimate.gpu_hours > 0
     assert all(c.gpu and c.memory_bytes > 0 and c.weight_bytes > 0 for c in estimate.costs)
     assert estimate.costs[0].weight_bytes > estimate.costs[3].weight_bytes  # MiniLM outweighs the tiny model
-    text = dry_run.describe(args, AdaptiveLayer, "adaptive_layer")
+    text = dry_run.describe(check_sweep(args, AdaptiveLayer, "adaptive_layer"), parser_for("adaptive-layer"))
     assert "trials: 6" in text and "GPU-hours: unknown" not in text and "disk: about" in text, text
     unknown = AdaptiveLayer.estimate(_parse("--models", "no-such/model", "--seeds", "0,1"))
     assert unknown.trials == 2 and unknown.gpu_hours is None and "no-such/model" in unknown.note

@@ -9,7 +9,7 @@ import argparse
 import pytest
 
 from sweeps.engine import dry_run
-from sweeps.engine.runner import parser_for
+from sweeps.engine.runner import check_sweep, parser_for
 from trainables.core.errors import SweepInputError
 from trainables.core.method import PlanContext
 from trainables.core.settings import resolve
@@ -100,7 +100,8 @@ def test_the_trial_configs_keep_their_keys_and_values(tiny_bert, data_dir, tmp_p
 
 
 def test_the_dry_run_counts_the_trials_without_loading_a_model():
-    text = dry_run.describe(parse("--layers", "all", "--pooling", "mean,cls", "--dry-run"), Evaluate, "evaluate")
+    checked = check_sweep(parse("--layers", "all", "--pooling", "mean,cls", "--dry-run"), Evaluate, "evaluate")
+    text = dry_run.describe(checked, parser_for("evaluate"))
     depth = int(config_without_loading(MINILM).num_hidden_layers)
     assert f"trials: {2 * (depth + 1)}" in text and "no GPU" in text, text
     assert f"embeddings of {MINILM}: layers 0..L, pooling mean,cls" in text, text

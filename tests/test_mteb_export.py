@@ -155,3 +155,15 @@ def test_real_minilm_zero_shot_sweep_exported_reads_back_as_the_suite_and_mtebs_
         assert scores[task].get_score() * 100 == pytest.approx(published, abs=0.05), task
     if "twitterpara" in sets:
         assert "not MTEB tasks, not written: twitterpara" in printed
+
+
+def test_two_evaluations_of_one_model_never_share_a_file(runs, tmp_path):
+    from analysis.mteb_export import export_runs
+
+    evaluated = runs[runs["run_id"] == "b" * 32]
+    twice = pd.concat([evaluated, evaluated.assign(run_id="f" * 32, stsb_spearman=12.5)], ignore_index=True)
+    export = export_runs(twice, tmp_path)
+    assert len(export.files) == 2 and len(set(map(str, export.files))) == 2
+    loaded = load_back(tmp_path)
+    scores = sorted(r["STSBenchmark"].scores["test"][0]["main_score"] for r in loaded.values())
+    assert scores == [0.125, 0.375], loaded.keys()

@@ -141,8 +141,12 @@ def test_one_check_fails_a_non_finite_loss_or_non_finite_weights():
 
     finite = [torch.ones(3), torch.zeros(2)]
     check_converging(1, 0.5, finite, 1e-5)
-    with pytest.raises(TrialFailure, match=r"training diverged: the mean loss of epoch 1 is nan \(lr 1e\+30\)"):
+    with pytest.raises(TrialFailure, match=r"training diverged: the mean loss of epoch 1 is nan \(--lr 1e\+30\)"):
         check_converging(1, float("nan"), finite, 1e30)
+    # the setting that can cause it is named, the most suspect first (a weight decay of 1e20, not the lr)
+    causes = {"lr": 0.01, "weight_decay": 1e20, "warmup_ratio": 0.1}
+    with pytest.raises(TrialFailure, match=r"\(--lr 0.01, --weight-decay 1e\+20, .*\); lower --weight-decay or --lr"):
+        check_converging(1, float("nan"), finite, settings=causes)
     with pytest.raises(TrialFailure, match="the mean loss of epoch 2 is inf"):
         check_converging(2, float("inf"))
     with pytest.raises(TrialFailure, match="training diverged: the weights are not finite after epoch 3"):
@@ -189,7 +193,7 @@ def test_a_diverged_tsdae_objective_fails_its_trial_once_with_the_reason(sweep_e
     )
     out = capsys.readouterr().out
     assert code == 1, out
-    assert "1 trial(s) failed:" in out and "training diverged: the mean loss of epoch 1 is nan (lr 1e+30)" in out
+    assert "1 trial(s) failed:" in out and "training diverged: the mean loss of epoch 1 is nan (--lr 1e+30" in out
     parents, children = runs_by_role(sweep_env["uri"])
     assert parents[0].info.status == "FAILED" and len(children) == 1
     assert children[0].info.status == "FAILED"

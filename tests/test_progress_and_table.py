@@ -23,7 +23,7 @@ class FakeTrial:
     def __init__(self, layer, status, wall=None, progress=None):
         self.config = {"model": "m", "layer": layer, "seed": 0}
         self.trial_id, self.status = f"t{layer}", status
-        self.last_result = {"wall_time_s": wall, "progress": progress}
+        self.last_result = {"wall_time_s": wall, "progress": progress, "done": status == "TERMINATED"}
 
 
 def test_time_left_scales_the_cost_model_by_the_finished_trials(monkeypatch):
@@ -79,3 +79,13 @@ def test_the_total_counts_trials_not_yet_created_and_failed_trials_are_not_done(
     line = ProgressLine(CONTRACT, stream=open("/dev/null", "w"), total=6)
     text = line.line(trials)
     assert "trials 1/6 done, 0 running, 4 pending, 1 errored" in text, text
+
+
+def test_trials_tune_ended_unfinished_are_never_counted_done():
+    """A store lost mid-sweep: Tune ends the running trials (TERMINATED, their last result not `done`);
+    the line counts only the trial that finished."""
+    trials = [FakeTrial(0, "TERMINATED", wall=1.0), FakeTrial(1, "TERMINATED"), FakeTrial(2, "TERMINATED")]
+    for trial in trials[1:]:
+        trial.last_result["done"] = False
+    text = ProgressLine(CONTRACT, stream=open("/dev/null", "w"), total=10).line(trials)
+    assert "trials 1/10 done, 0 running, 7 pending, 0 errored, 2 stopped unfinished" in text, text

@@ -221,3 +221,53 @@ def test_every_shared_setting_is_a_setting_of_several_methods():
     for setting in SHARED:
         users = [m for m in METHOD_NAMES if any(s.name == setting.name for s in METHODS.get(m).settings)]
         assert len(users) >= 2, f"{setting.name} is declared as shared but only {users} take it"
+
+
+def _engine_bad_cases():
+    for setting in ENGINE:
+        for bad in setting.bad_values():
+            yield pytest.param(setting, bad, id=f"engine-{setting.name}-{bad}")
+
+
+@pytest.mark.parametrize(("setting", "bad"), list(_engine_bad_cases()))
+def test_a_bad_value_of_every_engine_setting_is_refused_naming_its_flag(parsers, setting, bad):
+    """The engine's settings on every script alike (the empty value among them)."""
+    for method in METHOD_NAMES:
+        with pytest.raises(SweepInputError, match=re.escape(setting.option)):
+            parsers[method].parse_args([f"{setting.option}={bad}"])
+
+
+def test_every_declared_setting_refuses_an_empty_value_on_every_script(parsers):
+    """`--steps ''` is not "unset": it is refused like any other bad value (a setting whose default is the
+    empty text takes it)."""
+    for method in METHOD_NAMES:
+        for setting in (*METHODS.get(method).settings, *ENGINE):
+            if isinstance(setting.kind, Flag) or setting.default == "":
+                continue
+            with pytest.raises(SweepInputError, match=re.escape(f"{setting.option} is empty")):
+                parsers[method].parse_args([f"{setting.option}="])
+
+
+def test_resource_shares_ray_cannot_schedule_are_refused(parsers):
+    parser = parsers["tmft"]
+    with pytest.raises(SweepInputError, match=r"--cpus-per-trial must be >= 0.0001, got 1e-9 \(Ray schedules"):
+        parser.parse_args(["--cpus-per-trial", "1e-9"])
+    with pytest.raises(SweepInputError, match=r"--gpus-per-trial must be 0 or at least 0.0001"):
+        parser.parse_args(["--gpus-per-trial", "0.00001"])
+    assert parser.parse_args(["--cpus-per-trial", "0.0001", "--gpus-per-trial", "0"]).cpus_per_trial == 0.0001
+
+
+def test_none_with_other_names_is_refused_as_a_combination(parsers):
+    with pytest.raises(SweepInputError, match="--eval-sets none means no name at all and cannot be combined with stsb"):
+        parsers["tmft"].parse_args(["--eval-sets", "none,stsb"])
+    assert parsers["tmft"].parse_args(["--eval-sets", "none"]).eval_sets == []
+
+
+@pytest.mark.parametrize("method", METHOD_NAMES)
+def test_help_shows_each_default_once(parsers, method, capsys):
+    with pytest.raises(SystemExit):
+        parsers[method].parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: None)" not in text
+    for chunk in re.split(r"\s--?[a-z]", text):
+        assert chunk.count("(default:") <= 1, chunk

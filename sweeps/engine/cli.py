@@ -38,6 +38,8 @@ from trainables.encoders.precision import PRECISIONS, check_request, trials_on_g
 from trainables.training.retention import BEST_DTYPES, DEFAULT_BEST_DTYPE, KEEP_CHECKPOINTS
 from trainables.training.retention import DEFAULT as DEFAULT_KEEP
 
+RAY_RESOURCE_UNIT = 0.0001  # the smallest fraction of a resource Ray schedules (ray_option_utils)
+
 
 class GpuShare(Kind):
     """GPUs per trial: a fraction in [0, 1] or a whole number."""
@@ -49,13 +51,18 @@ class GpuShare(Kind):
             raise ValueError(f"must be 'auto', a fraction such as 0.25, or a whole number; got {value!r}") from None
         if not math.isfinite(gpus) or gpus < 0 or (gpus > 1 and gpus != int(gpus)):
             raise ValueError(f"must be a fraction in (0, 1] or a whole number, got {value}")
+        if 0 < gpus < RAY_RESOURCE_UNIT:
+            raise ValueError(
+                f"must be 0 or at least {RAY_RESOURCE_UNIT:g} (Ray schedules resources in steps of "
+                f"{RAY_RESOURCE_UNIT:g}), got {value}"
+            )
         return gpus
 
     def describe(self) -> str:
         return "a fraction in (0, 1] or a whole number"
 
     def bad_values(self) -> list[str]:
-        return ["x", "1.5", "-1"]
+        return ["x", "1.5", "-1", "1e-9"]
 
 
 DATA = "data"
@@ -147,7 +154,13 @@ ENGINE = (
         "older ones, fp32 on the CPU (table in trainables/encoders/precision.py)",
         group=RUN,
     ),
-    Setting("cpus_per_trial", Float(above=0), 1.0, "CPUs per trial", group=RUN),
+    Setting(
+        "cpus_per_trial",
+        Float(low=RAY_RESOURCE_UNIT, why=f"Ray schedules resources in steps of {RAY_RESOURCE_UNIT:g}"),
+        1.0,
+        "CPUs per trial",
+        group=RUN,
+    ),
     Setting(
         "keep_checkpoints",
         Choice(KEEP_CHECKPOINTS),

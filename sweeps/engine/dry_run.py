@@ -1,34 +1,64 @@
 """`--dry-run`: a sweep's plan, printed without starting anything.
 
-Every setting is parsed and checked as for a real sweep (the same refusals), then the method prices
-its grid from public configs alone (`Method.estimate`: no model loaded, no data tokenised): trials,
-each trial's CPU and GPU share (the packing rule of sweeps/engine/packing.py on the trial's memory
-estimate), GPU-hours, the disk the finished trials leave and a running trial adds
-(trainables/training/retention.py), and the upstream stages run first. With `--instance-type`, the
-GPU-hours' cost on that AWS instance type, on demand and on spot (sweeps/engine/instances.py: a dated
-price table that names its source). No Ray, no MLflow, and
-nothing written: not the storage path, not a cache.
+The dry run is the real plan minus its execution: it starts from the same checks (`runner.check_sweep`:
+the settings, the method's check, the resume folder and the flags it started with, the storage, the
+name, the MLflow store), so it refuses (exit 2) what the sweep would refuse, and describes the sweep
+that would run: `--resume` the named sweep with its own settings and the trials it has left (its
+trial runs FINISHED in MLflow are done), `--smoke-test` the tiny model the smoke test builds (built
+here in a temporary folder, removed again). Then the method prices its grid from configs alone
+(`Method.estimate`: no model loaded, no data tokenised): trials, each trial's CPU and GPU share (the
+packing rule of sweeps/engine/packing.py on the trial's memory estimate), GPU-hours, the disk the
+finished trials leave and a running trial adds (trainables/training/retention.py), and the upstream
+stages run first. With `--instance-type`, the GPU-hours' cost on that AWS instance type, on demand
+and on spot (sweeps/engine/instances.py: a dated price table that names its source). No Ray, MLflow
+only read (a resumed sweep's finished trials), and nothing written: not the storage path, not a cache.
 """
 
 from __future__ import annotations
 
+import tempfile
+from argparse import Namespace
+
 from sweeps.engine import instances, packing
-from sweeps.engine.cli import check_numbers
-from trainables.core.method import Method
 from trainables.training import retention
 
 
-def describe(args, method: type[Method], prog: str) -> str:
-    """The plan of the sweep `args` describe, as lines to print (SweepInputError on a bad setting)."""
-    check_numbers(args)
-    method.check(args)
-    estimate = method.estimate(args)
+def describe(checked, parser) -> str:
+    """The plan of the sweep `checked` (runner.CheckedSweep) describes, as lines to print (SweepInputError
+    where the method refuses its grid: a layer beyond a model's depth, say). `parser`: the script's parser
+    (its default models: what --smoke-test replaces with its tiny model)."""
+    from trainables.core.errors import SweepInputError
+    from trainables.encoders.tiny import smoke_model, smoke_models_dir
+
+    args, method = Namespace(**vars(checked.args)), checked.method_cls
+    with tempfile.TemporaryDirectory(prefix="embsweep-dry-run-") as scratch:
+        smoke = ""
+        if args.smoke_test and getattr(args, "models", None) and args.models == parser.get_default("models"):
+            args.models = [str(smoke_model(scratch, args.data_dir))]
+            smoke = " the smoke test's tiny random BERT (4 layers, hidden size 32);"
+        try:
+            estimate = method.estimate(args)
+        except SweepInputError as error:  # named as the real run names it: where it builds the tiny model
+            raise SweepInputError(
+                str(error).replace(str(smoke_models_dir(scratch)), str(smoke_models_dir(checked.storage_path)))
+            ) from None
     name = method.info.display_name if method.info else method.name
-    lines = [f"Dry run of {prog} ({name}): nothing was started or written."]
+    lines = [f"Dry run of {checked.prog} ({name}): nothing was started or written."]
+    if smoke:
+        lines.append(f"  model:{smoke} the smoke test builds it when it starts")
     if estimate is None:
         lines.append(f"  {method.name} cannot price its grid without loading its models: run it to see the plan")
         return "\n".join(lines)
     trials = estimate.trials if args.search == "grid" else args.num_samples
+    if checked.saved is not None:
+        done = finished_trials(checked)
+        if done is None:
+            lines.append(
+                f"  resuming {checked.sweep_dir}: its finished trials could not be read from {checked.mlflow_uri}"
+            )
+        else:
+            left = max(0, trials - done)
+            lines.append(f"  resuming {checked.sweep_dir}: {left} of its {trials} trials left ({done} finished)")
     lines.append(f"  trials: {trials}" + (f" (--search {args.search})" if args.search != "grid" else ""))
     lines += _resources(args, estimate.costs)
     hours = "unknown" if estimate.gpu_hours is None else f"{estimate.gpu_hours:.2f}"
@@ -49,9 +79,27 @@ def describe(args, method: type[Method], prog: str) -> str:
         lines += [f"    {stage}" for stage in estimate.stages]
     else:
         lines.append("  upstream stages: none")
-    where = args.storage_path if args.name is None else f"{args.storage_path}/{args.name}"
-    lines.append(f"  it would write to {where} and log to {args.mlflow_uri or 'sqlite:///<storage-path>/mlflow.db'}")
+    verb = "resume" if checked.saved is not None else "write to"
+    lines.append(f"  it would {verb} {checked.sweep_dir} and log to {checked.mlflow_uri}")
     return "\n".join(lines)
+
+
+def finished_trials(checked) -> int | None:
+    """How many trial runs of a resumed sweep are FINISHED in its MLflow store (None: not readable)."""
+    from mlflow import MlflowClient
+
+    from trainables.core.schema import TAG_PARENT
+
+    parent = checked.saved.get("parent_run_id")
+    try:
+        client = MlflowClient(tracking_uri=checked.mlflow_uri)
+        experiment = client.get_run(parent).info.experiment_id
+        runs = client.search_runs(
+            [experiment], f"tags.`{TAG_PARENT}` = '{parent}' and attributes.status = 'FINISHED'", max_results=50000
+        )
+    except Exception:  # any store's error: the plan says "unknown"
+        return None
+    return len(runs)
 
 
 def _resources(args, costs) -> list[str]:

@@ -44,6 +44,7 @@ from ray.tune.search.optuna import OptunaSearch
 from ray.tune.search.sample import Categorical, Domain
 
 from sweeps.engine import storage
+from trainables.core import object_storage
 from trainables.core.errors import SweepInputError
 from trainables.core.pareto import nondominated_ranks, survival_order
 from trainables.core.schema import config_hash
@@ -90,8 +91,7 @@ class ParetoASHA(FIFOScheduler):
 
     def _load(self) -> dict:
         if self.records is None:
-            saved = storage.read_json(self.state_path) if self.state_path else None
-            self.records = (saved or {}).get("rungs", {})
+            self.records = read_rungs(self.state_path, self.eta, self.max_t) if self.state_path else {}
         return self.records
 
     def objectives(self, result: dict) -> list[float]:
@@ -125,6 +125,54 @@ class ParetoASHA(FIFOScheduler):
 
     def debug_string(self) -> str:
         return f"ParetoASHA: rungs {self.rungs}, eta {self.eta}, max_t {self.max_t}"
+
+
+def read_rungs(path: str, eta: int, max_t: int) -> dict:
+    """The rung records at `path` ({} before the first rung was reached), checked as strictly as
+    sweep.json: JSON written by this scheduler for the same --pareto-eta and --epochs, every rung one of
+    the scheduler's, every record two finite numbers. SweepInputError (one line) on a file that cannot be
+    read or is not such a record: it is never treated as empty, so it is never overwritten."""
+    import math as _math
+
+    try:
+        data = object_storage.read_bytes(path)
+    except OSError as error:
+        raise SweepInputError(
+            f"{path}: the Pareto search's rung records cannot be read ({error.strerror or type(error).__name__}); "
+            "make the file readable again and resume (deleting it judges the remaining trials without the "
+            "earlier records)"
+        ) from None
+    if data is None:
+        return {}
+    try:
+        value = json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError):
+        value = None
+    allowed = {str(r) for r in milestones(max_t, 1, eta)} | {str(max_t)}
+
+    def problem() -> str | None:
+        if not isinstance(value, dict) or not isinstance(value.get("rungs"), dict):
+            return "not a JSON object with a 'rungs' object"
+        if value.get("eta") != eta or value.get("max_t") != max_t:
+            return f"written for eta {value.get('eta')!r} and {value.get('max_t')!r} epochs, not {eta} and {max_t}"
+        for rung, records in value["rungs"].items():
+            if rung not in allowed or not isinstance(records, dict):
+                return f"rung {rung!r} is not one of this search's rungs ({', '.join(sorted(allowed, key=int))})"
+            for key, point in records.items():
+                ok = isinstance(point, list) and len(point) == 2
+                if not ok or not all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and _math.isfinite(x) for x in point
+                ):
+                    return f"the record {key!r} at rung {rung} is {point!r}, not two finite numbers"
+        return None
+
+    found = problem()
+    if found:
+        raise SweepInputError(
+            f"{path}: the Pareto search's rung records are damaged ({found}); restore the file, or delete it to "
+            "judge the remaining trials without the earlier records"
+        )
+    return value["rungs"]
 
 
 class DistinctOptunaSearch(OptunaSearch):

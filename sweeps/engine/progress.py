@@ -3,7 +3,9 @@
     [12:04 elapsed | ~31:10 left] trials 14/40 done, 2 running, 23 pending, 1 errored | best dev Spearman 81.23
     (bert-base-cased L9 s2)
 
-Printed at most every `interval` seconds and whenever a trial finishes or errors. The best is the
+Printed at most every `interval` seconds and whenever a trial finishes or errors. "done" counts the
+trials that finished by Tune's own trial states (`ProgressLine.state`): a trial Tune ended without
+its last result (the sweep stopping, a store lost) is "stopped unfinished", never done. The best is the
 method's primary metric (its metric contract). The time left comes from the method's cost model:
 each trial's estimated seconds, scaled by how long the finished trials really took against their
 estimates (so cheap trials finishing first do not make the rest look cheap); a running trial
@@ -106,11 +108,22 @@ class ProgressLine(tune.Callback):
             return elapsed * (1 - done) / done
         return max(expected - elapsed, 0.1 * elapsed)
 
+    @staticmethod
+    def state(trial) -> str:
+        """The trial's state for the line, from Tune's own: TERMINATED only for a trial that finished (its
+        last result is `done`: its last epoch, or stopped by the scheduler), ERROR for one that failed,
+        STOPPED for one Tune ended without finishing it (the sweep stopping, a lost store)."""
+        result = trial.last_result or {}
+        if trial.status == "TERMINATED":
+            if result.get("trial_failed"):
+                return "ERROR"
+            return "TERMINATED" if result.get("done") else "STOPPED"
+        return trial.status
+
     def line(self, trials) -> str:
-        counts = {"TERMINATED": 0, "RUNNING": 0, "PENDING": 0, "ERROR": 0, "PAUSED": 0}
+        counts = {"TERMINATED": 0, "RUNNING": 0, "PENDING": 0, "ERROR": 0, "PAUSED": 0, "STOPPED": 0}
         for trial in trials:
-            failed = trial.status == "TERMINATED" and (trial.last_result or {}).get("trial_failed")
-            key = "ERROR" if failed else trial.status
+            key = self.state(trial)
             counts[key] = counts.get(key, 0) + 1
         not_created = max(0, (self.total or 0) - len(trials))
         now = time.time()
@@ -124,6 +137,7 @@ class ProgressLine(tune.Callback):
         text += (
             f"] trials {counts['TERMINATED']}/{len(trials) + not_created} done, {counts['RUNNING']} running, "
             f"{counts['PENDING'] + counts['PAUSED'] + not_created} pending, {counts['ERROR']} errored"
+            + (f", {counts['STOPPED']} stopped unfinished" if counts["STOPPED"] else "")
         )
         if self._best:
             text += f" | best {title(self.contract.primary)} {self._best[0]:.2f} ({self._best[1]})"

@@ -43,7 +43,7 @@ QUIET_ENV = {
     "PYTHONWARNINGS": "ignore",
     "MLFLOW_LOGGING_LEVEL": "WARNING",  # read when mlflow is imported: no "Creating initial MLflow database tables"
 }
-RESUME_KEEPS = ("address", "max_concurrent", "local_gpus", "resume", "force")
+RESUME_KEEPS = ("address", "max_concurrent", "local_gpus", "resume", "force", "dry_run")
 # Loggers whose routine lines are not for the person running a sweep: MLflow's INFO (database
 # set-up), Ray's notice that token authentication is on (it stays on), Ray Tune's chatter.
 QUIET_LOGGERS = {
@@ -79,6 +79,7 @@ class SweepPlan:
     failed_trials: list = field(default_factory=list)
     method_cls: type[Method] | None = None  # the class registered as `method`, resolved once by plan_sweep
     prog: str = "sweep"  # the script that made the sweep (recorded in sweep.json)
+    ray_log: str = ""  # where Ray's own log lines go (`_ray_logs_to_file`)
 
 
 def git_commit() -> str:
@@ -123,13 +124,41 @@ def _resolve_resume(args) -> tuple[str, dict]:
     return path, saved
 
 
-def _script_of(saved: dict, method: str) -> str:
-    """The script that made a sweep: recorded in sweep.json, or the one that runs its method's presets."""
+def _scripts_running(method: str) -> list[str]:
+    """The sweep scripts whose runs are of `method` (each script names its method once)."""
+    import re
+
+    return sorted(
+        f"sweeps/{path.name}"
+        for path in (PROJECT_ROOT / "sweeps").glob("*.py")
+        if re.search(rf'method="{re.escape(method)}"', path.read_text())
+    )
+
+
+def _script_of(saved: dict, method: str) -> str | None:
+    """The script that resumes a sweep of `method`: the one sweep.json records when it runs that method,
+    else the one script that does (None where none does: the folder contradicts itself)."""
+    scripts = _scripts_running(method) or sorted(
+        {p.script for p in presets.all_presets().values() if p.method == method}
+    )
     recorded = f"sweeps/{saved.get('script')}.py"
-    if saved.get("script") and (PROJECT_ROOT / recorded).is_file():
+    if recorded in scripts:
         return recorded
-    scripts = {p.script for p in presets.all_presets().values() if p.method == method}
-    return scripts.pop() if len(scripts) == 1 else f"the sweep script of method {method!r}"
+    return scripts[0] if len(scripts) == 1 else None
+
+
+def _refuse_other_method(sweep_dir: str, saved: dict, made_by: str, prog: str) -> None:
+    script = _script_of(saved, made_by)
+    if script is None or Path(script).stem == Path(prog).stem:  # never the command just refused
+        raise SweepInputError(
+            f"--resume {sweep_dir}: its {storage.SWEEP_FILE} records the script {saved.get('script')!r} and the "
+            f"method {made_by!r}, which no sweep script runs together; the folder's record does not match the code "
+            "that made it: resume it with the version of this project that made it, or start a new sweep"
+        )
+    raise SweepInputError(
+        f"--resume {sweep_dir}: this sweep was made by {script} (method {made_by}), not {prog}; "
+        f"resume it with: python {script} --resume {shlex.quote(sweep_dir)}"
+    )
 
 
 def _check_parent_run(sweep_dir: str, mlflow_uri: str, parent_run_id: str, recorded_uri: str) -> None:
@@ -207,10 +236,27 @@ def _refuse_changed_flags(args: Namespace, defaults: dict, saved: dict, settings
         )
 
 
-def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep", given: set | None = None) -> SweepPlan:
-    """Validate everything and prepare the shared data; raises SweepInputError on bad input.
-    `method`: a registered method's name or class (a sweep made by another method's script is refused
-    on --resume, with the script to use). `given`: the flags on the command line (cli.given_flags)."""
+@dataclass
+class CheckedSweep:
+    """What every check before planning settled (`check_sweep`): the arguments the sweep runs with (a
+    resumed sweep's own), where it lives and logs. The real plan and `--dry-run` both start here."""
+
+    args: Namespace
+    method_cls: type[Method]
+    prog: str
+    name: str
+    sweep_dir: str
+    storage_path: str
+    mlflow_uri: str
+    saved: dict | None = None
+
+
+def check_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep", given: set | None = None):
+    """Every check of a sweep before its method plans it, reading but writing nothing: the resume folder
+    (its seal, its method, the flags it started with), the settings, the method's own check, the storage,
+    the name, the MLflow store, the Ray address. `method`: a registered method's name or class (a sweep
+    made by another method's script is refused on --resume, with the script to use). `given`: the flags on
+    the command line (cli.given_flags)."""
     method_cls = method if isinstance(method, type) else None
     method = method_cls.name if method_cls else method
     saved = None
@@ -220,11 +266,7 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
         kept = {k: getattr(args, k) for k in RESUME_KEEPS}
         made_by = saved.get("method_class", method)
         if made_by != method:
-            script = _script_of(saved, made_by)
-            raise SweepInputError(
-                f"--resume {sweep_dir}: this sweep was made by {script} (method {made_by}), not this script; "
-                f"resume it with: python {script} --resume {shlex.quote(sweep_dir)}"
-            )
+            _refuse_other_method(sweep_dir, saved, made_by, prog)
     method_cls = method_cls or get_method(method)
     if saved is not None:
         saved["args"] = {method_cls.renamed.get(key, key): value for key, value in saved["args"].items()}
@@ -266,6 +308,20 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
     if saved and mlflow_uri != saved.get("mlflow_uri"):
         _check_parent_run(sweep_dir, mlflow_uri, saved["parent_run_id"], str(saved.get("mlflow_uri")))
     endpoints.check_ray_address(args.address)
+    if saved and args.search == "pareto":  # its rung records, read back, as strictly as sweep.json
+        from sweeps.engine import pareto_asha
+
+        epochs = max(1, int(getattr(args, "epochs", 1) or 1))
+        pareto_asha.read_rungs(storage.join(sweep_dir, pareto_asha.RUNGS_FILE), args.pareto_eta, epochs)
+    return CheckedSweep(args, method_cls, prog, name, sweep_dir, storage_path, mlflow_uri, saved)
+
+
+def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep", given: set | None = None) -> SweepPlan:
+    """Validate everything (`check_sweep`) and prepare the shared data; raises SweepInputError on bad input."""
+    checked = check_sweep(args, method, prog, given)
+    args, method_cls, prog, saved = checked.args, checked.method_cls, checked.prog, checked.saved
+    method, name, sweep_dir = method_cls.name, checked.name, checked.sweep_dir
+    storage_path, mlflow_uri = checked.storage_path, checked.mlflow_uri
 
     default_models = build_parser("x", "", method_cls).get_default("models") or []
     context = PlanContext(storage_path, mlflow_uri, smoke_test=bool(args.smoke_test), default_models=default_models)
@@ -402,6 +458,36 @@ def _init_ray(plan: SweepPlan) -> None:
                 log_to_driver=False,
                 logging_level=logging.WARNING,
             )
+    plan.ray_log = _ray_logs_to_file()
+
+
+RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.data")
+
+
+def _ray_logs_to_file() -> str:
+    """Ray's and Ray Tune's own log lines (a trial's traceback, warnings about syncing) go to a file in
+    Ray's session folder, not the terminal: the sweep prints what failed in its own words (the failed
+    trials and their reasons, a storage fault's one line) and names this file. Returns its path."""
+    import logging
+    import tempfile
+
+    import ray
+
+    try:
+        folder = ray._private.worker._global_node.get_logs_dir_path()  # Ray has no public name for it
+    except AttributeError:
+        folder = tempfile.gettempdir()
+    path = os.path.join(folder, f"embsweep-driver-{os.getpid()}.log")
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in RAY_LOGGERS:
+        logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if type(h) is logging.StreamHandler]:
+            logger.removeHandler(old)
+        if not any(getattr(h, "baseFilename", None) == handler.baseFilename for h in logger.handlers):
+            logger.addHandler(handler)
+        logger.propagate = False
+    return path
 
 
 CLOUD_CREDENTIAL_ENV = frozenset(
@@ -444,6 +530,7 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from sweeps.engine.progress import ProgressLine
+    from sweeps.engine.store_guard import StoreGuard
     from sweeps.engine.tracking import MlflowSweepCallback
 
     args, contract = plan.args, plan.contract
@@ -456,6 +543,7 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
             MlflowSweepCallback(
                 plan.mlflow_uri, plan.parent_run_id, plan.static_params, sweep_dir=plan.sweep_dir, contract=contract
             ),
+            StoreGuard(plan.sweep_dir),
             ProgressLine(
                 contract,
                 estimates=estimates,
@@ -759,6 +847,8 @@ def _finish(plan: SweepPlan, results) -> None:
         print(f"Then:    {command}")
     if failures:
         print(f"{len(failures)} trial(s) failed:", *failures, sep="\n")
+        if plan.ray_log:
+            print(f"Ray's own log of the sweep (tracebacks): {plan.ray_log}")
         print(
             f"--resume {shlex.quote(str(plan.sweep_dir))} reruns them from their last checkpoints: that helps when "
             "the cause has passed (a lost node, a full disk, an outage), not when a trial's settings or data are at "
@@ -794,7 +884,7 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
         if args.dry_run:
             from sweeps.engine import dry_run
 
-            print(dry_run.describe(args, method_cls, prog))
+            print(dry_run.describe(check_sweep(args, method_cls, prog, given), build_parser(prog, "", method_cls)))
             return 0
         plan = plan_sweep(args, method=method_cls, prog=prog, given=given)
         run_sweep(plan)
@@ -809,6 +899,12 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
     except Exception as error:
         full = no_space(error)
         if full is None:
+            fault = storage_fault(error)
+            if fault is not None:
+                print(f"error: {_stopped_for_storage(plan, fault)}", file=sys.stderr)
+                return 1
+            if plan is not None and plan.parent_run_id is not None:
+                _fail_open_runs(plan)  # a bug's traceback follows, but no run is left RUNNING
             raise
         if plan is None:  # while planning (e.g. the tokenised-data cache): nothing had started
             where = os.path.dirname(str(full.filename)) if full.filename else "the disk"
@@ -847,6 +943,51 @@ def no_space(error: BaseException) -> OSError | None:
             return error
         error = error.__cause__ or error.__context__
     return None
+
+
+STORAGE_MARKS = ("AWS Error", "NO_SUCH_BUCKET", "NoSuchBucket", "NoSuchKey", "curlCode", "ACCESS_DENIED", "S3")
+
+
+def storage_fault(error: BaseException) -> BaseException | None:
+    """The object store's error behind `error` (itself or what it was raised from): the store did not
+    answer after the retries (`object_storage.StorageUnavailable`), boto's errors, or pyarrow's S3
+    errors (a bucket or objects lost, access denied); None for any other error."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(
+            error, (object_storage.StorageUnavailable, object_storage.StorageLost, BotoCoreError, ClientError)
+        ):
+            return error
+        if isinstance(error, OSError) and error.errno != errno.ENOSPC and any(m in str(error) for m in STORAGE_MARKS):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _stopped_for_storage(plan: SweepPlan | None, error: BaseException) -> str:
+    """Mark the sweep's runs FAILED (none left RUNNING) and say, in one line, which store failed and what to do."""
+    from trainables.core.errors import redact
+
+    cause = redact(" ".join(str(error).split())[:240]) or type(error).__name__
+    retried = (
+        f"retried for up to {object_storage.retry_seconds():.0f} s while it did not answer ({object_storage.RETRY_ENV})"
+    )
+    if plan is None:
+        return (
+            f"the object store failed while the sweep was planned ({cause}; {retried}); nothing started. Fix the "
+            "store, then run again"
+        )
+    marked = _fail_open_runs(plan)
+    return (
+        f"the object store of {redact(plan.sweep_dir)} failed ({cause}; {retried}); the sweep stopped ({marked}). "
+        "When the store answers again with the sweep's objects, continue with --resume "
+        f"{shlex.quote(redact(plan.sweep_dir))}; "
+        "if its bucket or objects were lost, start the sweep again under another --name"
+        + (f" (Ray's log: {plan.ray_log})" if plan.ray_log else "")
+    )
 
 
 def _stopped_for_space(plan: SweepPlan, error: OSError) -> str:

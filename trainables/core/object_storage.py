@@ -16,7 +16,8 @@ because locations are written to sweep.json, MLflow params and logs.
   checks a copy against (`cached_copy`: a verified copy in this node's cache, made once);
 - `check_location(location, flag)`: refuses, within seconds and before any compute, a URI pyarrow
   cannot open, a bucket that does not exist, credentials the service refuses, an endpoint that does
-  not answer;
+  not answer, credentials in the URI (`refuse_credentials`) and a key with `..`, `.` or empty segments
+  (`check_key`, which `filesystem` also applies: no object is written at such a key);
 - `retrying`: every read and write of an object store is tried again, with growing pauses, while
   the store does not answer (up to $EMBSWEEP_STORAGE_RETRY_S, 300 s): an outage delays a sweep.
 
@@ -34,7 +35,7 @@ import uuid
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
-from trainables.core.errors import SweepInputError
+from trainables.core.errors import SweepInputError, redact
 
 CHECK_TIMEOUT_S = 4.0  # connect and read timeouts of the check before a sweep starts
 CREDENTIAL_KEYS = ("access_key", "secret_key", "session_token", "aws_access_key_id", "aws_secret_access_key")
@@ -43,6 +44,10 @@ CACHE_ENV = "EMBSWEEP_CACHE_DIR"
 
 class StorageUnavailable(RuntimeError):
     """The object store did not answer (after retries): the operation may succeed later."""
+
+
+class StorageLost(RuntimeError):
+    """The store answers but what a sweep wrote there is gone (a bucket emptied, a prefix deleted)."""
 
 
 # --- locations ----------------------------------------------------------------------------------
@@ -102,14 +107,45 @@ def query(uri: str) -> dict:
 
 
 def refuse_credentials(uri: str, flag: str) -> None:
+    """Refuse a URI that carries credentials, in its user info (`s3://KEY:SECRET@bucket/...`) or its
+    query (`?access_key=...&secret_key=...`): the message shows the URI without them."""
+    scheme, _, rest = str(uri).partition("://")
+    bucket = rest.partition("?")[0].partition("/")[0]
     found = [k for k in query(uri) if k.lower() in CREDENTIAL_KEYS]
+    if "@" in bucket:
+        found.insert(0, "user info before '@'")
     if found:
-        clean = _unsplit(*split(uri)[:2], urlencode({k: v for k, v in query(uri).items() if k not in found}))
+        kept = urlencode({k: v for k, v in query(uri).items() if k.lower() not in CREDENTIAL_KEYS})
+        clean = _unsplit(scheme, split(uri)[1].rpartition("@")[2] if "@" in bucket else split(uri)[1], kept)
         raise SweepInputError(
             f"{flag}: the URI carries credentials ({', '.join(found)}), which would be written to sweep.json, "
             f"MLflow and logs; pass {clean} and give the credentials as AWS does (AWS_ACCESS_KEY_ID and "
             "AWS_SECRET_ACCESS_KEY, a profile in ~/.aws, or the instance's role)"
         )
+
+
+def check_key(uri: str, flag: str) -> None:
+    """Refuse an object-store URI whose key a local path would not be allowed to have: a `..` or `.`
+    segment, an empty segment (`//`), a leading `/` (an empty bucket). The store's HTTP layer resolves
+    `..` and `.`, so such a key writes elsewhere than it reads; nothing is written with one."""
+    if not is_uri(uri):
+        return
+    path = str(uri).partition("://")[2].partition("?")[0]
+    segments = path.split("/")
+    if len(segments) > 1 and segments[-1] == "":  # one trailing slash: a folder
+        segments = segments[:-1]
+    bad = next((s for s in segments if s in ("", ".", "..")), None)
+    if bad is None:
+        return
+    why = {
+        "..": "'..' leads out of its folder (the store resolves it, so the sweep would write elsewhere)",
+        ".": "'.' is resolved by the store, so the key would not be the one written",
+        "": "an empty segment ('//', or a leading '/' before the bucket) is no folder name",
+    }[bad]
+    raise SweepInputError(
+        f"{flag} {uri}: the segment {bad!r} of the object key is refused: {why}; an object key follows the rules of "
+        "a local path (no '..', '.' or empty segments, no leading '/'): write s3://<bucket>/<folder>/<folder>"
+    )
 
 
 # --- filesystems and clients --------------------------------------------------------------------
@@ -122,6 +158,7 @@ def filesystem(location):
 
     if not is_uri(location):
         return pyarrow.fs.LocalFileSystem(), str(Path(location).expanduser().absolute())
+    check_key(location, "storage")  # the last guard: no object is ever read or written at such a key
     scheme, path, query_text = split(location)
     key = (scheme, bucket_key(location)[0] if scheme == "s3" else "", query_text)
     if key not in _FILESYSTEMS:
@@ -211,7 +248,7 @@ def retrying(operation, location, what: str):
                 raise
             if not warned:
                 print(
-                    f"warning: the object store does not answer ({what} {location}); trying again for up to "
+                    f"warning: the object store does not answer ({what} {redact(location)}); trying again for up to "
                     f"{retry_seconds():.0f} s ({RETRY_ENV})",
                     file=sys.stderr,
                     flush=True,
@@ -221,7 +258,7 @@ def retrying(operation, location, what: str):
             pause = min(pause * 2, 10.0)
             continue
         if warned:
-            print(f"the object store answers again ({what} {location})", file=sys.stderr, flush=True)
+            print(f"the object store answers again ({what} {redact(location)})", file=sys.stderr, flush=True)
         return result
 
 
@@ -417,6 +454,7 @@ def _s3_call(location: str, operation: str, **kwargs):
     from botocore.exceptions import ConnectionError as BotoConnectionError
     from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
+    check_key(location, "storage")
     key = (endpoint_url(location), query(location).get("region"))
     if key not in _CLIENTS:
         _CLIENTS[key] = s3_client(location)
@@ -518,6 +556,7 @@ def check_location(location, flag: str) -> None:
     if not is_uri(location):
         return
     refuse_credentials(location, flag)
+    check_key(location, flag)
     scheme = split(location)[0]
     import pyarrow.fs
 

@@ -99,6 +99,7 @@ class Float(Kind):
     low: float | None = None  # at least
     below: float | None = None  # strictly less than
     high: float | None = None  # at most
+    why: str = ""  # what the bounds come from (e.g. "Ray's resource precision"), said when a value is refused
 
     def parse(self, value):
         if isinstance(value, bool):
@@ -115,11 +116,11 @@ class Float(Kind):
             or (self.below is not None and not number < self.below)
             or (self.high is not None and number > self.high)
         ):
-            raise ValueError(f"must be {self.describe()}, got {value}")
+            raise ValueError(f"must be {self.describe()}, got {value}" + (f" ({self.why})" if self.why else ""))
         return number
 
     def describe(self) -> str:
-        if self.above == 0 and self.below is None and self.high is None:
+        if self.above == 0 and self.low is None and self.below is None and self.high is None:
             return "positive"
         parts = []
         if self.above is not None:
@@ -137,7 +138,7 @@ class Float(Kind):
         if self.above is not None:
             bad.append(f"{self.above:g}")
         if self.low is not None:
-            bad.append(f"{self.low - 1:g}")
+            bad.append(f"{self.low / 10 if self.low > 0 else self.low - 1:g}")
         if self.high is not None:
             bad.append(f"{self.high + 1:g}")
         return bad
@@ -251,6 +252,11 @@ class Names(Kind):
             names = [n.strip() for n in text.split(",") if n.strip()]
         if not names and not self.empty:
             raise ValueError("is empty")
+        if self.empty and len(names) > 1 and "none" in (n.lower() for n in names):
+            others = ",".join(n for n in names if n.lower() != "none")
+            raise ValueError(
+                f"none means no name at all and cannot be combined with {others}; give none alone or {others}"
+            )
         if not self.repeats:
             repeated = sorted({n for n in names if names.count(n) > 1})
             if repeated:
@@ -343,12 +349,19 @@ class Setting:
         naming the flag when it is not one."""
         if value is None and (self.default is None or isinstance(self.kind, Flag)):
             return None if not isinstance(self.kind, Flag) else False
+        if isinstance(value, str) and not value.strip() and value != self.default:
+            raise SweepInputError(f"{self.option} is empty; give a value{self._empty_hint()} or leave the flag out")
         try:
             if self.per and not isinstance(self.kind, Flag):
                 return self._parse_per(value)
             return self.kind.parse(value)
         except ValueError as error:
             raise SweepInputError(f"{self.option} {error}") from None
+
+    def _empty_hint(self) -> str:
+        if isinstance(self.kind, Names) and self.kind.empty:
+            return " (none for no names)"
+        return f" ({self.kind.describe()})" if self.kind.describe() and not isinstance(self.kind, Text) else ""
 
     def _parse_per(self, value):
         if isinstance(value, dict):
@@ -380,9 +393,12 @@ class Setting:
             parts.append(f"[{allowed}]")
         if self.per:
             parts.append(f"(VALUE for every one, or NAME=VALUE[,...] for some of {', '.join(self.per)})")
-        if not isinstance(self.kind, Flag):
+        if not isinstance(self.kind, Flag) and "default:" not in self.help:  # said once: in words, else the value
             shown = self.kind.to_config(self.default) if isinstance(self.default, (list, tuple)) else self.default
+            shown = "not set" if shown is None else "empty" if shown == "" else shown
             parts.append(f"(default: {shown}" + (f"; {self.source})" if self.source != "code" else ")"))
+        elif not isinstance(self.kind, Flag) and self.source != "code":
+            parts.append(f"({self.source})")
         elif self.source != "code":
             parts.append(f"({self.source})")
         return " ".join(parts).replace("%", "%%")
@@ -391,6 +407,8 @@ class Setting:
         bad = self.kind.bad_values()
         if self.per and bad:
             bad = [*bad, f"no-such-objective={bad[0]}"]
+        if not isinstance(self.kind, Flag) and self.default != "":  # an empty value is refused like any bad one
+            bad = [*bad, ""]
         return bad
 
     def to_config(self, value):

@@ -47,8 +47,13 @@ def resolve_model(name: str, mlflow_uri: str | None = None) -> Path:
     """Map a hub id, a directory or `runs:/<run id>` (a trial's best-dev checkpoint in the MLflow
     store `mlflow_uri`; trainables/encoders/run_refs.py) to a local directory holding the model
     (downloading a hub id if online), checked by `check_model_folder`."""
+    from trainables.encoders.run_refs import is_run_reference
+
     path = _locate_model(name, mlflow_uri)
-    check_model_folder(path, name)
+    # every weight read once: a trained checkpoint or a folder of the user's may hold inf or NaN; a hub copy
+    # or an installed model (checksummed by embsweep-assets) does not, and reading it would cost seconds
+    trained = is_run_reference(name) or Path(name).expanduser().exists()
+    check_model_folder(path, name, finite=trained)
     return path
 
 
@@ -80,11 +85,12 @@ def _locate_model(name: str, mlflow_uri: str | None) -> Path:
         raise SweepInputError(_missing_model_message(name, reason)) from None
 
 
-def check_model_folder(path, name: str | None = None) -> None:
+def check_model_folder(path, name: str | None = None, finite: bool = True) -> None:
     """Refuse, before any compute, a model folder that every trial would fail on or silently get
-    wrong: weights missing or truncated, weights of another vocabulary, or a tokenizer that is not
-    the model's own (transformers falls back to a 5-token vocabulary when the files are missing,
-    and the sweep would train on [UNK]s)."""
+    wrong: weights missing or truncated, weights that are not finite (with `finite`: every tensor of its
+    safetensors files read), weights of another vocabulary, a config.json that cannot be read, or a
+    tokenizer that is not the model's own (transformers falls back to a 5-token vocabulary when the files
+    are missing, and the sweep would train on [UNK]s)."""
     from transformers import AutoTokenizer
 
     path, name = Path(path), name or str(path)
@@ -103,10 +109,18 @@ def check_model_folder(path, name: str | None = None) -> None:
             with safe_open(str(file), "pt") as handle:
                 embeddings = [k for k in handle.keys() if k.endswith("word_embeddings.weight")]
                 rows = handle.get_slice(embeddings[0]).get_shape()[0] if embeddings else None
+                not_finite = (
+                    next((k for k in handle.keys() if not _finite(handle.get_tensor(k))), None) if finite else None
+                )
         except SafetensorError as error:
             raise SweepInputError(
                 f"model {name}: the weights file {file} is damaged ({error}); copy it again"
             ) from None
+        if not_finite is not None:
+            raise SweepInputError(
+                f"model {name}: the weights file {file} holds values that are not finite (in {not_finite}); its "
+                "training diverged or the file was damaged: copy it again, or pick another checkpoint"
+            )
         if rows is not None and vocab and rows != vocab:
             raise SweepInputError(
                 f"model {name}: {file.name} holds embeddings for {rows} tokens but config.json says "
@@ -138,10 +152,24 @@ def max_tokens(config, tokenizer) -> int:
     return min(limit, positions) if positions > 0 else limit
 
 
+def _finite(tensor) -> bool:
+    import torch
+
+    return not tensor.is_floating_point() or bool(torch.isfinite(tensor).all())
+
+
 def load_config(path):
+    """The model's transformers config; a config.json that cannot be read is refused with one line."""
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(str(path))
+    try:
+        return AutoConfig.from_pretrained(str(path))
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise SweepInputError(
+            f"model {path}: its config.json cannot be read ({type(error).__name__}: "
+            f"{str(error).strip().splitlines()[0][:160] if str(error).strip() else 'no detail'}); copy the model's own "
+            "config.json there"
+        ) from None
 
 
 def model_depth(config) -> int:
@@ -283,6 +311,16 @@ def local_model_folder(model: str) -> Path | None:
     if is_run_reference(model):
         return None
     return next((f for f in (Path(model).expanduser(), models_dir() / model) if (f / "config.json").is_file()), None)
+
+
+def check_layers(model: str, depth: int, layers) -> None:
+    """Refuse a `--layers` entry beyond `model`'s depth (layer 0 is the embedding output): the plan and
+    the dry run's estimate refuse alike."""
+    beyond = [layer for layer in layers or [] if layer > depth]
+    if beyond:
+        raise SweepInputError(
+            f"--layers: layer {beyond[0]} is beyond {model}'s depth ({depth} layers; valid 0..{depth})"
+        )
 
 
 def config_without_loading(model: str):

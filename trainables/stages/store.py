@@ -226,6 +226,7 @@ def stage_root(stage_dir: str | None, storage_path: str) -> str:
     if not object_storage.is_uri(location):
         return object_storage.absolute(location)
     object_storage.refuse_credentials(location, flag)
+    object_storage.check_key(location, flag)
     if object_storage.split(location)[0] != "s3":
         raise SweepInputError(
             f"{flag} {location}: the stage store on an object store needs S3's conditional writes; use an s3:// URI "

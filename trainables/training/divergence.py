@@ -18,10 +18,23 @@ def weights_finite(parameters) -> bool:
     return bool(torch.stack(checks).all()) if checks else True
 
 
-def check_converging(epoch: int, loss, parameters=(), lr=None, hint: str = "lower --lr or check the data") -> None:
+# The settings a diverging run can owe it to, with the value above which each is suspect first.
+CAUSES = {"lr": 1e-3, "weight_decay": 1.0, "warmup_ratio": 1.0}
+
+
+def check_converging(epoch: int, loss, parameters=(), lr=None, hint: str = "", settings: dict | None = None) -> None:
     """Raise `TrialFailure` when the mean training loss of `epoch` is not finite (a NaN if any step's
-    loss was), or when one of `parameters` (the trained weights) is not."""
-    at = f" (lr {lr:g})" if isinstance(lr, (int, float)) else ""
+    loss was), or when one of `parameters` (the trained weights) is not. The message names the settings
+    that can cause it (`settings`: name -> value of the run, of `CAUSES`; else `lr`), a suspect one first."""
+    settings = {k: v for k, v in (settings or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if not settings and isinstance(lr, (int, float)):
+        settings = {"lr": lr}
+    at = ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in settings.items())
+    at = f" ({at})" if at else ""
+    if not hint:
+        suspect = sorted(settings, key=lambda k: -abs(settings[k]) / CAUSES.get(k, math.inf))  # the most suspect first
+        flags = [f"--{k.replace('_', '-')}" for k in suspect if k in ("lr", "weight_decay")] or ["--lr"]
+        hint = f"lower {' or '.join(flags)}, or check the data"
     if not math.isfinite(float(loss)):
         raise TrialFailure(f"training diverged: the mean loss of epoch {epoch} is {loss}{at}; {hint}")
     if not weights_finite(parameters):

@@ -35,7 +35,7 @@ from trainables.core.errors import SweepInputError, TrialFailure
 from trainables.core.faults import maybe_hold
 from trainables.evaluation.metrics import BestTracker
 from trainables.training.device import pick_device, seed_everything
-from trainables.training.divergence import check_converging
+from trainables.training.divergence import CAUSES, check_converging
 from trainables.training.retention import LEGACY, LEGACY_BEST_DTYPE, keeps_best, keeps_training_state, store_half
 
 BEST_DIR = "best"  # the best-dev model folder inside every checkpoint
@@ -170,7 +170,8 @@ class EpochTrainable(tune.Trainable):
             metrics = self.train_epoch(self.epoch)
             self.train_elapsed += time.perf_counter() - train_started
             # every method's divergence ends its trial here, before a NaN is evaluated or kept as best
-            check_converging(self.epoch, metrics["train_loss"], self.trained_parameters(), self.trial_config.get("lr"))
+            causes = {k: self.trial_config[k] for k in CAUSES if k in self.trial_config}
+            check_converging(self.epoch, metrics["train_loss"], self.trained_parameters(), settings=causes)
         metrics.update(self.evaluate())
         if self.tracker.update(self.epoch, metrics):
             self.remember_best()

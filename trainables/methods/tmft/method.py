@@ -176,7 +176,7 @@ class TMFT(Method):
 
     @classmethod
     def plan(cls, args, context) -> MethodPlan:
-        from trainables.encoders.loading import load_config, model_depth, resolve_model
+        from trainables.encoders.loading import check_layers, load_config, model_depth, resolve_model
         from trainables.training.tokenized import load_task, subset, tokenize_task
 
         seeds, layers = args.seeds, args.layers
@@ -187,12 +187,7 @@ class TMFT(Method):
         for model in model_ids:
             paths[model] = resolve_model(model, context.mlflow_uri)
             depths[model] = model_depth(load_config(paths[model]))
-            for layer in layers or []:
-                if layer > depths[model]:
-                    raise SweepInputError(
-                        f"--layers: layer {layer} is beyond {model}'s depth ({depths[model]} layers; valid "
-                        f"0..{depths[model]})"
-                    )
+            check_layers(model, depths[model], layers)
         examples, checksums = load_task(args.task, args.data_dir)  # raises DataFormatError
         if args.max_eval_samples:
             examples = {

@@ -255,11 +255,14 @@ def estimate(args, models: list[str], stages: int = 1) -> Estimate:
     the task's training data tokenised with all-MiniLM-L6-v2's WordPiece where installed (else
     1.3 tokens per word). Upstream stages are not priced."""
     from trainables.encoders import cost as encoder_cost
+    from trainables.encoders.loading import check_layers, config_without_loading
 
     seeds, layers = len(args.seeds), args.layers
-    configs = {model: public_config(model) for model in models}
+    configs = {model: public_config(model) or config_without_loading(model) for model in models}
     unknown = [m for m, c in configs.items() if c is None]
     depth = {m: int(c.num_hidden_layers) for m, c in configs.items() if c is not None}
+    for model, layer_count in depth.items():
+        check_layers(model, layer_count, layers)
     trials = stages * seeds * sum(len(layers) if layers is not None else depth.get(m, 0) + 1 for m in models)
     if unknown:
         return Estimate(trials if layers is not None else 0, None, f"no public config here for {', '.join(unknown)}")
