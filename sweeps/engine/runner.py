@@ -21,7 +21,7 @@ from argparse import Namespace
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeps.engine import presets, seal, storage
+from sweeps.engine import presets, seal, simulate, storage
 from sweeps.engine.cli import build_parser, check_config_bounds, check_name, check_numbers, default_name, given_flags
 from trainables.core import endpoints, object_storage
 from trainables.core.errors import SweepInputError
@@ -227,6 +227,7 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
             )
     method_cls = method_cls or get_method(method)
     if saved is not None:
+        simulate.check_resume(sweep_dir, saved, args)
         saved["args"] = {method_cls.renamed.get(key, key): value for key, value in saved["args"].items()}
         parser = build_parser("x", "", method_cls)
         defaults = vars(parser.parse_args([]))  # flags added since it started
@@ -281,6 +282,8 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
             "the original data."
         )
     contract = method_cls.metrics(args)
+    if args.simulate:
+        simulate.check(method_cls, planned.configs, planned.costs)
     if args.search == "pareto":
         from sweeps.engine import pareto_asha
 
@@ -317,6 +320,7 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
         **contract.params(),
         **planned.static_params,
         **({"preset": args.preset} if getattr(args, "preset", None) else {}),
+        **({"simulated": "true"} if args.simulate else {}),
     }
     plan.args["data_checksums"] = planned.checksums
     check_free_space(plan)
@@ -643,6 +647,11 @@ def resolve_resources(plan: SweepPlan) -> TrialResources:
 def wrapped_trainable(plan: SweepPlan, resources: TrialResources):
     from ray import tune
 
+    if plan.args.get("simulate"):
+        from sweeps.engine.simulated_trial import SimulatedTrainable
+
+        simulated = tune.with_parameters(SimulatedTrainable, simulation=simulate.simulation(plan, resources))
+        return tune.with_resources(simulated, resources)
     cls = plan.method_cls.trainable_class()
     return tune.with_resources(tune.with_parameters(cls, data=plan.data), resources)
 
