@@ -102,3 +102,21 @@ def simulation(plan, resources) -> Simulation:
         finals=finals,
         mode=contract.mode,
     )
+
+
+def simulated_stage(spec: dict, run_id: str, mlflow_uri: str) -> dict:
+    """A stage of a --simulate sweep, as a Ray task with the stage's resources: it waits
+    `--simulate-seconds` (0 without it: stages carry no cost model), computes and writes nothing
+    (a real sweep never reuses it from the stage store), and records where it ran."""
+    import time
+
+    import ray
+
+    seconds = float(spec.get("simulate_seconds") or 0.0)
+    time.sleep(seconds)
+    ran_on = {"node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": ",".join(map(str, ray.get_gpu_ids()))}
+    return {
+        "result": {"mlflow_run_id": run_id, "mlflow_uri": mlflow_uri, "seconds": seconds},
+        "ran_on": ran_on,
+        "simulated": True,
+    }
