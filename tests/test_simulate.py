@@ -63,12 +63,23 @@ def test_waits_are_the_cost_models_seconds_over_the_speedup_or_the_fixed_seconds
     assert simulate.simulation(plan, resources).wait({"model": "a"}) == 1.5
 
 
-def test_a_simulated_trial_process_imports_neither_torch_nor_transformers():
+def test_a_simulated_trial_process_imports_neither_torch_nor_transformers(tmp_path):
+    """What Tune ships to a trial process (the class wrapped with its parameters and its resources
+    callable) unpickles there without torch: a runner.TrialResources in it imported every method."""
+    import ray.cloudpickle as cloudpickle
+    from ray import tune
+
+    from sweeps.engine.simulated_trial import SimulatedTrainable
+
+    sim = simulate.Simulation({("a",): 1.0}, ("model",), None, "dev", "best", ("test",))
+    shares = simulate.Shares(1.0, {("a",): 0.25}, ("model",), None)
+    wrapped = tune.with_resources(tune.with_parameters(SimulatedTrainable, simulation=sim), shares)
+    (tmp_path / "trial.pkl").write_bytes(cloudpickle.dumps((wrapped, sim)))
     code = (
-        "import sys, pickle; from sweeps.engine.simulated_trial import SimulatedTrainable; "
-        "from sweeps.engine.simulate import Simulation; "
-        "pickle.loads(pickle.dumps(Simulation({('a',): 1.0}, ('model',), None, 'd', 'b', ()))); "
-        "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules))"
+        "import sys, ray.cloudpickle as c; "
+        f"trial, sim = c.loads(open({str(tmp_path / 'trial.pkl')!r}, 'rb').read()); "
+        "assert trial.default_resource_request({'model': 'a'}).required_resources['GPU'] == 0.25; "
+        "print(sorted(m for m in ('torch', 'transformers', 'trainables.methods') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -651,7 +651,7 @@ def wrapped_trainable(plan: SweepPlan, resources: TrialResources):
         from sweeps.engine.simulated_trial import SimulatedTrainable
 
         simulated = tune.with_parameters(SimulatedTrainable, simulation=simulate.simulation(plan, resources))
-        return tune.with_resources(simulated, resources)
+        return tune.with_resources(simulated, simulate.Shares.of(resources, plan.costs))
     cls = plan.method_cls.trainable_class()
     return tune.with_resources(tune.with_parameters(cls, data=plan.data), resources)
 

@@ -56,6 +56,30 @@ class Simulation:
         return self.seconds[tuple(config.get(axis) for axis in self.axes)]
 
 
+@dataclass(frozen=True)
+class Shares:
+    """The trials' resources for `tune.with_resources`, as plain numbers: Tune ships this callable with
+    the trial's class, and `runner.TrialResources` would make every trial process import the runner,
+    the methods and torch (measured: 238 MB USS a trial process with it, figures in docs/cluster.md)."""
+
+    cpu: float
+    gpu: dict  # cost unit -> GPU share
+    axes: tuple
+    fixed_gpu: float | None
+
+    @classmethod
+    def of(cls, resources, costs: dict) -> "Shares":
+        shares = {unit: resources.gpu(dict(zip(resources.axes, unit))) for unit in costs}
+        return cls(resources.cpu, shares, tuple(resources.axes), resources.fixed_gpu)
+
+    def __call__(self, config: dict):
+        from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
+
+        unit = tuple(config.get(axis) for axis in self.axes)
+        gpu = self.gpu.get(unit, 1.0 if self.fixed_gpu is None else self.fixed_gpu)
+        return resource_dict_to_pg_factory({"cpu": self.cpu, "gpu": gpu})
+
+
 def _unit(text: str) -> float:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2**64
 
