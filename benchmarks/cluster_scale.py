@@ -5,8 +5,9 @@
 N trials of S seconds each (default 1,000 of 1 s) run twice on the same Ray cluster, with at most
 C at once: through the engine (`sweeps/electra_layers.py --smoke-test --simulate --simulate-seconds
 S --epochs 1 --gpus-per-trial 0 --max-concurrent C`: plan, MLflow parent and child runs, a checkpoint
-per trial, seals, progress line, summary) and through bare Ray Tune (a function trainable that
-sleeps S and reports once, `max_concurrent_trials` C, no callbacks, no checkpoints). It prints
+per trial, seals, progress line, summary) and through bare Ray Tune (a class trainable that
+sleeps S and reports once, `max_concurrent_trials` C, actors reused as the engine's are, no
+callbacks, no checkpoints). It prints
 both wall times, their ratio (goal: the engine adds at most 25%), and where the engine's driver
 spends its time: the engine's sweep runs under cProfile, and the driver's main thread's time is
 summed by where it is spent (MLflow, seals, checkpoints, the progress line, Ray Tune's own loop,
@@ -50,12 +51,18 @@ from ray import tune
 os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
 ray.init(address={address!r} or None, num_cpus=None if {address!r} else 8, log_to_driver=False,
          include_dashboard=False)
-def trial(config):
-    time.sleep({seconds})
-    tune.report({{"score": config["i"]}})
+class Trial(tune.Trainable):  # a class with actor reuse, as the engine's trials: the same processes
+    def setup(self, config):
+        self.i = config["i"]
+    def reset_config(self, config):
+        self.i = config["i"]
+        return True
+    def step(self):
+        time.sleep({seconds})
+        return {{"score": self.i, "done": True}}
 started = time.time()
-tune.Tuner(tune.with_resources(trial, {{"cpu": {cpu}}}), param_space={{"i": tune.grid_search(list(range({trials})))}},
-           tune_config=tune.TuneConfig(max_concurrent_trials={concurrent}),
+tune.Tuner(tune.with_resources(Trial, {{"cpu": {cpu}}}), param_space={{"i": tune.grid_search(list(range({trials})))}},
+           tune_config=tune.TuneConfig(max_concurrent_trials={concurrent}, reuse_actors=True),
            run_config=tune.RunConfig(storage_path={storage!r}, verbose=0)).fit()
 print("BARE", time.time() - started)
 """
@@ -89,6 +96,16 @@ def engine(
 
 def _env() -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
+
+
+def top_functions(profile: str, needles: tuple, count: int = 6) -> list[tuple[str, float, int]]:
+    stats = pstats.Stats(profile).stats
+    rows = [
+        (f"{Path(file).name}:{line} {name}", cumtime, calls)
+        for (file, line, name), (_, calls, _, cumtime, _) in stats.items()
+        if any(n in file for n in needles)
+    ]
+    return sorted(rows, key=lambda row: -row[1])[:count]
 
 
 def where_time_goes(profile: str) -> list[tuple[str, float]]:
@@ -127,6 +144,9 @@ def main(argv=None) -> int:
         print("the engine driver's main thread, by where its CPU time goes (cProfile tottime):")
         for label, seconds in where_time_goes(profile):
             print(f"  {label:<48} {seconds:8.1f} s")
+        print("the engine's tracking calls, by cumulative time:")
+        for name, seconds, calls in top_functions(profile, ("sweeps/engine/tracking.py",)):
+            print(f"  {name:<60} {seconds:8.1f} s  {calls} calls")
     return 0
 
 
