@@ -29,7 +29,7 @@ import pandas as pd
 
 from analysis.names import RANDOM_INIT_SUFFIX
 from trainables.core.errors import SweepInputError
-from trainables.core.schema import PARAMS, TAG_CONFIG_HASH, TAG_PARENT, TAG_ROLE, TAG_SWEEP
+from trainables.core.schema import PARAMS, TAG_CONFIG_HASH, TAG_PARENT, TAG_ROLE, TAG_SIMULATED, TAG_SWEEP
 
 ROLE_TRIAL = "trial"
 ROLE_SWEEP = "sweep"
@@ -183,6 +183,20 @@ def _order_and_type(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[first + rest_params + metrics].sort_values(sort, kind="stable").reset_index(drop=True)
 
 
+def _simulated(frame: pd.DataFrame, tracking_uri: str) -> bool:
+    """Whether the runs are a --simulate sweep's (synthetic scores: sweeps/engine/simulate.py); runs of
+    simulated and real sweeps together are refused, never summarised as one."""
+    simulated = frame["simulated"].astype(str).eq("true") if "simulated" in frame else pd.Series(False, frame.index)
+    if simulated.any() and not simulated.all():
+        sweeps = sorted(frame.loc[simulated, "sweep"].dropna().astype(str).unique())
+        raise AnalysisError(
+            f"{tracking_uri} holds runs of simulated sweeps ({', '.join(sweeps)}: synthetic scores, tag "
+            f"{TAG_SIMULATED}) beside real runs; report them apart: pass the --experiment of one kind, or log "
+            "simulated sweeps to their own store"
+        )
+    return bool(simulated.any())
+
+
 def load_runs(
     tracking_uri: str, experiment: str | None = None, *, fill_from_history: bool = True, allow_empty: bool = False
 ) -> pd.DataFrame:
@@ -214,5 +228,6 @@ def load_runs(
             "or pass the --experiment the sweep logged to."
         )
     frame = _order_and_type(_mark_random_init(frame))
+    frame.attrs["simulated"] = _simulated(frame, tracking_uri)
     frame.attrs["param_columns"] = [c for c in frame.columns if c in param_names]
     return frame

@@ -247,7 +247,7 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
     if where:
         source += ", runs with " + ", ".join(f"`{k}={v}`" for k, v in where.items())
     lines = [
-        "# Sweep report",
+        "# Sweep report" + (" (SIMULATED: synthetic scores, not measurements)" if runs.attrs.get("simulated") else ""),
         "",
         f"Source: {source}; generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}.",
         "",

@@ -21,6 +21,12 @@ a provider key Ray does not read (`availability_zones`) or zones outside the reg
 other than the instance type's GPUs (sweeps/engine/instances.py). On success it prints "valid" and
 the vCPU quota the cluster needs at full size, per quota (`quota_lines`), and the IAM PassRole a
 worker instance profile needs.
+
+Ray's fake multi-node provider (`fake_multinode`, cluster_local.yaml) ships no defaults file, so
+`prepare_config` cannot fill one in, and its autoscaler reads the config as written: for it the file
+itself must hold every launcher key of Ray's own base config (`monitor.BASE_READONLY_CONFIG`) and
+name its head type as the provider does (`ray.head.default`), turn off the node updaters (its
+nodes have no SSH), then pass `validate_config`.
 """
 
 from __future__ import annotations
@@ -58,13 +64,45 @@ def validate_cluster_config(path) -> dict:
     if not isinstance(config.get("provider"), dict) or "type" not in config["provider"]:
         raise ValueError(f"{path}: 'provider' with a 'type' (aws, gcp, azure, local, ...) is required")
     try:
-        prepared = prepare_config(config)
+        prepared = (
+            _prepare_fake_multinode(path, config) if config["provider"]["type"] == FAKE else prepare_config(config)
+        )
         validate_config(prepared)
     except jsonschema.ValidationError as e:
         where = ".".join(str(part) for part in e.absolute_path) or "top level"
         raise ValueError(f"{path}: invalid cluster config at {where}: {e.message}") from None
     except (ValueError, KeyError, TypeError, AssertionError, RuntimeError, NotImplementedError) as e:
         raise ValueError(f"{path}: invalid cluster config: {type(e).__name__}: {e}") from None
+    return prepared
+
+
+FAKE = "fake_multinode"
+
+
+def _prepare_fake_multinode(path: Path, config: dict) -> dict:
+    """The fake provider's config as its autoscaler will read it: no defaults merged, so none missing."""
+    from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_TYPE
+    from ray.autoscaler._private.monitor import BASE_READONLY_CONFIG
+    from ray.autoscaler._private.util import fill_node_type_min_max_workers
+
+    missing = [key for key in BASE_READONLY_CONFIG if key not in config and key != "docker"]
+    if missing:
+        raise ValueError(
+            f"{path}: the {FAKE} provider has no defaults, and its autoscaler crashes without these keys: "
+            f"{', '.join(missing)}; add them (empty values are fine)"
+        )
+    if config.get("head_node_type") != FAKE_HEAD_NODE_TYPE:
+        raise ValueError(
+            f"{path}: the {FAKE} provider names its head's type {FAKE_HEAD_NODE_TYPE!r}; set head_node_type "
+            "and that node type's name to it"
+        )
+    if config["provider"].get("disable_node_updaters") is not True:
+        raise ValueError(
+            f"{path}: the {FAKE} provider's nodes have no SSH: set provider.disable_node_updaters: true, or the "
+            "autoscaler terminates every node it adds"
+        )
+    prepared = dict(config)
+    fill_node_type_min_max_workers(prepared)
     return prepared
 
 

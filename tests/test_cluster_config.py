@@ -326,3 +326,46 @@ def test_the_docs_backup_of_the_mlflow_store_copies_it_to_the_shared_folder(tmp_
     done = subprocess.run(["bash", "-c", remote], env={**os.environ, "HOME": str(home)}, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert sqlite3.connect(shared / "mlflow-backup.db").execute("select id from runs").fetchall() == [("r1",)]
+
+
+LOCAL_YAML = CLUSTER_YAML.with_name("cluster_local.yaml")
+
+
+def test_local_cluster_yaml_is_valid_offline_with_cluster_yamls_node_types(no_network, raw_config):
+    config = validate_cluster_config(LOCAL_YAML)
+    assert config["provider"]["type"] == "fake_multinode"
+    head = config["available_node_types"][config["head_node_type"]]
+    assert head["resources"]["GPU"] == 0 and head["max_workers"] == 0
+    (gpu,) = [t for t in config["available_node_types"].values() if t["resources"].get("GPU", 0) > 0]
+    assert (gpu["resources"]["GPU"], gpu["min_workers"], gpu["max_workers"], config["max_workers"]) == (8, 0, 4, 4)
+    assert head["resources"]["CPU"] == raw_config["available_node_types"]["head_cpu"]["resources"]["CPU"]
+
+
+@pytest.mark.parametrize("key", ["file_mounts", "worker_start_ray_commands", "cluster_synced_files"])
+def test_local_cluster_yaml_without_a_launcher_key_is_rejected(tmp_path, key):
+    broken = yaml.safe_load(LOCAL_YAML.read_text())
+    del broken[key]
+    with pytest.raises(ValueError, match=f"autoscaler crashes without these keys: {key}"):
+        validate_cluster_config(write_copy(tmp_path, broken))
+
+
+def test_local_cluster_yaml_rules_of_the_fake_provider(tmp_path):
+    broken = yaml.safe_load(LOCAL_YAML.read_text())
+    broken["available_node_types"]["head"] = broken["available_node_types"].pop("ray.head.default")
+    broken["head_node_type"] = "head"
+    with pytest.raises(ValueError, match="ray.head.default"):
+        validate_cluster_config(write_copy(tmp_path, broken))
+    broken = yaml.safe_load(LOCAL_YAML.read_text())
+    del broken["provider"]["disable_node_updaters"]
+    with pytest.raises(ValueError, match="disable_node_updaters"):
+        validate_cluster_config(write_copy(tmp_path, broken))
+    broken = yaml.safe_load(LOCAL_YAML.read_text())
+    broken["max_workers"] = "many"
+    with pytest.raises(ValueError, match="'many' is not of type 'integer'"):
+        validate_cluster_config(write_copy(tmp_path, broken))
+
+
+def test_the_fake_provider_rules_do_not_apply_to_other_providers(tmp_path, raw_config):
+    config = copy.deepcopy(raw_config)
+    del config["worker_start_ray_commands"]  # aws has Ray's defaults for it
+    validate_cluster_config(write_copy(tmp_path, config))

@@ -222,6 +222,25 @@ ENGINE = (
         group=RUN,
     ),
     Setting(
+        "simulate",
+        Flag(),
+        False,
+        "run the sweep through the whole engine with simulated trials: each waits its cost model's predicted "
+        "seconds (divided by --simulate-speedup) and reports synthetic scores, tagged simulated (sweeps/engine/"
+        "simulate.py); no GPU, no model, no data loaded in the trials",
+        group=RUN,
+    ),
+    Setting(
+        "simulate_speedup", Float(above=0), 10.0, "--simulate: divide each trial's predicted seconds by this", group=RUN
+    ),
+    Setting(
+        "simulate_seconds",
+        Float(above=0),
+        None,
+        "--simulate: every trial waits this many seconds in all, whatever its cost model predicts",
+        group=RUN,
+    ),
+    Setting(
         "dry_run",
         Flag(),
         False,

@@ -21,7 +21,7 @@ from argparse import Namespace
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeps.engine import presets, seal, storage
+from sweeps.engine import presets, seal, simulate, storage
 from sweeps.engine.cli import build_parser, check_config_bounds, check_name, check_numbers, default_name, given_flags
 from trainables.core import endpoints, object_storage
 from trainables.core.errors import SweepInputError
@@ -269,6 +269,7 @@ def check_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep"
             _refuse_other_method(sweep_dir, saved, made_by, prog)
     method_cls = method_cls or get_method(method)
     if saved is not None:
+        simulate.check_resume(sweep_dir, saved, args)
         saved["args"] = {method_cls.renamed.get(key, key): value for key, value in saved["args"].items()}
         parser = build_parser("x", "", method_cls)
         defaults = vars(parser.parse_args([]))  # flags added since it started
@@ -337,6 +338,8 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
             "the original data."
         )
     contract = method_cls.metrics(args)
+    if args.simulate:
+        simulate.check(method_cls, planned.configs, planned.costs)
     if args.search == "pareto":
         from sweeps.engine import pareto_asha
 
@@ -373,6 +376,7 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
         **contract.params(),
         **planned.static_params,
         **({"preset": args.preset} if getattr(args, "preset", None) else {}),
+        **({"simulated": "true"} if args.simulate else {}),
     }
     plan.args["data_checksums"] = planned.checksums
     check_free_space(plan)
@@ -394,7 +398,7 @@ def check_free_space(plan: SweepPlan) -> None:
     its trials keep and what one running trial adds (a resumed sweep: what one running trial adds).
     `--force` makes it a warning."""
     free = _free_bytes(plan.storage_path)
-    if free is None:
+    if free is None or plan.args.get("simulate"):  # simulated trials keep a few bytes each
         return
     kept, running = TrialResources(1.0, 0.0, plan.costs, plan.method_cls.cost_axes).disk_bytes(plan)
     needed = running + (0.0 if plan.resuming else kept)
@@ -731,6 +735,11 @@ def resolve_resources(plan: SweepPlan) -> TrialResources:
 def wrapped_trainable(plan: SweepPlan, resources: TrialResources):
     from ray import tune
 
+    if plan.args.get("simulate"):
+        from sweeps.engine.simulated_trial import SimulatedTrainable
+
+        simulated = tune.with_parameters(SimulatedTrainable, simulation=simulate.simulation(plan, resources))
+        return tune.with_resources(simulated, simulate.Shares.of(resources, plan.costs))
     cls = plan.method_cls.trainable_class()
     return tune.with_resources(tune.with_parameters(cls, data=plan.data), resources)
 

@@ -195,7 +195,10 @@ def _stage_resources(plan) -> tuple[float, float]:
     if gpus is None:
         trial_gpu = plan.resources["gpu"]
         uses_gpus = trial_gpu not in (None, 0, 0.0, "0")
-        gpus = 1.0 if uses_gpus and ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
+        # a cluster (--address) may start with no GPU node and add them for this demand (cluster.yaml's
+        # GPU workers start at 0): as for the trials (runner.resolve_resources), its stages ask for a GPU
+        scales = bool(a.get("address"))
+        gpus = 1.0 if uses_gpus and (scales or ray.cluster_resources().get("GPU", 0) >= 1) else 0.0
     return float(cpus), float(gpus)
 
 
@@ -207,7 +210,15 @@ def execute_stage(spec: dict, run_id: str, mlflow_uri: str) -> dict:
 
     load()
 
-    return execute(spec, run_id, mlflow_uri)
+    manifest = execute(spec, run_id, mlflow_uri)
+    return {**manifest, "ran_on": ran_on()}
+
+
+def ran_on() -> dict:
+    """The node and GPU ids a stage task runs on (recorded as its run's tags, as a trial's)."""
+    import ray
+
+    return {"node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": ",".join(map(str, ray.get_gpu_ids()))}
 
 
 def prepare_stages(plan, specs: dict) -> None:
@@ -242,9 +253,16 @@ def prepare_stages(plan, specs: dict) -> None:
     )
 
     cpus, gpus = _stage_resources(plan)
-    remote = ray.remote(execute_stage).options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
-    limit = plan.args.get("max_concurrent") or len(missing) or 1
     own_runs, waiting, queue, shown = {}, {}, list(missing), {}
+    if plan.args.get("simulate"):
+        from sweeps.engine.simulate import simulated_stage as task
+
+        wait = plan.args.get("simulate_seconds") or 0.0
+        queue = [{**spec, "simulate_seconds": wait} for spec in queue]
+    else:
+        task = execute_stage
+    remote = ray.remote(task).options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
+    limit = plan.args.get("max_concurrent") or len(missing) or 1
     started = time.time()
     report_at = started + PROGRESS_INTERVAL_S
     while queue or waiting:
@@ -283,6 +301,9 @@ def prepare_stages(plan, specs: dict) -> None:
             print(f"  stage {stage_label(spec)} ready (computed by another sweep: run {computer})", flush=True)
             continue
         copy = {} if computer == own else {TAG_STAGE_COPY_OF: f"{result.get('mlflow_uri')}#{computer}"}
+        copy.update(manifest.get("ran_on") or {})
+        if manifest.get("simulated"):
+            copy[schema.TAG_SIMULATED] = "true"
         log_stage_result(writer, parent, key, result, tags=copy)
         finish_stage_run(writer, parent, key, "FINISHED")
         run_ids[key] = own

@@ -186,9 +186,10 @@ def start_parent_run(tracking_uri: str, experiment: str, sweep_name: str, params
     configure_http(tracking_uri)
     try:
         client, experiment_id = _open_store(tracking_uri, experiment)
-        run = client.create_run(
-            experiment_id, run_name=sweep_name, tags={schema.TAG_ROLE: "sweep", schema.TAG_SWEEP: sweep_name}
-        )
+        tags = {schema.TAG_ROLE: "sweep", schema.TAG_SWEEP: sweep_name}
+        if params.get("simulated") == "true":
+            tags[schema.TAG_SIMULATED] = "true"
+        run = client.create_run(experiment_id, run_name=sweep_name, tags=tags)
         from mlflow.entities import Param
 
         client.log_batch(run.info.run_id, params=[Param(k, _param_value(v)) for k, v in params.items()])
@@ -622,6 +623,7 @@ class MlflowSweepCallback(tune.Callback):
             tags = {
                 "trial_id": trial.trial_id,
                 **{k: str(result[k]) for k in ("node_id", "device", "gpu_ids") if k in result},
+                **({schema.TAG_SIMULATED: "true"} if result.get("simulated") else {}),
             }
         self.writer.submit(self._op("log", trial.config, metrics=metrics, params=params, tags=tags))
         seen.add(step)

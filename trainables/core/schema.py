@@ -76,6 +76,7 @@ TAG_CONFIG_HASH = "embsweep.config_hash"
 TAG_PARENT = "mlflow.parentRunId"
 TAG_FAILURE = "embsweep.failure"  # why a trial failed for good (not retried)
 TAG_CHECKPOINT = "embsweep.checkpoint"  # the trial's latest checkpoint; its best-dev model is <checkpoint>/best
+TAG_SIMULATED = "embsweep.simulated"  # "true" on a --simulate sweep's runs: synthetic scores, never a measurement
 TAG_BEST_DIGEST = "embsweep.best_digest"  # digest of <checkpoint>/best.files.json: what a copy is checked against
 # on every experiment the tool creates: MLflow 3's UI then opens it on its training runs, not in GenAI mode
 EXPERIMENT_KIND_TAGS = {"mlflow.experimentKind": "custom_model_development"}

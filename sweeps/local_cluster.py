@@ -1,0 +1,217 @@
+"""cluster_local.yaml on this machine: Ray's fake multi-node provider, started and stopped alone.
+
+    python -m sweeps.local_cluster up      # prints the address to pass as --address
+    python -m sweeps.local_cluster status  # `ray status` at that address: the nodes, the demand
+    python -m sweeps.local_cluster down    # stops this cluster's processes and no other Ray
+
+`up` runs `RAY_FAKE_CLUSTER=1 ray start --head --autoscaling-config=...` with the cluster's own
+temp folder (default: `embsweep-local-cluster` in the system's temp folder; `--temp-dir`), its
+own free ports (GCS, client server, agents, metrics, the autoscaler's metrics) and authentication
+off (`RAY_AUTH_MODE=disabled`), so it neither meets nor disturbs another Ray on the machine. The
+head gets the head node type's resources; the autoscaler then adds GPU worker nodes (real raylets
+advertising the node type's GPUs) for the demand of what runs on it. `--max-workers N` and
+`--gpus-per-worker G` start a smaller copy of the file (tests, a small machine).
+
+`down` ends every process whose command line names the cluster's temp folder (head, workers'
+raylets, autoscaler, GCS) and everything they started, by process id: never a blanket `ray stop`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import yaml
+
+from sweeps.cluster_config import validate_cluster_config
+
+CLUSTER_FILE = Path(__file__).resolve().parents[1] / "cluster_local.yaml"
+DEFAULT_TEMP = Path(tempfile.gettempdir()) / "embsweep-local-cluster"
+STATE = "embsweep-cluster.json"
+# Ray's sockets live in <temp>/session_<date>_<time>_<us>_<pid>/sockets/plasma_store, at most 107 bytes.
+MAX_TEMP_DIR = 107 - len("/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _ray_cli() -> str:
+    return str(Path(sys.executable).with_name("ray"))
+
+
+def cluster_env(base: dict | None = None) -> dict:
+    """The environment of this cluster's processes and of `ray status` against it."""
+    return {
+        **(os.environ if base is None else base),
+        "RAY_FAKE_CLUSTER": "1",
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+
+
+def read_state(temp_dir: Path) -> dict | None:
+    path = Path(temp_dir) / STATE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _config_for(temp_dir: Path, address: str, max_workers: int | None, gpus: int | None) -> tuple[Path, dict]:
+    config = yaml.safe_load(CLUSTER_FILE.read_text())
+    config["provider"]["gcs_address"] = address
+    workers = [t for name, t in config["available_node_types"].items() if name != config["head_node_type"]]
+    if max_workers is not None:
+        config["max_workers"] = max_workers
+        for node_type in workers:
+            node_type["max_workers"] = max_workers
+    if gpus is not None:
+        for node_type in workers:
+            node_type["resources"]["GPU"] = gpus
+            node_type["resources"]["CPU"] = min(node_type["resources"]["CPU"], 6 * gpus)
+    path = temp_dir / "cluster_local.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    validate_cluster_config(path)
+    return path, config
+
+
+def up(
+    temp_dir: Path = DEFAULT_TEMP, max_workers: int | None = None, gpus: int | None = None, timeout: float = 120
+) -> str:
+    """Start the cluster; returns its address. Refuses when this temp folder's cluster is up."""
+    temp_dir = Path(temp_dir).resolve()
+    if len(str(temp_dir)) > MAX_TEMP_DIR:
+        raise ValueError(
+            f"--temp-dir {temp_dir} is too long for Ray's socket paths (at most {MAX_TEMP_DIR} characters); "
+            "pick a shorter folder"
+        )
+    state = read_state(temp_dir)
+    if state and _cluster_processes(temp_dir):
+        raise RuntimeError(f"a local cluster already runs from {temp_dir} at {state['address']}; `down` it first")
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    import ray._private.services as services
+
+    ip = services.get_node_ip_address()
+    port = _free_port()
+    address = f"{ip}:{port}"
+    config_path, config = _config_for(temp_dir, address, max_workers, gpus)
+    head = config["available_node_types"][config["head_node_type"]]["resources"]
+    env = cluster_env()
+    env["AUTOSCALER_METRIC_PORT"] = str(_free_port())
+    env["AUTOSCALER_UPDATE_INTERVAL_S"] = "2"
+    log = open(temp_dir / "head.log", "ab")
+    command = [
+        _ray_cli(), "start", "--head", f"--port={port}", f"--node-ip-address={ip}",
+        f"--temp-dir={temp_dir}", f"--autoscaling-config={config_path}",
+        f"--num-cpus={head.get('CPU', 0)}", f"--num-gpus={head.get('GPU', 0)}",
+        "--include-dashboard=false", "--disable-usage-stats",
+        f"--dashboard-agent-listen-port={_free_port()}",
+        f"--dashboard-agent-grpc-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}",
+        f"--metrics-export-port={_free_port()}",
+    ]  # fmt: skip
+    started = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    (temp_dir / STATE).write_text(json.dumps({"address": address, "config": str(config_path)}))
+    if started.returncode != 0:
+        down(temp_dir)
+        raise RuntimeError(f"`ray start` failed (exit {started.returncode}); see {temp_dir / 'head.log'}")
+    deadline = time.time() + timeout
+    while status(temp_dir).returncode != 0:
+        if time.time() > deadline:
+            down(temp_dir)
+            raise RuntimeError(f"the local cluster did not answer in {timeout:.0f} s; see {temp_dir / 'head.log'}")
+        time.sleep(1)
+    return address
+
+
+def status(temp_dir: Path = DEFAULT_TEMP) -> subprocess.CompletedProcess:
+    state = read_state(Path(temp_dir).resolve())
+    if state is None:
+        return subprocess.CompletedProcess([], 1, "", f"no local cluster started from {temp_dir}\n")
+    return subprocess.run(
+        [_ray_cli(), "status", f"--address={state['address']}"], env=cluster_env(), capture_output=True, text=True
+    )
+
+
+def worker_nodes(temp_dir: Path = DEFAULT_TEMP) -> int:
+    """Worker nodes up now, from `ray status`."""
+    text = status(temp_dir).stdout
+    active = text.split("Active:")[1].split("Pending:")[0] if "Active:" in text else ""
+    return sum(int(line.split()[0]) for line in active.splitlines() if "gpu_worker" in line)
+
+
+def _cluster_processes(temp_dir: Path) -> list[psutil.Process]:
+    """The processes naming this cluster's temp folder, and everything they started."""
+    needle = str(Path(temp_dir).resolve())
+    roots = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            parts = process.info["cmdline"] or ()
+            if process.pid != os.getpid() and any(part.endswith(needle) or needle + os.sep in part for part in parts):
+                roots.append(process)
+        except psutil.Error:
+            continue
+    found = {p.pid: p for p in roots}
+    for root in roots:
+        try:
+            found.update({child.pid: child for child in root.children(recursive=True)})
+        except psutil.Error:
+            continue
+    return list(found.values())
+
+
+def down(temp_dir: Path = DEFAULT_TEMP, grace: float = 10) -> int:
+    """Stop this cluster's processes (SIGTERM, then SIGKILL after `grace` s); returns how many."""
+    temp_dir = Path(temp_dir).resolve()
+    processes = _cluster_processes(temp_dir)
+    for process in processes:
+        try:
+            process.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(processes, timeout=grace)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+    state = temp_dir / STATE
+    if state.is_file():
+        state.unlink()
+    return len(processes)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sweeps.local_cluster", description=__doc__.split("\n")[0])
+    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("--temp-dir", type=Path, default=DEFAULT_TEMP, help="the cluster's own Ray temp folder")
+    parser.add_argument("--max-workers", type=int, help="at most this many GPU worker nodes (default: the file's)")
+    parser.add_argument("--gpus-per-worker", type=int, help="GPUs of each worker node (default: the file's)")
+    args = parser.parse_args(argv)
+    if args.command == "up":
+        try:
+            address = up(args.temp_dir, args.max_workers, args.gpus_per_worker)
+        except (RuntimeError, ValueError) as e:
+            print(e, file=sys.stderr)
+            return 1
+        print(address)
+        return 0
+    if args.command == "status":
+        result = status(args.temp_dir)
+        print(result.stdout or result.stderr, end="")
+        return result.returncode
+    print(f"stopped {down(args.temp_dir)} processes of the local cluster in {args.temp_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""`python -m sweeps.local_cluster`: the fake multi-node cluster starts, scales from 0 GPU nodes for
+0.25-GPU tasks, packs them at most four to a GPU id, and `down` stops its processes and no others."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sweeps import local_cluster
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+def test_down_stops_only_the_processes_naming_its_temp_folder(tmp_path):
+    ours, other = tmp_path / "cluster", tmp_path / "cluster-other"
+    ours.mkdir()
+    (ours / local_cluster.STATE).write_text(json.dumps({"address": "x"}))
+    mine = subprocess.Popen([*SLEEPER, f"--temp-dir={ours}"])
+    # a child started by one of the cluster's processes goes too, whatever its command line
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, time; subprocess.Popen({SLEEPER!r}); time.sleep(120)", str(ours)]
+    )
+    neighbours = [subprocess.Popen([*SLEEPER, f"--temp-dir={other}"]), subprocess.Popen(SLEEPER)]
+    try:
+        deadline = time.time() + 20
+        while not psutil.Process(parent.pid).children() and time.time() < deadline:
+            time.sleep(0.1)
+        (child,) = psutil.Process(parent.pid).children()
+        assert local_cluster.down(ours, grace=5) == 3
+        assert mine.wait(10) is not None and parent.wait(10) is not None
+        assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+        assert all(n.poll() is None for n in neighbours)
+        assert not (ours / local_cluster.STATE).exists()
+    finally:
+        for process in (mine, parent, *neighbours):
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.slow
+def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops():
+    import ray
+
+    temp_dir = Path(tempfile.mkdtemp(prefix="embsweep-lc-"))  # short: Ray's socket paths are limited
+    command = [sys.executable, "-m", "sweeps.local_cluster"]
+    started = subprocess.run(
+        [*command, "up", f"--temp-dir={temp_dir}", "--max-workers=1", "--gpus-per-worker=2"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert started.returncode == 0, started.stderr
+    address = started.stdout.strip().splitlines()[-1]
+    try:
+        assert local_cluster.worker_nodes(temp_dir) == 0
+        ray.init(address=address, log_to_driver=False)
+
+        @ray.remote(num_cpus=0, num_gpus=0.25)
+        def where():
+            import os
+
+            time.sleep(3)
+            return ray.get_runtime_context().get_node_id(), os.environ["CUDA_VISIBLE_DEVICES"]
+
+        placed = ray.get([where.remote() for _ in range(8)], timeout=150)
+        head = ray.get_runtime_context().get_node_id()
+        assert head not in {node for node, _ in placed}
+        assert set(Counter(placed).values()) == {4}  # two GPU ids of one new node, four tasks each
+        assert local_cluster.worker_nodes(temp_dir) == 1
+        shown = subprocess.run([*command, "status", f"--temp-dir={temp_dir}"], capture_output=True, text=True)
+        assert "1 gpu_worker" in shown.stdout
+    finally:
+        ray.shutdown()
+        stopped = subprocess.run([*command, "down", f"--temp-dir={temp_dir}"], capture_output=True, text=True)
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    assert not local_cluster._cluster_processes(temp_dir)
+    assert local_cluster.status(temp_dir).returncode != 0
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_up_refuses_a_temp_folder_too_long_for_rays_sockets(tmp_path):
+    with pytest.raises(ValueError, match="too long for Ray's socket paths"):
+        local_cluster.up(tmp_path / ("x" * 60))
