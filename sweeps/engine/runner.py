@@ -285,6 +285,10 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
         from sweeps.engine import pareto_asha
 
         pareto_asha.check(args, planned.configs, contract, method_cls)
+    if args.seeds_by_need:
+        from sweeps.engine import seed_search
+
+        seed_search.check(args, planned.configs, contract)
     plan = SweepPlan(
         name=name,
         method=method,
@@ -311,6 +315,16 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
         "sweep": name,
         "search": args.search,
         **({"pareto_size": args.pareto_size} if args.search == "pareto" else {}),
+        **(
+            {
+                "seeds_by_need": 1,
+                "initial_seeds": args.initial_seeds,
+                "seed_ci_width": args.seed_ci_width,
+                "seed_spread": args.seed_spread,
+            }
+            if args.seeds_by_need
+            else {}
+        ),
         "data_dir": str(args.data_dir),
         **{f"data_sha_{k}": v for k, v in planned.checksums.items()},
         **package_versions(),
@@ -495,6 +509,10 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
     costliest_first = sorted(
         plan.configs, key=lambda c: -estimates[config_hash(c)]
     )  # no long trial left alone at the end
+    if args.get("seeds_by_need"):
+        from sweeps.engine import seed_search
+
+        return seed_search.tuner(plan, trainable, run_config, costliest_first, placeholders)
     tune_config = tune.TuneConfig(
         search_alg=BasicVariantGenerator(
             points_to_evaluate=costliest_first, max_concurrent=args["max_concurrent"] or 0
