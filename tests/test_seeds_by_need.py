@@ -124,7 +124,8 @@ def test_a_killed_seeds_by_need_sweep_resumes_and_reports_seeds_and_intervals(
     uri = sweep_env["uri"]
     MlflowClient(uri).search_experiments()
     settings = "--layers 1,2 --seeds 0,1,2 --epochs 1 --max-concurrent 1 --seeds-by-need --seed-ci-width 0.001"
-    sweep = sweep_args(tiny_models["bert"], settings, *sweep_env["flags"])
+    # 320 pairs (not sweep_env's 48): enough steps for the seeds to differ, so intervals have a width
+    sweep = [*sweep_env["flags"], *sweep_args(tiny_models["bert"], f"{settings} --max-train-samples 320")]
 
     def round_zero_logged():
         parents, _ = runs_by_role(uri)
