@@ -116,8 +116,7 @@ def main() -> None:
         means = {m: {layer: np.mean([t[m] for _, t in ran[layer]]) for layer in layers} for m in ("dev", "test")}
         best = best_value(means["dev"], "max")
         inside = {
-            m: all(grid_ci[m][layer][0] <= means[m][layer] <= grid_ci[m][layer][1] for layer in layers)
-            for m in means
+            m: all(grid_ci[m][layer][0] <= means[m][layer] <= grid_ci[m][layer][1] for layer in layers) for m in means
         }
         largest = {m: max(abs(means[m][layer] - np.mean(full[m][layer])) for layer in layers) for m in means}
         print(
