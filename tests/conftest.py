@@ -23,6 +23,7 @@ from trainables.core.paths import default_data_dir  # noqa: E402
 # `sweep` step (`pytest -m sweep`), not in the fast default run; every behaviour they check keeps a
 # quicker test in the default run or is only visible in a whole sweep.
 SWEEP_TESTS = {
+    "test_seeds_by_need.py::test_a_killed_seeds_by_need_sweep_resumes_and_reports_seeds_and_intervals",
     "test_sweep_tmft.py::test_smoke_sweep_writes_one_parent_and_four_children_with_the_schema",
     "test_failures.py::test_diverged_training_fails_its_trial_once_with_the_reason",
     "test_stage_progress.py::test_the_driver_prints_a_running_stages_progress",
