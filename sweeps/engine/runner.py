@@ -609,7 +609,12 @@ class TrialResources:
 
     def describe(self, plan: SweepPlan) -> str:
         trials = len(plan.configs) if plan.args["search"] == "grid" else plan.args["num_samples"]
-        lines = [f"Sweep {plan.name}: {trials} trials; state in {plan.sweep_dir}"]
+        most = (
+            " at most (--seeds-by-need runs seeds where the conclusion is open)"
+            if plan.args.get("seeds_by_need")
+            else ""
+        )
+        lines = [f"Sweep {plan.name}: {trials} trials{most}; state in {plan.sweep_dir}"]
         shares = [self.gpu(c) for c in plan.configs]
         if not any(shares):
             lines.append(f"  each trial: {self.cpu:g} CPU, no GPU")
