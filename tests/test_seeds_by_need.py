@@ -114,7 +114,7 @@ def test_a_grid_with_no_seeds_axis_is_refused():
 
     no_seed = MetricContract(primary="p", report="r", axes=("model", "layer"), select="layer", seed=None)
     with pytest.raises(SweepInputError, match="needs a grid with a --seeds axis"):
-        check(Namespace(initial_seeds=2, search="grid"), [{"model": "m", "layer": 0}], no_seed)
+        check(Namespace(initial_seeds=2, search="grid", seeds=[0, 1, 2]), no_seed)
 
 
 def test_a_killed_seeds_by_need_sweep_resumes_and_reports_seeds_and_intervals(
@@ -163,3 +163,24 @@ def test_a_killed_seeds_by_need_sweep_resumes_and_reports_seeds_and_intervals(
     assert "## Seeds by need" in text
     table = (tmp_path / "report" / "tables" / "seeds_by_need.csv").read_text()
     assert table.count("\n") == 3 and ",3," in table
+
+
+def test_a_script_whose_grid_has_no_seeds_is_refused_before_anything_is_written(
+    tiny_models, data_dir, tmp_path, capsys
+):
+    from sweeps.evaluate import main as evaluate
+
+    storage = tmp_path / "runs"
+    argv = [
+        "--models",
+        tiny_models["bert"],
+        "--seeds-by-need",
+        "--storage-path",
+        str(storage),
+        "--data-dir",
+        str(data_dir),
+    ]
+    assert evaluate(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "needs a grid with a --seeds axis" in err, err
+    assert not storage.exists()

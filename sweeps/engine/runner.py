@@ -267,6 +267,10 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
         _check_parent_run(sweep_dir, mlflow_uri, saved["parent_run_id"], str(saved.get("mlflow_uri")))
     endpoints.check_ray_address(args.address)
 
+    if args.seeds_by_need:  # before the plan loads models and data
+        from sweeps.engine import seed_search
+
+        seed_search.check(args, method_cls.metrics(args))
     default_models = build_parser("x", "", method_cls).get_default("models") or []
     context = PlanContext(storage_path, mlflow_uri, smoke_test=bool(args.smoke_test), default_models=default_models)
     planned = method_cls.plan(args, context)
@@ -285,10 +289,6 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
         from sweeps.engine import pareto_asha
 
         pareto_asha.check(args, planned.configs, contract, method_cls)
-    if args.seeds_by_need:
-        from sweeps.engine import seed_search
-
-        seed_search.check(args, planned.configs, contract)
     plan = SweepPlan(
         name=name,
         method=method,

@@ -26,10 +26,10 @@ from trainables.core.seed_need import decide
 SETTINGS = ("seeds_by_need", "initial_seeds", "seed_ci_width", "seed_spread")
 
 
-def check(args, configs: list[dict], contract) -> None:
+def check(args, contract) -> None:
     """Refuse, before anything runs, a seeds-by-need sweep that has no seeds to decide on."""
     seeds = getattr(args, "seeds", None)
-    if contract.seed is None or seeds is None or not configs or contract.seed not in configs[0]:
+    if contract.seed != "seed" or seeds is None:  # e.g. SED's replicas: distinct teachers, not seeds
         raise SweepInputError(
             "--seeds-by-need needs a grid with a --seeds axis; this method's grid has none: drop --seeds-by-need"
         )
