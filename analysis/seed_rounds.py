@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from analysis.names import display_names, metric_name
 from analysis.plots import new_figure, save_figure
@@ -73,7 +74,11 @@ def plot(group: pd.DataFrame, title: str):
     for xi, yi, n in zip(x, group["mean"], group["n_seeds"]):
         ax.annotate(f"n={n}", (xi, yi), textcoords="offset points", xytext=(6, 4), fontsize=8)
     ax.set_xlabel(select or "configuration")
-    ax.set_ylabel(f"dev {metric_name(group['metric'].iloc[0])} ×100: mean and 95% interval")
+    ax.set_ylabel(
+        f"{metric_name(str(group['metric'].iloc[0]).removeprefix('best_dev_'))} ×100 (dev): mean, 95% interval"
+    )
+    if select:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title, fontsize=11)
     ax.grid(alpha=0.3)
     return fig
