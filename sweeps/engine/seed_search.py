@@ -23,8 +23,6 @@ from ray.tune.search import Searcher
 from trainables.core.errors import SweepInputError
 from trainables.core.seed_need import decide
 
-SETTINGS = ("seeds_by_need", "initial_seeds", "seed_ci_width", "seed_spread")
-
 
 def check(args, contract) -> None:
     """Refuse, before anything runs, a seeds-by-need sweep that has no seeds to decide on."""

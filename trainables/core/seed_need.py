@@ -75,8 +75,8 @@ class Decision:
 def decide(
     values: dict, max_seeds: dict, width: float, mode: str = "max", confidence: float = 0.95, pooled: bool = True
 ) -> list[Decision]:
-    """One group's decisions: values {key: [metric per finished seed]}, max_seeds {key: seeds left
-    to run at most + seeds run, i.e. the --seeds count less failed ones}."""
+    """One group's decisions: `values` {key: [the metric of each finished seed]}, `max_seeds` {key: the
+    most results it can have (the --seeds count less its failed trials)}, `width` the interval target."""
     found = intervals(values, confidence, pooled)
     best = best_value({k: i.mean for k, i in found.items() if i.n}, mode)
     out = []
