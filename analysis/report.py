@@ -14,6 +14,8 @@ Writes into OUT:
   (e.g. per model and pooling: one line per evaluation set against the layer);
 - for a `--search pareto` sweep: figures/search_<sweep>.png|svg (every point the search evaluated,
   the front it found) and tables/search_points.csv (analysis/search_front.py);
+- a `--seeds-by-need` sweep's seeds per configuration and intervals: figures/seeds_by_need_*.png and
+  tables/seeds_by_need.csv (analysis/seed_rounds.py);
 - for an adaptive-layer run beside a TMFT sweep of its model and task: its layer curve beside TMFT's
   with the compute each took and their CKA per layer, figures/one_run_vs_tmft_<model>_<task>.png|svg and
   tables/one_run_vs_tmft.csv (analysis/one_run.py);
@@ -39,7 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pandas as pd
 
-from analysis import one_run, published, search_front
+from analysis import one_run, published, search_front, seed_rounds
 from analysis.loader import AnalysisError, load_runs
 from analysis.names import display_names, method_info, method_name, method_sort_key, task_name
 from analysis.pareto import pareto_points
@@ -346,6 +348,7 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
 
     lines += _table_family_sections(others, figures, tables, write_csv, report)
     lines += search_front.sections(runs, figures, tables, write_csv, report)
+    lines += seed_rounds.sections(runs, figures, tables, write_csv, report)
     lines += one_run.sections(runs, figures, tables, write_csv, report)
     lines += _methods_section(runs)
     lines += [

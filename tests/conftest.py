@@ -28,6 +28,7 @@ SWEEP_TESTS = {
     "test_dry_run_plans.py::test_a_dry_run_of_a_resume_plans_what_is_left_of_the_named_sweep",
     "test_storage_keys.py::test_a_finished_sweep_writes_the_secret_nowhere",
     "test_simulate.py::test_simulated_sweep_end_to_end_tags_its_runs_resumes_only_simulated_and_is_marked_in_the_report",
+    "test_seeds_by_need.py::test_a_killed_seeds_by_need_sweep_resumes_and_reports_seeds_and_intervals",
     "test_sweep_tmft.py::test_smoke_sweep_writes_one_parent_and_four_children_with_the_schema",
     "test_failures.py::test_diverged_training_fails_its_trial_once_with_the_reason",
     "test_stage_progress.py::test_the_driver_prints_a_running_stages_progress",

@@ -109,6 +109,32 @@ ENGINE = (
         group=SEARCH,
     ),
     Setting(
+        "seeds_by_need",
+        Flag(),
+        False,
+        "run the --seeds in rounds: each configuration starts with --initial-seeds, and gets its next seed only "
+        "while its conclusion is open (its interval overlaps the best's, or is wider than --seed-ci-width); rule "
+        "and error rate in docs/methods.md",
+        group=SEARCH,
+    ),
+    Setting("initial_seeds", Int(low=2), 2, "--seeds-by-need: seeds every configuration starts with", group=SEARCH),
+    Setting(
+        "seed_ci_width",
+        Float(above=0),
+        2.0,
+        "--seeds-by-need: a configuration whose 95% interval is wider than this (in the metric's points, x100) "
+        "gets another seed",
+        group=SEARCH,
+    ),
+    Setting(
+        "seed_spread",
+        Choice(("pooled", "own")),
+        "pooled",
+        "--seeds-by-need: the seed std behind the intervals: pooled over the configurations compared together "
+        "(one model and task), or each configuration's own",
+        group=SEARCH,
+    ),
+    Setting(
         "name",
         Text(),
         None,

@@ -324,6 +324,10 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
     method, name, sweep_dir = method_cls.name, checked.name, checked.sweep_dir
     storage_path, mlflow_uri = checked.storage_path, checked.mlflow_uri
 
+    if args.seeds_by_need:  # before the plan loads models and data
+        from sweeps.engine import seed_search
+
+        seed_search.check(args, method_cls.metrics(args))
     default_models = build_parser("x", "", method_cls).get_default("models") or []
     context = PlanContext(storage_path, mlflow_uri, smoke_test=bool(args.smoke_test), default_models=default_models)
     planned = method_cls.plan(args, context)
@@ -370,6 +374,16 @@ def plan_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep",
         "sweep": name,
         "search": args.search,
         **({"pareto_size": args.pareto_size} if args.search == "pareto" else {}),
+        **(
+            {
+                "seeds_by_need": 1,
+                "initial_seeds": args.initial_seeds,
+                "seed_ci_width": args.seed_ci_width,
+                "seed_spread": args.seed_spread,
+            }
+            if args.seeds_by_need
+            else {}
+        ),
         "data_dir": str(args.data_dir),
         **{f"data_sha_{k}": v for k, v in planned.checksums.items()},
         **package_versions(),
@@ -587,6 +601,10 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
     costliest_first = sorted(
         plan.configs, key=lambda c: -estimates[config_hash(c)]
     )  # no long trial left alone at the end
+    if args.get("seeds_by_need"):
+        from sweeps.engine import seed_search
+
+        return seed_search.tuner(plan, trainable, run_config, costliest_first, placeholders)
     tune_config = tune.TuneConfig(
         search_alg=BasicVariantGenerator(
             points_to_evaluate=costliest_first, max_concurrent=args["max_concurrent"] or 0
@@ -683,7 +701,12 @@ class TrialResources:
 
     def describe(self, plan: SweepPlan) -> str:
         trials = len(plan.configs) if plan.args["search"] == "grid" else plan.args["num_samples"]
-        lines = [f"Sweep {plan.name}: {trials} trials; state in {plan.sweep_dir}"]
+        most = (
+            " at most (--seeds-by-need runs seeds where the conclusion is open)"
+            if plan.args.get("seeds_by_need")
+            else ""
+        )
+        lines = [f"Sweep {plan.name}: {trials} trials{most}; state in {plan.sweep_dir}"]
         shares = [self.gpu(c) for c in plan.configs]
         if not any(shares):
             lines.append(f"  each trial: {self.cpu:g} CPU, no GPU")
