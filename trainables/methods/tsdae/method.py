@@ -39,12 +39,11 @@ from trainables.core import settings as shared
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Method, MethodInfo, MethodPlan, MetricContract, register_method
 from trainables.core.settings import Choice, Flag, Int, Kind, Names, Setting
-from trainables.data.sentences import check_corpus_size
 from trainables.encoders.loading import model_list
 from trainables.evaluation.sets import EVAL_SETS, eval_set_names, main_metric
 from trainables.methods.tsdae import paper
 from trainables.methods.tsdae.cost import trial_cost
-from trainables.methods.tsdae.settings import FINAL_WEIGHTS, SIMCSE_SETTINGS, TSDAE_B, flag_value, with_corpus_epochs
+from trainables.methods.tsdae.settings import FINAL_WEIGHTS, SIMCSE_SETTINGS, TSDAE_B, corpus_settings, flag_value
 from trainables.methods.tsdae.stage import NOISE
 from trainables.methods.tsdae.trainable import TSDAEData, TSDAETrainable
 from trainables.methods.tsdae.training import (
@@ -54,7 +53,6 @@ from trainables.methods.tsdae.training import (
     OBJECTIVES,
     check_corpus,
     check_decoder,
-    objective_settings,
     read_corpus,
 )
 
@@ -304,6 +302,9 @@ class TSDAE(Method):
             )
         for corpus in args.corpus:
             check_corpus(corpus)
+        for size in args.max_sentences or []:  # the sizes asked for; the plan checks each corpus's own
+            for o in objectives:
+                corpus_settings(o, args, size, 512, f"--max-sentences {size}")
         eval_sets_by_corpus(args.eval_sets, args.corpus)
 
     @classmethod
@@ -359,15 +360,8 @@ class TSDAE(Method):
         for (corpus, size), sentences in corpora.items():
             for m in models:
                 for o in objectives:
-                    settings = objective_settings(o, args, len(sentences), limits[m])
-                    if args.corpus_epochs is not None and o != "none":
-                        cap = flag_value(args, "steps", o)
-                        settings = with_corpus_epochs(settings, args.corpus_epochs, len(sentences), cap)
                     given = next(c for c, n in names.items() if n == corpus)  # as the command line has it
-                    if settings.get("batch_size"):  # one batch draws that many sentences
-                        check_corpus_size(
-                            sentences, settings["batch_size"], "--corpus", given, f"one batch of --objective {o}"
-                        )
+                    settings = corpus_settings(o, args, len(sentences), limits[m], f"--corpus {given}")
                     eval_sets = per_corpus[given]
                     common = {**base, **settings, "corpus": corpus, "max_sentences": size, "model": m}
                     common.update(objective=o, eval_sets=",".join(eval_sets) or "none", _model_path=paths[m])

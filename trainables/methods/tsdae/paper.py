@@ -398,7 +398,7 @@ def estimate(args) -> Estimate:
     from trainables.core.method import TrialCost
     from trainables.encoders import cost as encoder_cost
     from trainables.methods.tsdae.cost import PASSES, trial_memory_bytes
-    from trainables.methods.tsdae.settings import flag_value, resolve, with_corpus_epochs
+    from trainables.methods.tsdae.settings import corpus_settings
 
     corpora, sizes, models, objectives = args.corpus, args.max_sentences or [None], args.models, args.objectives
     seeds = len(args.seeds)
@@ -415,10 +415,8 @@ def estimate(args) -> Estimate:
                                 intermediate_size=intermediate, vocab_size=vocab)  # fmt: skip
             for size in sizes:
                 for objective in objectives:
-                    settings = resolve(objective, args, size or EPOCH_SENTENCES, 512)
-                    if getattr(args, "corpus_epochs", None) and objective != "none":
-                        cap = flag_value(args, "steps", objective)
-                        settings = with_corpus_epochs(settings, args.corpus_epochs, size or EPOCH_SENTENCES, cap)
+                    label = f"--max-sentences {size}" if size else f"--corpus {_corpus}"
+                    settings = corpus_settings(objective, args, size or EPOCH_SENTENCES, 512, label)
                     steps, batch = int(settings.get("steps") or 0), int(settings.get("batch_size") or 1)
                     passes = PASSES.get(objective, 1.0)
                     shape = encoder_cost.shape_from_config(config, layers, batch, TOKENS_PER_SENTENCE)
