@@ -22,6 +22,8 @@ Objectives (sentence-transformers 6.2 losses on a `SentenceTransformer` of Trans
 - `mlm`: the DAPT stage's masking (15 %, 80/10/10) and MLM model (trainables/encoders/mlm.py);
 - `none`: no training (zero epochs): the encoder as it is, evaluated the same way, one run per
   model; the contract's baseline (`objective=none`) that the report's gains are measured against.
+Batches: TSDAE, MLM and SimCSE pass over the corpus in shuffled epochs as their codes' data loaders do
+(settings.py `LAST_BATCH`; training.py `Batches`), CT draws with replacement.
 Settings: each objective at its own paper's (settings.py, docs/methods.md M6 "Settings"), or with
 `--shared-settings` every objective at TSDAE's; a per-objective setting given (`--lr`, `--batch-size`,
 ...: `SETTINGS`, `per=`) sets its value for every objective, or as `OBJECTIVE=VALUE` for some. One

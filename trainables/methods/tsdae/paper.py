@@ -371,7 +371,10 @@ PRESETS = {
                 "simcse_settings": "tsdae-paper",
             },
             note="Every objective trains 10 epochs of each corpus size up to 100K steps (§7.1), SimCSE's one-epoch "
-            "budget included. What differs: the paper reports each size's best in-domain development score "
+            "budget included, each epoch as its code forms its batches (params sampling, last_batch, epoch_steps): "
+            "a shuffled pass, TSDAE dropping the last incomplete batch, MLM and SimCSE training it (SimCSE at 128 "
+            "and 256 sentences: one batch of the whole corpus), CT drawing with replacement. What differs: the "
+            "paper reports each size's best in-domain development score "
             "(TwitterPara: test) over the epochs; here the in-domain test sets are scored with each objective's "
             "final weights.",
             paper=PAPER,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from trainables.core import settings as shared
 from trainables.core.settings import Choice, Int, Setting, Text
-from trainables.methods.tsdae.settings import PAPER
+from trainables.methods.tsdae.settings import LAST_BATCH, PAPER
 from trainables.methods.tsdae.training import NOISES, Training, check_corpus, check_decoder, read_corpus
 from trainables.stages.upstream import STAGES, StageKind
 
@@ -96,6 +96,9 @@ def stage_config(
         "clip": 1.0,
         "dropout": True,
         "decoder_dropout": True,
+        # TSDAE's DataLoader (settings.py LAST_BATCH): a shuffled pass an epoch, the last incomplete batch dropped
+        "sampling": "epochs",
+        "last_batch": LAST_BATCH["tsdae"],
     }
 
 
