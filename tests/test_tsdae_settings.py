@@ -319,18 +319,20 @@ def test_a_planned_trial_records_the_settings_it_runs_with(tmp_path, data_dir, t
     assert (by_objective["none"]["pooling"], by_objective["none"]["max_length"]) == ("mean", 126)
     assert plan.static_params["settings"] == "paper"
     # every trial records these keys, and only these (their names are MLflow params and config hashes)
-    recorded = {"method", "noise", "delete_ratio", "tied_decoder", "ct_variant", "ct_keep", "corpus_epochs"}
+    recorded = {"method", "noise", "noise_ratio", "tied_decoder", "ct_variant", "ct_keep", "corpus_epochs"}
     recorded |= {"corpus", "max_sentences", "model", "objective", "eval_sets", "_model_path", "seed", "epochs"}
     recorded |= {"settings", "simcse_settings", "precision", "keep_checkpoints", "best_dtype", *KEYS}
     for config in plan.configs:
         own = recorded - ({"simcse_settings"} if config["objective"] == "none" else set())
         assert set(config) == own, set(config) ^ own
-        assert (config["method"], config["noise"], config["delete_ratio"], config["corpus_epochs"]) == (
+        tsdae = config["objective"] == "tsdae"  # TSDAE's configuration; None for the others
+        assert (config["method"], config["noise"], config["noise_ratio"], config["corpus_epochs"]) == (
             "tsdae",
-            "delete",
-            0.6,
+            "delete" if tsdae else None,
+            0.6 if tsdae else None,
             None,
         )
+        assert config["tied_decoder"] is (True if tsdae else None)
         assert (config["ct_variant"], config["ct_keep"], config["max_sentences"], config["eval_sets"]) == (
             "official",
             "second",

@@ -11,6 +11,7 @@ import torch
 
 from trainables.core.errors import SweepInputError
 from trainables.encoders.precision import adamw
+from trainables.methods.tsdae.noise import DEFAULT_RATIOS, Noise, vocabulary_words
 from trainables.methods.tsdae.settings import CT_GROUP, CT_RATES, learning_rate, resolve
 
 OBJECTIVES = ("none", "tsdae", "mlm", "simcse", "ct")
@@ -18,9 +19,6 @@ OBJECTIVES = ("none", "tsdae", "mlm", "simcse", "ct")
 
 CT_VARIANTS = ("official", "in-batch")
 CT_KEEP = ("second", "better")  # official CT: the copy scored and kept (method.py --ct-keep)
-
-
-NOISES = ("delete", "keep")
 
 
 def check_decoder(model_path, model: str) -> None:
@@ -43,27 +41,6 @@ def sentence_model(model_path: str, pooling: str, max_length: int):
     transformer = models.Transformer(str(model_path), max_seq_length=max_length)
     pool = models.Pooling(transformer.get_embedding_dimension(), pooling)
     return SentenceTransformer(modules=[transformer, pool])
-
-
-DELETE_RATIOS = {"delete": 0.6, "keep": 0.4}
-
-
-def noisy(sentence: str, del_ratio: float, rng: np.random.RandomState) -> str:
-    """`DenoisingAutoEncoderDataset.delete` (NLTK words, each dropped with `del_ratio`, one kept if
-    none is, Treebank detokenised), drawing from `rng` where theirs draws from numpy's global state.
-    Words come from NLTK's Treebank tokenizer without its punkt sentence splitter (`preserve_line`),
-    whose data cannot be installed offline; on one sentence the two agree (tests/test_tsdae.py)."""
-    from nltk import word_tokenize
-    from nltk.tokenize.treebank import TreebankWordDetokenizer
-
-    words = word_tokenize(sentence, preserve_line=True)
-    n = len(words)
-    if n == 0:
-        return sentence
-    keep = rng.rand(n) > del_ratio
-    if sum(keep) == 0:
-        keep[rng.choice(n)] = True
-    return TreebankWordDetokenizer().detokenize(np.array(words)[keep])
 
 
 def _rng_state(rng: np.random.RandomState) -> list:
@@ -150,13 +127,16 @@ class Training:
             len(sentences), config.get("sampling") or "replacement", config.get("last_batch"), self.generator
         )
         self.noise_rng = np.random.RandomState(seed)
-        self.del_ratio = DELETE_RATIOS[config["noise"]]
+        self.noise = self._noise(config)
         self.step_count = 0
         self.loss = self.optimizer = None
         if self.objective == "none":
             return
         if self.objective == "tsdae":
-            self.loss = losses.DenoisingAutoEncoderLoss(self.st, tie_encoder_decoder=True)
+            tied = config.get("tied_decoder", True) is not False
+            self.loss = losses.DenoisingAutoEncoderLoss(
+                self.st, decoder_name_or_path=None if tied else str(config["_model_path"]), tie_encoder_decoder=tied
+            )
         elif self.objective == "simcse":
             if config.get("mlp") == "keep":  # the layer is part of the encoder: trained, scored and saved with it
                 self.st = simcse_training_model(self.st, "keep")
@@ -179,6 +159,16 @@ class Training:
             decay = float(config.get("weight_decay") or 0.0)
             self.optimizer = adamw(decay_groups(self.loss, decay), float(config["lr"]), device, weight_decay=decay)
 
+    def _noise(self, config: dict) -> Noise | None:
+        """TSDAE's noise: the config's type at its ratio (`noise_ratio`; a trial recorded before it was
+        names `delete_ratio`, or its type's own ratio)."""
+        if self.objective != "tsdae":
+            return None
+        kind = config.get("noise") or "delete"
+        ratio = config.get("noise_ratio") or config.get("delete_ratio") or DEFAULT_RATIOS[kind]
+        words = vocabulary_words(self.st.tokenizer) if kind in ("replace", "add") else []
+        return Noise(kind, float(ratio), self.noise_rng, self.st.tokenizer.mask_token or "", words)
+
     def first_copy(self):
         """Official CT's first copy (the one sentence-transformers trains beside `st` and drops), when
         `ct_keep` better has both scored; else None."""
@@ -190,7 +180,7 @@ class Training:
         """One batch's inputs to the loss."""
         batch = [self.sentences[i] for i in self.batches.next(int(self.config["batch_size"]))]
         if self.objective == "tsdae":
-            return [self._tokenize([noisy(s, self.del_ratio, self.noise_rng) for s in batch]), self._tokenize(batch)]
+            return [self._tokenize([self.noise(s) for s in batch]), self._tokenize(batch)]
         if self.objective == "ct" and self.config["ct_variant"] == "official":
             # ContrastiveTensionDataLoader's rule: the first pair of every group of 8 is positive
             others = [self.sentences[i] for i in self.batches.draw(len(batch))]
