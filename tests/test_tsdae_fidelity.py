@@ -155,3 +155,121 @@ def test_a_preset_plan_refuses_what_its_dry_run_refuses(tmp_path, data_dir, tiny
     with pytest.raises(SweepInputError, match="one batch of --objective tsdae needs 256"):
         _plan(argv)
     assert not (tmp_path / "r").exists()
+
+
+# --- Appendix A: noise types and ratios, pooling, the decoder tied or not, by name ---------------------------
+
+
+def _noise(kind, ratio, seed=0):
+    import numpy as np
+
+    from trainables.methods.tsdae.noise import Noise
+
+    return Noise(kind, ratio, np.random.RandomState(seed), "[MASK]", ["zebra", "quartz"])
+
+
+SENTENCE = "the quick brown fox jumps over the lazy dog near a quiet river bank today"
+
+
+def test_each_noise_type_influences_its_ratio_of_the_words():
+    words = SENTENCE.split()
+    many = 400
+    swapped = [_noise("swap", 0.3, s)(SENTENCE).split() for s in range(many)]
+    assert all(sorted(w) == sorted(words) for w in swapped)  # the same words, moved
+    moved = sum(a != b for w in swapped for a, b in zip(w, words)) / (many * len(words))
+    assert 0.2 < moved < 0.35
+    masked = [_noise("mask", 0.3, s)(SENTENCE).split() for s in range(many)]
+    assert all(len(w) == len(words) for w in masked)
+    assert 0.25 < sum(w.count("[MASK]") for w in masked) / (many * len(words)) < 0.35
+    replaced = [_noise("replace", 0.5, s)(SENTENCE).split() for s in range(many)]
+    share = sum(x in ("zebra", "quartz") for w in replaced for x in w) / (many * len(words))
+    assert all(len(w) == len(words) for w in replaced) and 0.45 < share < 0.55
+    added = [_noise("add", 0.3, s)(SENTENCE).split() for s in range(many)]
+    assert all([x for x in w if x not in ("zebra", "quartz")] == words for w in added)
+    assert 0.25 < sum(len(w) - len(words) for w in added) / (many * len(words)) < 0.35
+    deleted = [_noise("delete", 0.6, s)(SENTENCE).split() for s in range(many)]
+    assert 0.55 < 1 - sum(map(len, deleted)) / (many * len(words)) < 0.65
+    assert _noise("swap", 0.3, 7)(SENTENCE) == _noise("swap", 0.3, 7)(SENTENCE)  # seeded
+
+
+def test_replace_and_add_draw_whole_words_of_the_models_vocabulary(tiny_models):
+    from transformers import AutoTokenizer
+
+    from trainables.methods.tsdae.noise import vocabulary_words
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["bert"])
+    words = vocabulary_words(tokenizer)
+    assert words and all(w.isalpha() and not w.startswith("##") for w in words)
+    assert not set(words) & set(tokenizer.all_special_tokens)
+
+
+def test_an_untied_decoder_and_max_pooling_train(tiny_models, stsb_sentences):
+    from argparse import Namespace
+
+    from trainables.methods.tsdae.training import Training, objective_settings
+
+    args = Namespace(ct_variant="official", shared_settings=False, batch_size=4, steps=2)
+    config = {**objective_settings("tsdae", args, 64, 64), "objective": "tsdae", "seed": 0}
+    config.update(_model_path=tiny_models["bert"], noise="replace", noise_ratio=0.3, pooling="max", tied_decoder=False)
+    training = Training(config, stsb_sentences[:64], "cpu")
+    assert training.st[1].pooling_mode == "max" and training.noise.kind == "replace"
+    encoder = training.st[0].auto_model.encoder.layer[0].attention.self.query.weight
+    decoder = training.loss.decoder.bert.encoder.layer[0].attention.self.query.weight
+    assert encoder.data_ptr() != decoder.data_ptr()  # a separate copy
+    before = decoder.detach().clone()
+    training.run(2)
+    assert not torch.equal(before, decoder.detach())  # trained too
+    tied = Training({**config, "tied_decoder": True}, stsb_sentences[:64], "cpu")
+    ours = tied.st[0].auto_model.encoder.layer[0].attention.self.query.weight
+    assert ours.data_ptr() == tied.loss.decoder.bert.encoder.layer[0].attention.self.query.weight.data_ptr()
+
+
+@pytest.mark.parametrize("name", ["tsdae-table5", "tsdae-table6", "tsdae-table7", "tsdae-tying"])
+def test_the_appendix_presets_plan_the_papers_grid(name, tmp_path, data_dir, tiny_models, capsys):
+    from trainables.methods.tsdae import paper
+
+    argv = ["--preset", name, "--models", tiny_models["bert"], "--max-sentences", "64", "--seeds", "0"]
+    argv += ["--data-dir", str(data_dir), "--storage-path", str(tmp_path / "runs")]
+    plan = _plan(argv)
+    got = {(c["noise"], c["noise_ratio"], c["pooling"], c["tied_decoder"]) for c in plan.configs}
+    wanted = {
+        tuple(dict(r.match)[k] for k in ("noise", "noise_ratio", "pooling", "tied_decoder"))
+        for r in paper.APPENDIX_A_ROWS[name]
+    }
+    assert got == wanted and len(plan.configs) == len(wanted)
+    assert {(c["steps"], c["eval_steps"], c["corpus"], c["objective"]) for c in plan.configs} == {
+        (30_000, 1_500, "wiki", "tsdae")
+    }
+    code, out, _ = _dry_run(argv, capsys)
+    assert code == 0 and f"trials: {len(wanted)}" in out
+    full = _plan(
+        argv[:-6] + ["--data-dir", str(data_dir), "--storage-path", str(tmp_path / "runs"), "--max-sentences", "64"]
+    )
+    assert len(full.configs) == 5 * len(wanted)  # the paper's five seeds
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ("--noise shuffle", "--noise unknown 'shuffle'"),
+        ("--noise-ratio 0.95", "--noise-ratio unknown '0.95'"),
+        ("--noise-ratio 0.3,1", "unknown '1'"),
+        ("--poolings avg", "--poolings unknown 'avg'"),
+        ("--pooling avg", "--pooling"),
+        ("--decoder shared", "--decoder unknown 'shared'"),
+        ("--corpus EMPTY", "no sentence in its 2 line(s)"),
+        ("--corpus ZERO", "the file is empty"),
+    ],
+)
+def test_a_bad_appendix_setting_or_an_empty_corpus_is_one_line_exit_2_nothing_written(
+    flags, message, tmp_path, data_dir, tiny_models, capsys
+):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n")
+    (tmp_path / "zero.txt").write_text("")
+    argv = [w.replace("EMPTY", str(empty)).replace("ZERO", str(tmp_path / "zero.txt")) for w in flags.split()]
+    argv += ["--models", tiny_models["bert"], "--data-dir", str(data_dir), "--storage-path", str(tmp_path / "runs")]
+    code = tsdae.main([*argv, "--mlflow-uri", f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "runs").exists()
