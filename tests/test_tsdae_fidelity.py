@@ -112,7 +112,9 @@ def test_the_corpus_size_figure_runs_every_objective_at_128_sentences(sweep_env,
 def test_the_corpus_size_figure_plans_and_dry_runs_alike_at_its_sizes(size, tmp_path, data_dir, tiny_models, capsys):
     """Every size of the figure plans each objective with the batches its code forms (no override), and
     the dry run of the same command says the same number of trials."""
-    argv = ["--preset", "tsdae-fig3", "--corpus", "wiki", "--max-sentences", str(size), "--seeds", "0"]
+    corpus = tmp_path / "corpus.txt"  # the Wikipedia sample holds 11,914 sentences: a larger corpus for 65,536
+    corpus.write_text("".join(f"sentence number {i} of a corpus large enough\n" for i in range(70_000)))
+    argv = ["--preset", "tsdae-fig3", "--corpus", str(corpus), "--max-sentences", str(size), "--seeds", "0"]
     argv += ["--models", tiny_models["bert"], "--eval-sets", "none", "--data-dir", str(data_dir)]
     argv += ["--storage-path", str(tmp_path / "runs")]
     plan = _plan(argv)
@@ -145,6 +147,14 @@ def test_every_tsdae_preset_is_listed_dry_run_and_checked_alike(name, tmp_path, 
         assert code == 0, err
         trials = int(re.search(r"trials: (\d+)", out).group(1))
         assert re.match(rf"{re.escape(name)}\s+sweeps/tsdae\.py\s+{trials}\s", listed), listed
+
+
+def test_a_size_beyond_the_corpus_is_refused_not_run_under_its_name(tmp_path, data_dir, tiny_models):
+    argv = ["--preset", "tsdae-fig3", "--corpus", "wiki", "--max-sentences", "16384", "--seeds", "0"]
+    argv += ["--models", tiny_models["bert"], "--eval-sets", "none", "--data-dir", str(data_dir)]
+    argv += ["--storage-path", str(tmp_path / "r")]
+    with pytest.raises(SweepInputError, match="--max-sentences 16384: --corpus wiki holds 11,548 sentences"):
+        _plan(argv)
 
 
 def test_a_preset_plan_refuses_what_its_dry_run_refuses(tmp_path, data_dir, tiny_models, capsys):
@@ -273,3 +283,68 @@ def test_a_bad_appendix_setting_or_an_empty_corpus_is_one_line_exit_2_nothing_wr
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_appendix_presets_run_on_a_tiny_model_and_the_report_shows_tables_5_to_7(sweep_env, tiny_models):
+    """Every Appendix A preset runs (a tiny model, a short budget: the grid is the paper's), and the report
+    puts each table's published STS-B dev scores beside the runs', matched by noise, ratio, pooling and decoder,
+    naming the corpus that ran in place of the paper's SNLI+MultiNLI sentences."""
+    import pandas as pd
+
+    from analysis.report import build_report
+    from trainables.methods.tsdae import paper
+
+    short = ["--models", tiny_models["bert"], "--seeds", "0", "--steps", "4", "--eval-steps", "2"]
+    short += ["--max-sentences", "64", "--batch-size", "8"]
+    for name in paper.APPENDIX_A_ROWS:
+        assert tsdae.main(["--preset", name, *short, "--name", name, *sweep_env["base"]]) == 0, name
+    build_report(sweep_env["uri"], sweep_env["tmp"] / "report")
+    text = (sweep_env["tmp"] / "report" / "README.md").read_text()
+    for name, rows in paper.APPENDIX_A_ROWS.items():
+        table = pd.read_csv(sweep_env["tmp"] / "report" / "tables" / f"paper_{name}.csv").set_index("row")
+        assert list(table.index) == [r.label for r in rows], name
+        assert (table["runs"] == 1).all(), name  # each published row matched by exactly its run
+        assert table["STS-B dev (paper)"].tolist() == [dict(r.values)["STS-B dev"] for r in rows]
+        assert table["STS-B dev (ours)"].notna().all()
+    assert table.loc["tied", "STS-B dev (paper)"] == 79.15
+    assert "corpus (the paper's: SNLI+MultiNLI sentences): `wiki1m-prefix`" in text
+    assert "Table 6 (Appendix A)" in text and "78.77" in text
+
+
+# --- what docs/methods.md states ---------------------------------------------------------------------------
+
+
+def _methods_md() -> str:
+    from trainables.core.paths import PROJECT_ROOT
+
+    return (PROJECT_ROOT / "docs" / "methods.md").read_text()
+
+
+def test_every_module_the_methods_page_names_as_code_exists():
+    from trainables.core.paths import PROJECT_ROOT
+
+    files = {p.name for p in PROJECT_ROOT.rglob("*.py") if ".venv" not in p.parts}
+    for line in (x for x in _methods_md().splitlines() if x.startswith("Code:") or x.startswith("| M")):
+        for name in re.findall(r"`([\w/]+\.py)`", line):
+            assert (PROJECT_ROOT / name).is_file() if "/" in name else name in files, (name, line)
+
+
+def test_every_tsdae_preset_is_on_the_methods_page_and_the_wiki_sample_is_sized_as_it_says(data_dir):
+    text = _methods_md()
+    for name in _tsdae_presets():
+        assert f"--preset {name} " in text, name
+    from trainables.methods.tsdae.training import read_corpus
+
+    lines = (data_dir / "wiki-sentences" / "wiki1m-prefix.txt").read_text().splitlines()
+    sentences = read_corpus("wiki", data_dir, None)[0]
+    assert f"{len(lines):,} lines, {len(sentences):,} distinct sentences" in text
+    assert -(-len(sentences) // 512) == 23 and "batch 512 is 23 steps" in text
+
+
+def test_the_pareto_rule_the_methods_page_states_keeps_the_front_beyond_the_top_share():
+    from sweeps.engine.pareto_asha import rung_decision
+
+    # three trials: the third is on the front (the smallest size) but last by the ordering's share
+    records = {"a": (0.1, 5.0), "b": (0.2, 4.0), "c": (0.9, 1.0)}
+    assert rung_decision(records, "c", 3)[0] and rung_decision(records, "c", 3)[1] == 0
+    assert "or if it is on the front there\n(non-dominated rank 0)" in _methods_md()

@@ -403,6 +403,11 @@ class TSDAE(Method):
         for corpus in args.corpus:
             for size in args.max_sentences or [None]:
                 sentences, name, checksum = read_corpus(corpus, args.data_dir, size)
+                if size is not None and len(sentences) < size:  # a run named by a size it did not train on
+                    raise SweepInputError(
+                        f"--max-sentences {size}: --corpus {corpus} holds {len(sentences):,} sentences; pass sizes "
+                        f"up to {len(sentences):,}, or a larger corpus"
+                    )
                 corpora[(name, size)] = sentences
                 checksums[f"corpus_{name}"] = checksum
                 names[corpus] = name
