@@ -309,7 +309,7 @@ def test_the_appendix_presets_run_on_a_tiny_model_and_the_report_shows_tables_5_
     text = (sweep_env["tmp"] / "report" / "README.md").read_text()
     for name, rows in paper.APPENDIX_A_ROWS.items():
         table = pd.read_csv(sweep_env["tmp"] / "report" / "tables" / f"paper_{name}.csv").set_index("row")
-        assert list(table.index) == [r.label for r in rows], name
+        assert [str(label) for label in table.index] == [r.label for r in rows], name
         assert (table["runs"] == 1).all(), name  # each published row matched by exactly its run
         assert table["STS-B dev (paper)"].tolist() == [dict(r.values)["STS-B dev"] for r in rows]
         assert table["STS-B dev (ours)"].notna().all()
