@@ -78,7 +78,8 @@ def theirs(model_path: str, sentences: list[str], args, device) -> tuple[float, 
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
 
-    from trainables.methods.tsdae.training import DELETE_RATIOS, noisy, sentence_model
+    from trainables.methods.tsdae.noise import DELETE_RATIOS, noisy
+    from trainables.methods.tsdae.training import sentence_model
 
     torch.manual_seed(0)
     model = sentence_model(model_path, "cls", args.max_length).to(device)

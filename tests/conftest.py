@@ -46,6 +46,8 @@ SWEEP_TESTS = {
     "test_sweep_integrity.py::test_a_copied_sweep_stopped_during_its_stages_resumes_without_touching_the_original",
     "test_sweep_integrity.py::test_a_full_disk_mid_sweep_ends_in_one_line_and_resume_completes",
     "test_paper_presets.py::test_a_tsdae_preset_runs_on_tiny_models_and_its_report_names_what_differs",
+    "test_tsdae_fidelity.py::test_the_corpus_size_figure_runs_every_objective_at_128_sentences",
+    "test_tsdae_fidelity.py::test_the_appendix_presets_run_on_a_tiny_model_and_the_report_shows_tables_5_to_7",
     "test_domain_sets.py::test_a_training_sweep_scores_its_best_weights_on_domain_sets_and_the_report_shows_them",
     "test_paper_presets.py::test_a_sed_preset_runs_on_tiny_models",
     "test_paper_presets.py::test_a_meta_embedding_preset_runs_on_tiny_models",

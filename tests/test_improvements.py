@@ -266,6 +266,7 @@ def test_tsdae_stage_trains_the_encoder_tmft_starts_from(tmp_path, data_dir, tin
         "data_dir": str(data_dir),
         "config": config,
     }
+    assert (config["sampling"], config["last_batch"]) == ("epochs", "drop")  # as TSDAE's DataLoader
     result = tsdae.compute(spec, tmp_path / "k")
     assert result["optimizer_steps"] == 3 and result["sentences"] == 40
     trained = AutoModel.from_pretrained(str(tmp_path / "k" / "encoder")).state_dict()

@@ -24,8 +24,8 @@ def _resolve(objective, corpus_size=1000, model_max=512, **flags):
 
 
 PAPER_VALUES = {  # (steps, batch, lr, optimizer, schedule, warm-up, decay, clip, pooling, mlp, temperature, length,
-    # scoring length, dropout, decoder dropout, final weights, eval cadence) on a 1,000-sentence corpus and a
-    # 512-token model
+    # scoring length, dropout, decoder dropout, final weights, eval cadence, sampling, last batch, steps an
+    # epoch) on a 1,000-sentence corpus and a 512-token model
     "tsdae": (
         100_000,
         8,
@@ -44,6 +44,9 @@ PAPER_VALUES = {  # (steps, batch, lr, optimizer, schedule, warm-up, decay, clip
         True,
         "last",
         1000,
+        "epochs",
+        "drop",
+        125,
     ),
     "mlm": (
         100_000,
@@ -63,9 +66,13 @@ PAPER_VALUES = {  # (steps, batch, lr, optimizer, schedule, warm-up, decay, clip
         None,
         "last",
         1000,
+        "epochs",
+        "keep",
+        125,
     ),
     # SimCSE as the TSDAE paper ran it (the default) and at the SimCSE paper's later settings
-    "simcse": (2, 512, 5e-5, "adamw", "linear", 0, 0.0, 1.0, "cls", "keep", 0.05, 32, 512, True, None, "best-dev", 2),
+    "simcse": (2, 512, 5e-5, "adamw", "linear", 0, 0.0, 1.0, "cls", "keep", 0.05, 32, 512, True, None, "best-dev", 2)
+    + ("epochs", "keep", 2),
     "simcse-paper": (
         16,
         64,
@@ -83,6 +90,9 @@ PAPER_VALUES = {  # (steps, batch, lr, optimizer, schedule, warm-up, decay, clip
         True,
         None,
         "best-dev",
+        16,
+        "epochs",
+        "keep",
         16,
     ),
     "ct": (
@@ -103,6 +113,9 @@ PAPER_VALUES = {  # (steps, batch, lr, optimizer, schedule, warm-up, decay, clip
         None,
         "last",
         1000,
+        "replacement",
+        None,
+        33,  # ContrastiveTensionDataLoader: 1,000 // 30 sentences a batch of 16 pairs
     ),
 }
 KEYS = SETTING_KEYS  # the order of PAPER_VALUES' rows
@@ -299,22 +312,27 @@ def test_a_planned_trial_records_the_settings_it_runs_with(tmp_path, data_dir, t
         for key in ("max_length", "eval_max_length"):  # the tiny model's limit caps the papers' lengths
             expected[key] = min(126, expected[key])
         expected.update({"simcse": {"steps": 3, "eval_steps": 3}}.get(objective, {}))
+        # one epoch of the 130 sentences: batches of 8 (the last 2 dropped), of 8 and a last of 2, 3 of 64
+        # (the last of 2), CT's loader's 30 sentences a batch
+        expected["epoch_steps"] = {"tsdae": 16, "mlm": 17, "simcse": 3, "ct": 4}[objective]
         assert {k: by_objective[objective][k] for k in KEYS} == expected, objective
     assert (by_objective["none"]["pooling"], by_objective["none"]["max_length"]) == ("mean", 126)
     assert plan.static_params["settings"] == "paper"
     # every trial records these keys, and only these (their names are MLflow params and config hashes)
-    recorded = {"method", "noise", "delete_ratio", "tied_decoder", "ct_variant", "ct_keep", "corpus_epochs"}
+    recorded = {"method", "noise", "noise_ratio", "tied_decoder", "ct_variant", "ct_keep", "corpus_epochs"}
     recorded |= {"corpus", "max_sentences", "model", "objective", "eval_sets", "_model_path", "seed", "epochs"}
     recorded |= {"settings", "simcse_settings", "precision", "keep_checkpoints", "best_dtype", *KEYS}
     for config in plan.configs:
         own = recorded - ({"simcse_settings"} if config["objective"] == "none" else set())
         assert set(config) == own, set(config) ^ own
-        assert (config["method"], config["noise"], config["delete_ratio"], config["corpus_epochs"]) == (
+        tsdae = config["objective"] == "tsdae"  # TSDAE's configuration; None for the others
+        assert (config["method"], config["noise"], config["noise_ratio"], config["corpus_epochs"]) == (
             "tsdae",
-            "delete",
-            0.6,
+            "delete" if tsdae else None,
+            0.6 if tsdae else None,
             None,
         )
+        assert config["tied_decoder"] is (True if tsdae else None)
         assert (config["ct_variant"], config["ct_keep"], config["max_sentences"], config["eval_sets"]) == (
             "official",
             "second",
@@ -405,6 +423,9 @@ def test_the_papers_numbers_and_presets():
     for preset in (p for p in presets.values() if p.method == "tsdae"):
         assert set(preset.flags) <= dests and preset.paper == paper.PAPER
         if not preset.columns:
+            continue
+        if preset.flags["eval_sets"] == "none":  # Appendix A: STS-B dev, the best over training
+            assert {m for column in preset.columns for m in column.metrics} == {"best_dev_spearman"}, preset.name
             continue
         # each set's main metric is compared, and every compared metric is one of the evaluated sets'
         compared = {m for column in preset.columns for m in column.metrics}
@@ -556,24 +577,71 @@ def test_a_per_objective_value_is_typed_for_every_objective_or_each():
 
 
 def test_the_corpus_size_figure_gives_every_objective_ten_epochs_up_to_100k_steps(tmp_path, data_dir, tiny_models):
-    """§7.1: "10 epochs up to 100k training steps" for every objective, SimCSE included."""
+    """§7.1: "10 epochs up to 100k training steps" for every objective, SimCSE included, each epoch as its
+    code forms it: at the figure's first sizes (128, 256 sentences) SimCSE's Trainer trains one batch of the
+    whole corpus an epoch (its batch of 512 is never filled), TSDAE's DataLoader 16 batches of 8, MLM's
+    Trainer 16 of 8, CT's loader 4 batches of 16 pairs (30 sentences each)."""
     plan = _plan(
         tmp_path,
         data_dir,
         tiny_models["bert"],
-        "--objective tsdae,mlm,simcse,ct --batch-size simcse=8 --max-sentences 16,64 --corpus-epochs 10 "
-        "--eval-sets none --seeds 0",
+        "--objective tsdae,mlm,simcse,ct --max-sentences 128,256 --corpus-epochs 10 --eval-sets none --seeds 0",
     )
+    got = {(c["objective"], c["max_sentences"]): (c["steps"], c["batch_size"], c["epoch_steps"]) for c in plan.configs}
+    assert got == {
+        ("tsdae", 128): (160, 8, 16),
+        ("mlm", 128): (160, 8, 16),
+        ("simcse", 128): (10, 128, 1),
+        ("ct", 128): (40, 16, 4),
+        ("tsdae", 256): (320, 8, 32),
+        ("mlm", 256): (320, 8, 32),
+        ("simcse", 256): (10, 256, 1),
+        ("ct", 256): (80, 16, 8),
+    }
     for c in plan.configs:
-        assert c["steps"] * c["batch_size"] == 10 * c["max_sentences"], c["objective"]
-        assert c["corpus_epochs"] == 10
+        assert c["corpus_epochs"] == 10 and c["steps"] == 10 * c["epoch_steps"], c["objective"]
+        assert (c["sampling"], c["last_batch"]) == {
+            "tsdae": ("epochs", "drop"),
+            "mlm": ("epochs", "keep"),
+            "simcse": ("epochs", "keep"),
+            "ct": ("replacement", None),
+        }[c["objective"]]
     from trainables.methods.tsdae.settings import with_corpus_epochs
 
     simcse = _resolve("simcse", corpus_size=65_536, simcse_settings="simcse-paper")
     assert simcse["steps"] == 1024  # its own budget: one epoch
-    assert with_corpus_epochs(simcse, 10, 65_536)["steps"] == 10_240  # the figure's: ten
-    assert with_corpus_epochs(_resolve("tsdae"), 10, 1_000_000)["steps"] == 100_000  # the cap
-    assert with_corpus_epochs(_resolve("tsdae"), 10, 1_000_000, cap=500)["steps"] == 500  # --steps given
+    assert with_corpus_epochs(simcse, 10)["steps"] == 10_240  # the figure's: ten
+    assert with_corpus_epochs(_resolve("simcse", corpus_size=65_537), 10)["steps"] == 1290  # a last batch of 1
+    assert with_corpus_epochs(_resolve("tsdae", corpus_size=1_000_000), 10)["steps"] == 100_000  # the cap
+    assert with_corpus_epochs(_resolve("tsdae", corpus_size=1_000_000), 10, cap=500)["steps"] == 500  # --steps
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ("--objective tsdae --max-sentences 7", "--max-sentences 7: 7 sentence(s), but one batch of --objective tsdae"),
+        ("--objective ct --max-sentences 29", "one batch of --objective ct needs 30"),
+        ("--objective mlm --batch-size 16 --max-sentences 128,8 --objective tsdae", "needs 16"),
+    ],
+)
+def test_a_corpus_that_fills_no_batch_is_refused_by_the_plan_and_its_dry_run(
+    flags, message, tmp_path, data_dir, tiny_models
+):
+    """A corpus smaller than a batch that is never trained smaller (TSDAE's drop_last, CT's loader) is
+    refused by the plan and, before any data is read, by the check a dry run makes; a smaller batch is
+    trained where the code trains one (MLM, SimCSE)."""
+    from sweeps.engine.runner import parser_for
+    from trainables.methods.tsdae.method import TSDAE
+
+    with pytest.raises(SweepInputError, match=re.escape(message)):
+        _plan(tmp_path, data_dir, tiny_models["bert"], flags + " --eval-sets none")
+    with pytest.raises(SweepInputError, match=re.escape(message)):
+        TSDAE.check(parser_for("tsdae").parse_args([*flags.split(), "--eval-sets", "none"]))
+    ok = _plan(tmp_path, data_dir, tiny_models["bert"], "--objective mlm,simcse --max-sentences 7 --eval-sets none")
+    assert {(c["objective"], c["batch_size"], c["epoch_steps"]) for c in ok.configs} == {
+        ("mlm", 7, 1),
+        ("simcse", 7, 1),
+    }
 
 
 def test_scoring_encodes_at_the_models_length_whatever_the_training_length(tiny_models, stsb_sentences):

@@ -22,6 +22,8 @@ Objectives (sentence-transformers 6.2 losses on a `SentenceTransformer` of Trans
 - `mlm`: the DAPT stage's masking (15 %, 80/10/10) and MLM model (trainables/encoders/mlm.py);
 - `none`: no training (zero epochs): the encoder as it is, evaluated the same way, one run per
   model; the contract's baseline (`objective=none`) that the report's gains are measured against.
+Batches: TSDAE, MLM and SimCSE pass over the corpus in shuffled epochs as their codes' data loaders do
+(settings.py `LAST_BATCH`; training.py `Batches`), CT draws with replacement.
 Settings: each objective at its own paper's (settings.py, docs/methods.md M6 "Settings"), or with
 `--shared-settings` every objective at TSDAE's; a per-objective setting given (`--lr`, `--batch-size`,
 ...: `SETTINGS`, `per=`) sets its value for every objective, or as `OBJECTIVE=VALUE` for some. One
@@ -39,24 +41,15 @@ from trainables.core import settings as shared
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Method, MethodInfo, MethodPlan, MetricContract, register_method
 from trainables.core.settings import Choice, Flag, Int, Kind, Names, Setting
-from trainables.data.sentences import check_corpus_size
 from trainables.encoders.loading import model_list
 from trainables.evaluation.sets import EVAL_SETS, eval_set_names, main_metric
 from trainables.methods.tsdae import paper
 from trainables.methods.tsdae.cost import trial_cost
-from trainables.methods.tsdae.settings import FINAL_WEIGHTS, SIMCSE_SETTINGS, TSDAE_B, flag_value, with_corpus_epochs
+from trainables.methods.tsdae.noise import DEFAULT_RATIOS, NOISES, RATIOS
+from trainables.methods.tsdae.settings import FINAL_WEIGHTS, SIMCSE_SETTINGS, TSDAE_B, corpus_settings, flag_value
 from trainables.methods.tsdae.stage import NOISE
 from trainables.methods.tsdae.trainable import TSDAEData, TSDAETrainable
-from trainables.methods.tsdae.training import (
-    CT_KEEP,
-    CT_VARIANTS,
-    DELETE_RATIOS,
-    OBJECTIVES,
-    check_corpus,
-    check_decoder,
-    objective_settings,
-    read_corpus,
-)
+from trainables.methods.tsdae.training import CT_KEEP, CT_VARIANTS, OBJECTIVES, check_corpus, check_decoder, read_corpus
 
 
 @dataclass(frozen=True)
@@ -126,6 +119,9 @@ def model_max_length(model_path: str) -> int:
 
 
 IN_DOMAIN = "in-domain"
+POOLINGS = ("cls", "mean", "max")
+DECODERS = ("tied", "untied")
+ABLATION = "TSDAE's configuration (Appendix A: each value a trial of --objective tsdae)"
 WHAT = "what to sweep"
 TRAIN = "training (each objective's own paper's value unless given; docs/methods.md M6)"
 TRAINED = tuple(o for o in OBJECTIVES if o != "none")  # the objectives that train
@@ -181,7 +177,7 @@ SETTINGS = (
     ),
     shared.BATCH_SIZE.but(default=None, help="sentences a batch", per=TRAINED),
     shared.LR.but(default=None, help="the (peak) learning rate", per=TRAINED),
-    shared.POOLING.but(kind=Choice(("cls", "mean")), default=None, per=OBJECTIVES),
+    shared.POOLING.but(kind=Choice(POOLINGS), default=None, per=OBJECTIVES),
     shared.MAX_LENGTH.but(kind=Int(low=1), default=None, help="training tokens", per=OBJECTIVES),
     Setting(
         "eval_max_length",
@@ -191,7 +187,44 @@ SETTINGS = (
         per=OBJECTIVES,
         source="the model's limit, as the papers' evaluations do",
     ),
-    NOISE.but(group=TRAIN),
+    NOISE.but(
+        kind=Names(known=lambda: list(NOISES)),
+        default=["delete"],
+        help="TSDAE's input noise, comma-separated (Appendix A Table 5: delete, swap, mask, replace, add; keep: the "
+        "sentence-transformers v3 examples' keep-0.6 variant); each type a trial of --objective tsdae (noise.py)",
+        group=ABLATION,
+        axis=True,
+    ),
+    Setting(
+        "noise_ratio",
+        Names(known=lambda: [f"{r:g}" for r in RATIOS]),
+        None,
+        "the share of words the noise influences, comma-separated (Appendix A Table 6: 0.1 to 0.9); each a trial "
+        "of --objective tsdae (none: each type's own, delete 0.6, keep 0.4, the others Table 5's 0.3)",
+        group=ABLATION,
+        axis=True,
+        source="TSDAE paper §3.2, Appendix A Tables 5-6",
+    ),
+    Setting(
+        "poolings",
+        Names(known=lambda: list(POOLINGS)),
+        None,
+        "TSDAE's pooling, comma-separated (Appendix A Table 7: cls, mean, max); each a trial of --objective tsdae "
+        "(none: --pooling's value for tsdae, else CLS)",
+        group=ABLATION,
+        axis=True,
+        source="TSDAE paper Appendix A Table 7",
+    ),
+    Setting(
+        "decoder",
+        Names(known=lambda: list(DECODERS)),
+        ["tied"],
+        "TSDAE's decoder, comma-separated: tied (its weights the encoder's, the paper's choice) or untied (a "
+        "separate copy of the checkpoint); each a trial of --objective tsdae (recorded as tied_decoder)",
+        group=ABLATION,
+        axis=True,
+        source="TSDAE paper §3.2, Appendix A (tying: 79.15)",
+    ),
     Setting("eval_steps", Int(low=1), None, "STS-B dev evaluation every N steps", per=TRAINED),
     Setting(
         "final_weights",
@@ -304,25 +337,47 @@ class TSDAE(Method):
             )
         for corpus in args.corpus:
             check_corpus(corpus)
+        for size in args.max_sentences or []:  # the sizes asked for; the plan checks each corpus's own
+            for o in objectives:
+                corpus_settings(o, args, size, 512, f"--max-sentences {size}")
         eval_sets_by_corpus(args.eval_sets, args.corpus)
 
-    @classmethod
-    def base_config(cls, args) -> dict:
-        """The declared settings every trial records (method, noise, corpus epochs, CT's variant and kept
-        copy), the noise's deletion ratio and the tied decoder; each objective's settings come from
-        `resolve` (settings.py) in `plan`."""
-        return {**super().base_config(args), "delete_ratio": DELETE_RATIOS[args.noise], "tied_decoder": True}
+    @staticmethod
+    def configurations(args, objective: str, pooling: str) -> list[dict]:
+        """TSDAE's configurations the grid holds (Appendix A): noise type x ratio x pooling x decoder, as
+        trial params (`noise`, `noise_ratio`, `pooling`, `tied_decoder`); one of None for any other objective."""
+        if objective != "tsdae":
+            return [{"noise": None, "noise_ratio": None, "tied_decoder": None}]
+        ratios = [float(r) for r in args.noise_ratio] if args.noise_ratio else [None]
+        return [
+            {
+                "noise": n,
+                "noise_ratio": DEFAULT_RATIOS[n] if r is None else r,
+                "pooling": p,
+                "tied_decoder": d == "tied",
+            }
+            for n in args.noise
+            for r in ratios
+            for p in args.poolings or [pooling]
+            for d in args.decoder
+        ]
 
     @classmethod
     def metrics(cls, args) -> MetricContract:
         by_corpus = eval_sets_by_corpus(args.eval_sets, getattr(args, "corpus", None) or ["wiki"])
         sets = dict.fromkeys(s for names in by_corpus.values() for s in names)
         sizes = getattr(args, "max_sentences", None) or [None]
+        swept = tuple(
+            param
+            for param, flag in (("noise", "noise"), ("noise_ratio", "noise_ratio"), ("pooling", "poolings"))
+            + (("tied_decoder", "decoder"),)
+            if len(getattr(args, flag, None) or []) > 1
+        )
         return MetricContract(
             primary="best_dev_spearman",
             report="best_dev_spearman",
             epoch="dev_spearman",
-            axes=("corpus", *(("max_sentences",) if len(sizes) > 1 else ()), "model", "objective", "seed"),
+            axes=("corpus", *(("max_sentences",) if len(sizes) > 1 else ()), "model", "objective", *swept, "seed"),
             select=None,
             seed="seed",
             label="Spearman",
@@ -348,6 +403,11 @@ class TSDAE(Method):
         for corpus in args.corpus:
             for size in args.max_sentences or [None]:
                 sentences, name, checksum = read_corpus(corpus, args.data_dir, size)
+                if size is not None and len(sentences) < size:  # a run named by a size it did not train on
+                    raise SweepInputError(
+                        f"--max-sentences {size}: --corpus {corpus} holds {len(sentences):,} sentences; pass sizes "
+                        f"up to {len(sentences):,}, or a larger corpus"
+                    )
                 corpora[(name, size)] = sentences
                 checksums[f"corpus_{name}"] = checksum
                 names[corpus] = name
@@ -359,21 +419,15 @@ class TSDAE(Method):
         for (corpus, size), sentences in corpora.items():
             for m in models:
                 for o in objectives:
-                    settings = objective_settings(o, args, len(sentences), limits[m])
-                    if args.corpus_epochs is not None and o != "none":
-                        cap = flag_value(args, "steps", o)
-                        settings = with_corpus_epochs(settings, args.corpus_epochs, len(sentences), cap)
                     given = next(c for c, n in names.items() if n == corpus)  # as the command line has it
-                    if settings.get("batch_size"):  # one batch draws that many sentences
-                        check_corpus_size(
-                            sentences, settings["batch_size"], "--corpus", given, f"one batch of --objective {o}"
-                        )
+                    settings = corpus_settings(o, args, len(sentences), limits[m], f"--corpus {given}")
                     eval_sets = per_corpus[given]
                     common = {**base, **settings, "corpus": corpus, "max_sentences": size, "model": m}
                     common.update(objective=o, eval_sets=",".join(eval_sets) or "none", _model_path=paths[m])
                     # the untrained encoder is the same whatever the seed: one run per model
-                    for s in seeds[:1] if o == "none" else seeds:
-                        configs.append({**common, "seed": s})
+                    for configuration in cls.configurations(args, o, settings["pooling"]):
+                        for s in seeds[:1] if o == "none" else seeds:
+                            configs.append({**common, **configuration, "seed": s})
                     suite = suites[corpus]
                     costs[(m, corpus, size, o)] = trial_cost(
                         paths[m],

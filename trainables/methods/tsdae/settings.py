@@ -122,10 +122,20 @@ SHARED = {  # --shared-settings: TSDAE's values for every objective
 }
 FLAGS = ("steps", "batch_size", "lr", "pooling", "max_length", "eval_max_length", "eval_steps", "final_weights")
 CORPUS_STEP_CAP = 100_000  # the corpus-size figure (§7.1): "10 epochs up to 100k training steps"
+# How each objective's code forms batches from the corpus. `epochs`: a shuffled pass over the corpus,
+# every sentence once an epoch, then a new shuffle; the last, smaller batch of an epoch trained (`keep`:
+# transformers' Trainer, which SimCSE's train.py and sentence-transformers' MLM example train with) or
+# dropped (`drop`: sentence-transformers' TSDAE example, `DataLoader(shuffle=True, drop_last=True)`).
+# CT draws its sentences with replacement (`replacement`), as the CT code samples its pairs; an epoch of
+# CT is `ContrastiveTensionDataLoader`'s: as many batches as the corpus fills, each using 2 x batch -
+# batch / 8 sentences (a positive pair takes one).
+LAST_BATCH = {"tsdae": "drop", "mlm": "keep", "simcse": "keep"}
+SAMPLINGS = ("epochs", "replacement")
 FINAL_WEIGHTS = ("best-dev", "last")
 SCHEDULES = ("constant", "linear", "ct-piecewise")
 CT_RATES = (1e-5, 8e-6, 6e-6, 4e-6, 2e-6)
 CT_BOUNDARIES = (500, 1000, 1500, 2000)
+CT_GROUP = 8  # M5: groups of 8 pairs, 1 positive and 7 negatives
 
 
 def flag_value(args, flag: str, objective: str):
@@ -173,13 +183,17 @@ def resolve(objective: str, args, corpus_size: int, model_max: int) -> dict:
             values[flag] = given
     out = dict.fromkeys(SETTING_KEYS)
     out.update(values)
+    out["batch_size"] = int(out["batch_size"])
+    out.update(batching(objective, ct_official, out["batch_size"], corpus_size))
+    if out["last_batch"] == "keep":  # a corpus smaller than a batch is one batch of all of it
+        out["batch_size"] = min(out["batch_size"], int(corpus_size) or out["batch_size"])
     if out["steps"] == "epoch":
-        out["steps"] = max(1, math.ceil(corpus_size / int(out["batch_size"])))
+        out["steps"] = max(1, out["epoch_steps"])
     if isinstance(out["warmup_steps"], float):
         out["warmup_steps"] = int(round(out["warmup_steps"] * int(out["steps"])))
     if out["max_length"] == MODEL_MAX:
         out["max_length"] = model_max
-    for key in ("steps", "batch_size", "max_length"):
+    for key in ("steps", "max_length"):
         out[key] = int(out[key])
     out["max_length"] = min(out["max_length"], int(model_max))  # what the model can take is what runs
     out["eval_max_length"] = eval_length
@@ -193,6 +207,28 @@ def resolve(objective: str, args, corpus_size: int, model_max: int) -> dict:
     out["decoder_dropout"] = bool(out["dropout"]) if objective == "tsdae" else None
     out["settings"] = "shared" if shared else "paper"
     return out
+
+
+def batch_sentences(objective: str, ct_official: bool, batch: int) -> int:
+    """The corpus sentences one full batch of `objective` takes: official CT's `batch` pairs, of which
+    one in `CT_GROUP` is a sentence with itself; else `batch`."""
+    return 2 * batch - batch // CT_GROUP if objective == "ct" and ct_official else batch
+
+
+def batching(objective: str, ct_official: bool, batch: int, corpus_size: int) -> dict:
+    """How `objective` forms its batches (`LAST_BATCH`) and the optimiser steps one epoch of a corpus of
+    `corpus_size` sentences takes: `sampling`, `last_batch` and `epoch_steps` (its trial params; 0 where
+    the corpus fills no batch, which the plan refuses)."""
+    corpus_size = int(corpus_size or 0)
+    if objective == "ct":
+        return {
+            "sampling": "replacement",
+            "last_batch": None,
+            "epoch_steps": corpus_size // batch_sentences(objective, ct_official, batch),
+        }
+    last = LAST_BATCH[objective]
+    steps = corpus_size // batch if last == "drop" else math.ceil(corpus_size / batch)
+    return {"sampling": "epochs", "last_batch": last, "epoch_steps": steps}
 
 
 def simcse_settings(args) -> str:
@@ -217,6 +253,9 @@ SETTING_KEYS = (
     "decoder_dropout",
     "final_weights",
     "eval_steps",
+    "sampling",
+    "last_batch",
+    "epoch_steps",
 )
 
 
@@ -236,12 +275,39 @@ def learning_rate(config: dict, step: int) -> float:
     return lr
 
 
-def with_corpus_epochs(settings: dict, epochs: int, sentences: int, cap: int | None = None) -> dict:
-    """`epochs` passes over `sentences`, up to `cap` steps (the corpus-size figure's rule, §7.1: "10
-    epochs up to 100k training steps" for every objective, SimCSE's one-epoch budget included);
-    `cap` None: `CORPUS_STEP_CAP`, the paper's."""
+def corpus_settings(objective: str, args, corpus_size: int, model_max: int, corpus: str) -> dict:
+    """`resolve`'s settings of `objective` on a corpus of `corpus_size` sentences, with `--corpus-epochs`
+    passes over it where given; a corpus one epoch of the objective's batches cannot use (`epoch_steps`
+    0: fewer sentences than a batch that is never trained smaller) refused, naming `corpus` (the flag that
+    gave it) and the sentences a batch needs."""
+    from trainables.core.errors import SweepInputError
+
+    settings = resolve(objective, args, corpus_size, model_max)
+    if objective == "none":
+        return settings
+    if settings["epoch_steps"] == 0:
+        ct_official = objective == "ct" and getattr(args, "ct_variant", "official") == "official"
+        needed = batch_sentences(objective, ct_official, settings["batch_size"])
+        why = (
+            "CT's loader (ContrastiveTensionDataLoader) fills a batch of pairs only from that many"
+            if objective == "ct"
+            else "its code drops an epoch's last incomplete batch, so an epoch would train nothing"
+        )
+        raise SweepInputError(
+            f"{corpus}: {corpus_size} sentence(s), but one batch of --objective {objective} needs {needed} ({why}); "
+            f"pass a larger corpus or --max-sentences, or a smaller --batch-size"
+        )
+    if getattr(args, "corpus_epochs", None) is not None:
+        settings = with_corpus_epochs(settings, args.corpus_epochs, flag_value(args, "steps", objective))
+    return settings
+
+
+def with_corpus_epochs(settings: dict, epochs: int, cap: int | None = None) -> dict:
+    """`epochs` passes over the corpus (`epoch_steps` each, as the objective's code forms its batches), up
+    to `cap` steps (the corpus-size figure's rule, §7.1: "10 epochs up to 100k training steps" for every
+    objective, SimCSE's one-epoch budget included); `cap` None: `CORPUS_STEP_CAP`, the paper's."""
     cap = CORPUS_STEP_CAP if cap is None else int(cap)
-    steps = min(cap, max(1, math.ceil(epochs * sentences / int(settings["batch_size"]))))
+    steps = min(cap, max(1, epochs * int(settings["epoch_steps"])))
     eval_steps = min(int(settings["eval_steps"]), steps)
     out = {**settings, "steps": steps, "eval_steps": eval_steps, "epochs": math.ceil(steps / eval_steps)}
     if out.get("schedule") == "linear" and settings.get("warmup_steps"):

@@ -8,15 +8,17 @@ from pathlib import Path
 
 from trainables.core import settings as shared
 from trainables.core.settings import Choice, Int, Setting, Text
-from trainables.methods.tsdae.settings import PAPER
-from trainables.methods.tsdae.training import NOISES, Training, check_corpus, check_decoder, read_corpus
+from trainables.methods.tsdae.noise import NOISES
+from trainables.methods.tsdae.settings import LAST_BATCH, PAPER
+from trainables.methods.tsdae.training import Training, check_corpus, check_decoder, read_corpus
 from trainables.stages.upstream import STAGES, StageKind
 
 NOISE = Setting(
     "noise",
     Choice(NOISES),
     "delete",
-    "delete: the paper's deletion p=0.6 drawn every time; keep: the ST v3 examples' keep-0.6 variant",
+    "delete: the paper's deletion p=0.6 drawn every time; keep: the ST v3 examples' keep-0.6 variant; swap, mask, "
+    "replace, add: Appendix A Table 5's other types, 0.3 of the words (noise.py)",
     source="TSDAE paper §3.2, Appendix A Tables 5-6",
 )
 _GROUP = "upstream stages"
@@ -96,6 +98,9 @@ def stage_config(
         "clip": 1.0,
         "dropout": True,
         "decoder_dropout": True,
+        # TSDAE's DataLoader (settings.py LAST_BATCH): a shuffled pass an epoch, the last incomplete batch dropped
+        "sampling": "epochs",
+        "last_batch": LAST_BATCH["tsdae"],
     }
 
 

@@ -87,6 +87,9 @@ class TSDAETrainable(EpochTrainable):
         """The suite's scores with the last weights (`final_weights` last: the TSDAE paper's fixed step
         budget) or the best-dev ones (SimCSE's rule)."""
         kept = {"best_copy": self.best_copy} if self.training.first_copy() is not None else {}
+        passes = self.training.batches.passes()
+        if passes is not None:  # the passes over the corpus its batches made
+            kept["corpus_passes"] = passes
         if self.suite is None:
             return kept
         if self.trial_config.get("final_weights") == "last":

@@ -11,16 +11,14 @@ import torch
 
 from trainables.core.errors import SweepInputError
 from trainables.encoders.precision import adamw
-from trainables.methods.tsdae.settings import CT_RATES, learning_rate, resolve
+from trainables.methods.tsdae.noise import DEFAULT_RATIOS, Noise, vocabulary_words
+from trainables.methods.tsdae.settings import CT_GROUP, CT_RATES, learning_rate, resolve
 
 OBJECTIVES = ("none", "tsdae", "mlm", "simcse", "ct")
 
 
 CT_VARIANTS = ("official", "in-batch")
 CT_KEEP = ("second", "better")  # official CT: the copy scored and kept (method.py --ct-keep)
-
-
-NOISES = ("delete", "keep")
 
 
 def check_decoder(model_path, model: str) -> None:
@@ -45,27 +43,6 @@ def sentence_model(model_path: str, pooling: str, max_length: int):
     return SentenceTransformer(modules=[transformer, pool])
 
 
-DELETE_RATIOS = {"delete": 0.6, "keep": 0.4}
-
-
-def noisy(sentence: str, del_ratio: float, rng: np.random.RandomState) -> str:
-    """`DenoisingAutoEncoderDataset.delete` (NLTK words, each dropped with `del_ratio`, one kept if
-    none is, Treebank detokenised), drawing from `rng` where theirs draws from numpy's global state.
-    Words come from NLTK's Treebank tokenizer without its punkt sentence splitter (`preserve_line`),
-    whose data cannot be installed offline; on one sentence the two agree (tests/test_tsdae.py)."""
-    from nltk import word_tokenize
-    from nltk.tokenize.treebank import TreebankWordDetokenizer
-
-    words = word_tokenize(sentence, preserve_line=True)
-    n = len(words)
-    if n == 0:
-        return sentence
-    keep = rng.rand(n) > del_ratio
-    if sum(keep) == 0:
-        keep[rng.choice(n)] = True
-    return TreebankWordDetokenizer().detokenize(np.array(words)[keep])
-
-
 def _rng_state(rng: np.random.RandomState) -> list:
     """The state as plain lists (a checkpoint is read back with torch.load(weights_only=True))."""
     name, keys, pos, has_gauss, gauss = rng.get_state()
@@ -75,9 +52,6 @@ def _rng_state(rng: np.random.RandomState) -> list:
 def _rng_state_back(state: list) -> tuple:
     name, keys, pos, has_gauss, gauss = state
     return name, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss
-
-
-CT_GROUP = 8  # M5: groups of 8 pairs, 1 positive and 7 negatives
 
 
 def objective_settings(objective: str, args, corpus_size: int = 0, model_max: int = 512) -> dict:
@@ -91,10 +65,55 @@ def ct_rate(step: int) -> float:
     return learning_rate({"lr": CT_RATES[0], "schedule": "ct-piecewise"}, step)
 
 
+class Batches:
+    """The corpus rows of each batch, from a seeded generator: `epochs` (TSDAE, MLM, SimCSE, as their
+    data loaders: a new shuffle every epoch, each sentence once an epoch, consecutive slices of it; the
+    last, smaller slice trained with `last_batch` keep, dropped with drop) or `replacement` (CT; and a
+    trial recorded before epochs were, which records no `sampling`): every row drawn at random."""
+
+    def __init__(self, size: int, sampling: str, last_batch: str | None, generator: torch.Generator):
+        self.size, self.sampling, self.last_batch, self.generator = size, sampling, last_batch, generator
+        self.order: list[int] = []
+        self.position = 0
+        self.epochs = 0  # shuffles so far: the epoch the next batch comes from
+
+    def draw(self, n: int) -> list[int]:
+        """`n` rows at random, with replacement."""
+        return torch.randint(self.size, (n,), generator=self.generator).tolist()
+
+    def next(self, n: int) -> list[int]:
+        """The rows of the next batch of (at most) `n`."""
+        if self.sampling != "epochs":
+            return self.draw(n)
+        left = len(self.order) - self.position
+        if left <= 0 or (self.last_batch == "drop" and left < n):
+            self.order = torch.randperm(self.size, generator=self.generator).tolist()
+            self.position, self.epochs = 0, self.epochs + 1
+        rows = self.order[self.position : self.position + n]
+        self.position += len(rows)
+        return rows
+
+    def passes(self) -> float | None:
+        """Passes over the corpus so far (`epochs` sampling; a started epoch counts its share of the
+        corpus used); None when drawing with replacement."""
+        if self.sampling != "epochs":
+            return None
+        return max(0, self.epochs - 1) + (self.position / self.size if self.order else 0.0)
+
+    def state_dict(self) -> dict:
+        return {"order": list(self.order), "position": self.position, "epochs": self.epochs}
+
+    def load_state_dict(self, state: dict | None) -> None:
+        """A checkpoint written before epochs were recorded has none: the next batch starts an epoch."""
+        state = state or {}
+        self.order, self.position = list(state.get("order", [])), int(state.get("position", 0))
+        self.epochs = int(state.get("epochs", 0))
+
+
 class Training:
     """One objective's training loop on a sentence-transformers model: the trial (`TSDAETrainable`)
-    and the `tsdae` upstream stage (`compute`) both run it. Sentences are drawn at random (with
-    replacement, a seeded generator); `run(steps)` takes that many optimiser steps."""
+    and the `tsdae` upstream stage (`compute`) both run it. Batches come from `Batches` (the config's
+    `sampling` and `last_batch`); `run(steps)` takes that many optimiser steps."""
 
     def __init__(self, config: dict, sentences: list[str], device):
         from sentence_transformers import losses
@@ -104,14 +123,20 @@ class Training:
         seed = int(config["seed"])
         self.st = sentence_model(config["_model_path"], config["pooling"], int(config["max_length"])).to(device)
         self.generator = torch.Generator().manual_seed(seed)
+        self.batches = Batches(
+            len(sentences), config.get("sampling") or "replacement", config.get("last_batch"), self.generator
+        )
         self.noise_rng = np.random.RandomState(seed)
-        self.del_ratio = DELETE_RATIOS[config["noise"]]
+        self.noise = self._noise(config)
         self.step_count = 0
         self.loss = self.optimizer = None
         if self.objective == "none":
             return
         if self.objective == "tsdae":
-            self.loss = losses.DenoisingAutoEncoderLoss(self.st, tie_encoder_decoder=True)
+            tied = config.get("tied_decoder", True) is not False
+            self.loss = losses.DenoisingAutoEncoderLoss(
+                self.st, decoder_name_or_path=None if tied else str(config["_model_path"]), tie_encoder_decoder=tied
+            )
         elif self.objective == "simcse":
             if config.get("mlp") == "keep":  # the layer is part of the encoder: trained, scored and saved with it
                 self.st = simcse_training_model(self.st, "keep")
@@ -134,6 +159,16 @@ class Training:
             decay = float(config.get("weight_decay") or 0.0)
             self.optimizer = adamw(decay_groups(self.loss, decay), float(config["lr"]), device, weight_decay=decay)
 
+    def _noise(self, config: dict) -> Noise | None:
+        """TSDAE's noise: the config's type at its ratio (`noise_ratio`; a trial recorded before it was
+        names `delete_ratio`, or its type's own ratio)."""
+        if self.objective != "tsdae":
+            return None
+        kind = config.get("noise") or "delete"
+        ratio = config.get("noise_ratio") or config.get("delete_ratio") or DEFAULT_RATIOS[kind]
+        words = vocabulary_words(self.st.tokenizer) if kind in ("replace", "add") else []
+        return Noise(kind, float(ratio), self.noise_rng, self.st.tokenizer.mask_token or "", words)
+
     def first_copy(self):
         """Official CT's first copy (the one sentence-transformers trains beside `st` and drops), when
         `ct_keep` better has both scored; else None."""
@@ -141,18 +176,14 @@ class Training:
             return self.loss.model1
         return None
 
-    def _draw(self, n: int) -> list[str]:
-        rows = torch.randint(len(self.sentences), (n,), generator=self.generator)
-        return [self.sentences[i] for i in rows.tolist()]
-
     def features(self) -> list[dict]:
         """One batch's inputs to the loss."""
-        batch = self._draw(int(self.config["batch_size"]))
+        batch = [self.sentences[i] for i in self.batches.next(int(self.config["batch_size"]))]
         if self.objective == "tsdae":
-            return [self._tokenize([noisy(s, self.del_ratio, self.noise_rng) for s in batch]), self._tokenize(batch)]
+            return [self._tokenize([self.noise(s) for s in batch]), self._tokenize(batch)]
         if self.objective == "ct" and self.config["ct_variant"] == "official":
             # ContrastiveTensionDataLoader's rule: the first pair of every group of 8 is positive
-            others = self._draw(len(batch))
+            others = [self.sentences[i] for i in self.batches.draw(len(batch))]
             pairs = [s if i % CT_GROUP == 0 else o for i, (s, o) in enumerate(zip(batch, others))]
             return [self._tokenize(batch), self._tokenize(pairs)]
         if self.objective in ("simcse", "ct"):
@@ -204,6 +235,7 @@ class Training:
             "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
             "generator": self.generator.get_state(),
             "noise_rng": _rng_state(self.noise_rng),
+            "batches": self.batches.state_dict(),
             "steps": self.step_count,
         }
 
@@ -213,6 +245,7 @@ class Training:
             self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
         self.noise_rng.set_state(_rng_state_back(state["noise_rng"]))
+        self.batches.load_state_dict(state.get("batches"))
         self.step_count = int(state["steps"])
 
 
