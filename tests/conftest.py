@@ -19,10 +19,21 @@ if "EMBSWEEP_CACHE_DIR" not in os.environ:  # the tokenised-data cache of this t
 
 from trainables.core.paths import default_data_dir  # noqa: E402
 
-# End-to-end sweeps that take 9 s or more on two cores (measured with --durations): each runs in the
-# `sweep` step (`pytest -m sweep`), not in the fast default run; every behaviour they check keeps a
-# quicker test in the default run or is only visible in a whole sweep.
+# Tests that take 4 s or more on two cores (measured with --durations): whole sweeps, and the few slower
+# checks (notebooks run headless, every script's preset listing, a toy method's plan, bf16 against fp32). Each
+# runs in the `sweep` step (`pytest -m sweep`), not in the fast default run, which stays under 3 minutes; every
+# behaviour they check keeps a quicker test in the default run or is only visible in a whole sweep.
 SWEEP_TESTS = {
+    "test_add_a_method.py::test_a_new_package_and_script_are_a_method_the_engine_finds_and_plans",
+    "test_paper_presets.py::test_every_script_lists_every_papers_presets_grouped_by_paper",
+    "test_analysis_notebooks.py::test_cka_notebook_runs_headless",
+    "test_analysis_notebooks.py::test_store_notebooks_run_headless[pareto]",
+    "test_analysis_notebooks.py::test_store_notebooks_run_headless[layer_curves]",
+    "test_precision.py::test_bf16_on_cpu_is_applied_and_close_to_fp32",
+    "test_adaptive_layer.py::test_the_dry_run_prices_models_x_seeds_without_loading_a_model",
+    "test_mlflow_server.py::test_spooled_writes_are_replayed_once_however_often_sync_runs",
+    "test_cluster_config.py::test_node_checks_of_torch_fail_setup_with_one_line_on_a_cpu_only_build",
+    "test_tsdae_fidelity.py::test_every_tsdae_preset_is_listed_dry_run_and_checked_alike[tsdae-fig3]",
     "test_quiet_terminal.py::test_a_successful_sweep_leaves_the_terminal_to_the_sweep",
     "test_dry_run_plans.py::test_a_smoke_tests_dry_run_plans_the_trials_the_smoke_test_runs[adaptive_layer]",
     "test_dry_run_plans.py::test_a_dry_run_of_a_resume_plans_what_is_left_of_the_named_sweep",
