@@ -19,11 +19,16 @@ if "EMBSWEEP_CACHE_DIR" not in os.environ:  # the tokenised-data cache of this t
 
 from trainables.core.paths import default_data_dir  # noqa: E402
 
-# Tests that take 4 s or more on two cores (measured with --durations): whole sweeps, and the few slower
-# checks (notebooks run headless, every script's preset listing, a toy method's plan, bf16 against fp32). Each
+# Tests that take 3 s or more on two cores (measured with --durations): whole sweeps, and the few slower
+# checks (notebooks run headless, every script's preset listing, a toy method's plan, bf16 against fp32, a
+# few short trainings). Each
 # runs in the `sweep` step (`pytest -m sweep`), not in the fast default run, which stays under 3 minutes; every
 # behaviour they check keeps a quicker test in the default run or is only visible in a whole sweep.
 SWEEP_TESTS = {
+    "test_sed.py::test_the_targets_are_the_mean_of_the_teachers_pooled_embeddings",
+    "test_tsdae.py::test_tsdae_learns_to_reconstruct_held_out_sentences_through_the_tied_decoder",
+    "test_speed.py::test_tokenised_data_is_cached_across_sweeps_and_keyed_by_what_changes_it",
+    "test_sqlite_store.py::test_a_half_migrated_store_is_rebuilt_when_it_holds_no_runs_and_named_when_it_does",
     "test_add_a_method.py::test_a_new_package_and_script_are_a_method_the_engine_finds_and_plans",
     "test_paper_presets.py::test_every_script_lists_every_papers_presets_grouped_by_paper",
     "test_analysis_notebooks.py::test_cka_notebook_runs_headless",
