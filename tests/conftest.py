@@ -20,10 +20,10 @@ if "EMBSWEEP_CACHE_DIR" not in os.environ:  # the tokenised-data cache of this t
 from trainables.core.paths import default_data_dir  # noqa: E402
 
 # Tests that take 3 s or more on two cores (measured with --durations): whole sweeps, and the few slower
-# checks (notebooks run headless, every script's preset listing, a toy method's plan, bf16 against fp32, a
-# few short trainings). Each
-# runs in the `sweep` step (`pytest -m sweep`), not in the fast default run, which stays under 3 minutes; every
-# behaviour they check keeps a quicker test in the default run or is only visible in a whole sweep.
+# checks (notebooks run headless, every script's preset listing, a toy method's plan, bf16 against fp32,
+# a few short trainings). Each runs in the `sweep` step (`pytest -m sweep`), not in the fast default run,
+# which stays under 3 minutes; every behaviour they check keeps a quicker test in the default run or is
+# only visible in a whole sweep.
 SWEEP_TESTS = {
     "test_sed.py::test_the_targets_are_the_mean_of_the_teachers_pooled_embeddings",
     "test_tsdae.py::test_tsdae_learns_to_reconstruct_held_out_sentences_through_the_tied_decoder",
