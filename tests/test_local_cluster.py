@@ -46,10 +46,27 @@ def test_down_stops_only_the_processes_naming_its_temp_folder(tmp_path):
             process.wait()
 
 
+# The client runs in its own process: this test process may hold the session's local Ray already.
+PLACE_QUARTER_GPU_TASKS = """
+import json, os, sys, time
+import ray
+
+ray.init(address=sys.argv[1], log_to_driver=False)
+
+
+@ray.remote(num_cpus=0, num_gpus=0.25)
+def where():
+    time.sleep(3)
+    return ray.get_runtime_context().get_node_id(), os.environ["CUDA_VISIBLE_DEVICES"]
+
+
+placed = ray.get([where.remote() for _ in range(8)], timeout=150)
+print(json.dumps({"head": ray.get_runtime_context().get_node_id(), "placed": placed}))
+"""
+
+
 @pytest.mark.slow
 def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops():
-    import ray
-
     temp_dir = Path(tempfile.mkdtemp(prefix="embsweep-lc-"))  # short: Ray's socket paths are limited
     command = [sys.executable, "-m", "sweeps.local_cluster"]
     started = subprocess.run(
@@ -62,24 +79,18 @@ def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops():
     address = started.stdout.strip().splitlines()[-1]
     try:
         assert local_cluster.worker_nodes(temp_dir) == 0
-        ray.init(address=address, log_to_driver=False)
-
-        @ray.remote(num_cpus=0, num_gpus=0.25)
-        def where():
-            import os
-
-            time.sleep(3)
-            return ray.get_runtime_context().get_node_id(), os.environ["CUDA_VISIBLE_DEVICES"]
-
-        placed = ray.get([where.remote() for _ in range(8)], timeout=150)
-        head = ray.get_runtime_context().get_node_id()
-        assert head not in {node for node, _ in placed}
+        client = subprocess.run(
+            [sys.executable, "-c", PLACE_QUARTER_GPU_TASKS, address], capture_output=True, text=True, timeout=240
+        )
+        assert client.returncode == 0, client.stderr
+        result = json.loads(client.stdout.strip().splitlines()[-1])
+        placed = [tuple(p) for p in result["placed"]]
+        assert result["head"] not in {node for node, _ in placed}
         assert set(Counter(placed).values()) == {4}  # two GPU ids of one new node, four tasks each
         assert local_cluster.worker_nodes(temp_dir) == 1
         shown = subprocess.run([*command, "status", f"--temp-dir={temp_dir}"], capture_output=True, text=True)
         assert "1 gpu_worker" in shown.stdout
     finally:
-        ray.shutdown()
         stopped = subprocess.run([*command, "down", f"--temp-dir={temp_dir}"], capture_output=True, text=True)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     assert not local_cluster._cluster_processes(temp_dir)
