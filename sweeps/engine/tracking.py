@@ -6,6 +6,11 @@ A child run is found by (parent run, `embsweep.config_hash`) before one is creat
 retried, restored or resumed trial continues its own run; a metric is never logged twice at the
 same step (a run's logged steps are read back once). Schema: trainables/core/schema.py.
 
+The sweep's callback never waits for the store: its writes go, in order, to a `BackgroundWriter`, whose
+thread applies them (consecutive writes to one run merged into one `log_batch`) and which is closed,
+every queued write sent or spooled, when Tune's experiment ends (normally, on an error or on Ctrl-C)
+and before the parent run is marked finished.
+
 Outages: every write goes through `MlflowWriter.submit` as one JSON-able operation that names
 its run by key (parent run id + config hash), never by run id. If the store is unreachable
 (connection refused, timeout, 5xx, a locked database), the operation and every later one are
@@ -19,12 +24,16 @@ times, also after a partial replay.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import math
 import os
+import queue
 import sys
+import threading
 import time
+import weakref
 from pathlib import Path
 
 from ray import tune
@@ -403,7 +412,8 @@ class MlflowWriter:
             return
         if kind == "status":
             if op["status"] == "RUNNING":
-                self.client.update_run(run_id, status="RUNNING")
+                if run_id not in self._fresh:  # a run created just now is RUNNING already
+                    self.client.update_run(run_id, status="RUNNING")
             else:
                 self.client.set_terminated(run_id, status=op["status"], end_time=op.get("time"))
             return
@@ -477,6 +487,121 @@ class MlflowWriter:
         return run_id
 
 
+# --- writing off the trial loop -------------------------------------------------------------
+_STOP = object()
+
+
+def merge_logs(ops: list[dict]) -> list[dict]:
+    """The same writes with each "log" op folded into the latest earlier "log" op of the same run, when no
+    other op of that run (its creation, a status) lies between them: one `log_batch` instead of several.
+    Later params and tags win; metric lists are joined in order. A parent's status or a delete ends the
+    merging, so nothing moves across them."""
+    merged: list[dict] = []
+    last: dict[tuple, int] = {}  # (parent, key) -> index in `merged` of that run's latest op
+    for op in ops:
+        run = (op.get("parent"), op.get("key"))
+        if op["op"] in ("parent_status", "delete"):
+            last.clear()
+        at = last.get(run)
+        if (
+            op["op"] == "log"
+            and at is not None
+            and merged[at]["op"] == "log"
+            and merged[at].get("uri") == op.get("uri")
+        ):
+            into = merged[at]
+            merged[at] = {
+                **into,
+                "metrics": [*into.get("metrics", []), *op.get("metrics", [])],
+                "params": {**into.get("params", {}), **op.get("params", {})},
+                "tags": {**into.get("tags", {}), **op.get("tags", {})},
+            }
+            continue
+        merged.append(op)
+        if op["op"] not in ("parent_status", "delete"):
+            last[run] = len(merged) - 1
+    return merged
+
+
+class BackgroundWriter:
+    """An `MlflowWriter` fed through a queue and applied on a thread of its own, so that the caller (Ray
+    Tune's loop) never waits for the store. Writes are applied in the order they were submitted, up to
+    `batch` at a time with `merge_logs`; the outage and spool rules are `MlflowWriter.submit`'s, and a
+    spooled backlog is retried every `retry_interval` also while no new write comes. `close()` returns once
+    every submitted write has been applied or spooled; writers still open when the process exits, or when
+    `close_all()` is called, are closed then."""
+
+    _open: "weakref.WeakSet[BackgroundWriter]" = weakref.WeakSet()
+
+    def __init__(self, writer: MlflowWriter, batch: int = 256):
+        self.writer = writer
+        self.batch = batch
+        self.error: BaseException | None = None
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._work, name="mlflow-writer", daemon=True)
+        self._closed = False
+        self._thread.start()
+        BackgroundWriter._open.add(self)
+
+    def submit(self, op: dict) -> None:
+        if self._closed:
+            raise RuntimeError("MLflow writer already closed")
+        self._queue.put(op)
+
+    def flush(self) -> None:
+        """Wait until every write submitted so far has been applied or spooled."""
+        self._queue.join()
+        self._raise()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._queue.put(_STOP)
+        self._thread.join()
+        BackgroundWriter._open.discard(self)
+        self._raise()
+
+    @classmethod
+    def close_all(cls) -> None:
+        for writer in list(cls._open):
+            writer.close()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def _work(self) -> None:
+        while True:
+            try:
+                first = self._queue.get(timeout=self.writer.retry_interval if self.writer.spooling() else None)
+            except queue.Empty:
+                self._guarded(self.writer.maybe_drain)
+                continue
+            items = [first]
+            while len(items) < self.batch:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            for op in merge_logs([item for item in items if item is not _STOP]):
+                self._guarded(self.writer.submit, op)
+            for _ in items:
+                self._queue.task_done()
+            if any(item is _STOP for item in items):
+                return
+
+    def _guarded(self, call, *args) -> None:
+        try:
+            call(*args)
+        except BaseException as error:  # kept for the caller's next flush/close; later writes still go on
+            if self.error is None:
+                self.error = error
+
+
+atexit.register(BackgroundWriter.close_all)
+
+
 def read_spool(path: str | Path) -> list[dict]:
     """The spooled operations; a torn last line (the driver died mid-write) is ignored."""
     ops = []
@@ -501,6 +626,7 @@ def _write_spool(path: Path, ops: list[dict]) -> None:
 def finish_parent_run(tracking_uri: str, parent_run_id: str, status: str, sweep_dir: str | None) -> str | None:
     """Mark the sweep's parent run finished (through the spool if need be) after one last try to
     send whatever is spooled. Returns a warning to print when writes are still spooled."""
+    BackgroundWriter.close_all()  # the trials' writes first: the spool they may add to is read next
     writer = MlflowWriter(tracking_uri, spool_path(sweep_dir, parent_run_id))
     writer._warned = writer.pending() > 0
     writer.maybe_drain(force=True)
@@ -571,9 +697,11 @@ class MlflowSweepCallback(tune.Callback):
         self._seen: dict[str, set] = {}
 
     @property
-    def writer(self) -> MlflowWriter:
+    def writer(self) -> BackgroundWriter:
         if self._writer is None:
-            self._writer = MlflowWriter(self.tracking_uri, spool_path(self.sweep_dir, self.parent_run_id))
+            self._writer = BackgroundWriter(
+                MlflowWriter(self.tracking_uri, spool_path(self.sweep_dir, self.parent_run_id))
+            )
         return self._writer
 
     def __getstate__(self):  # Tune pickles callbacks into its experiment state
@@ -645,9 +773,10 @@ class MlflowSweepCallback(tune.Callback):
         self.run_for(trial.config)
         self.writer.submit(self._op("status", trial.config, status="FAILED", time=int(time.time() * 1000)))
 
-    def on_step_end(self, iteration, trials, **info):
-        if self._writer is not None and self._writer.spooling():  # send spooled writes once the store is back
-            self._writer.maybe_drain()
+    def on_experiment_end(self, trials, **info):  # also after an error or Ctrl-C: nothing queued is lost
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            writer.close()
 
 
 def _is_metric(key: str, value) -> bool:

@@ -1,0 +1,177 @@
+"""The sweep's MLflow writes off Ray Tune's loop (`tracking.BackgroundWriter`): applied in the order they
+were submitted, without the caller waiting, all of them sent or spooled by `close()` (and before the parent
+run is marked finished), and an outage's spool replayed exactly once."""
+
+import io
+import threading
+import time
+
+import pytest
+from mlflow import MlflowClient
+
+from sweeps.engine import tracking
+from trainables.core import schema
+
+
+class Recording(tracking.MlflowWriter):
+    """A writer whose store is a list; `down` makes it refuse like a stopped tracking server."""
+
+    def __init__(self, spool=None, delay=0.0, retry_interval=0.0):
+        super().__init__("http://127.0.0.1:9", spool, retry_interval=retry_interval, stream=io.StringIO())
+        self.applied, self.delay, self.down = [], delay, False
+        self.threads = set()
+
+    def apply(self, op):
+        self.threads.add(threading.current_thread().name)
+        if self.down:
+            raise ConnectionError("Connection refused")
+        time.sleep(self.delay)
+        self.applied.append(op)
+
+    def reachable(self, timeout=2.0):
+        return not self.down
+
+
+def status(n):
+    return {"op": "status", "parent": "p", "key": f"k{n}", "status": "RUNNING"}
+
+
+def test_writes_are_applied_in_submission_order_off_the_callers_thread():
+    recording = Recording(delay=0.002)
+    writer = tracking.BackgroundWriter(recording, batch=7)
+    ops = [status(n) for n in range(200)]
+    for op in ops:
+        writer.submit(op)
+    writer.close()
+    assert [op["key"] for op in recording.applied] == [op["key"] for op in ops]
+    assert recording.threads == {"mlflow-writer"}
+
+
+def test_submit_does_not_wait_for_the_store():
+    recording = Recording(delay=0.05)
+    writer = tracking.BackgroundWriter(recording)
+    started = time.monotonic()
+    for n in range(20):
+        writer.submit(status(n))
+    submitted = time.monotonic() - started
+    writer.close()
+    assert submitted < 0.2 and time.monotonic() - started >= 20 * 0.05 * 0.9
+    assert len(recording.applied) == 20
+
+
+def test_close_returns_once_every_write_is_applied_and_refuses_later_ones():
+    recording = Recording(delay=0.01)
+    writer = tracking.BackgroundWriter(recording)
+    for n in range(30):
+        writer.submit(status(n))
+    writer.close()
+    assert len(recording.applied) == 30
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.submit(status(31))
+
+
+def test_an_error_in_the_writer_thread_is_raised_by_close():
+    class Broken(Recording):
+        def apply(self, op):
+            raise ValueError("bad op")
+
+    writer = tracking.BackgroundWriter(Broken())  # no spool: the error is not kept as a spooled write
+    writer.submit(status(0))
+    with pytest.raises(ValueError, match="bad op"):
+        writer.close()
+
+
+def test_logs_to_one_run_are_merged_but_never_across_its_other_ops():
+    def log(key, step, **extra):
+        return {"op": "log", "parent": "p", "key": key, "metrics": [["m", step, 0, step]], **extra}
+
+    ops = [
+        {"op": "run", "parent": "p", "key": "a", "params": {}},
+        log("a", 1, params={"x": "1"}, tags={"t": "old"}),
+        log("b", 1),
+        log("a", 2, tags={"t": "new", "u": "1"}),
+        {"op": "status", "parent": "p", "key": "a", "status": "FINISHED"},
+        log("a", 3),
+        {"op": "parent_status", "parent": "p", "status": "FINISHED"},
+        log("b", 2),
+    ]
+    merged = tracking.merge_logs(ops)
+    assert [(op["op"], op.get("key")) for op in merged] == [
+        ("run", "a"),
+        ("log", "a"),
+        ("log", "b"),
+        ("status", "a"),
+        ("log", "a"),
+        ("parent_status", None),
+        ("log", "b"),
+    ]
+    assert merged[1]["metrics"] == [["m", 1, 0, 1], ["m", 2, 0, 2]]
+    assert merged[1]["params"] == {"x": "1"} and merged[1]["tags"] == {"t": "new", "u": "1"}
+    assert ops[1]["metrics"] == [["m", 1, 0, 1]], "the submitted ops are not changed"
+
+
+def test_an_outage_is_spooled_in_order_and_replayed_once_when_the_store_answers(tmp_path):
+    spool = tmp_path / tracking.SPOOL_FILE
+    recording = Recording(spool=spool, retry_interval=0.05)
+    writer = tracking.BackgroundWriter(recording)
+    recording.down = True
+    for n in range(5):
+        writer.submit(status(n))
+    writer.flush()
+    assert recording.applied == [] and recording.pending() == 5
+    assert recording.stream.getvalue().count("is unreachable") == 1
+    recording.down = False
+    deadline = time.monotonic() + 10
+    while recording.pending() and time.monotonic() < deadline:  # retried with no new write coming
+        time.sleep(0.02)
+    writer.submit(status(5))
+    writer.close()
+    assert [op["key"] for op in recording.applied] == [f"k{n}" for n in range(6)]
+    assert not spool.exists() and "answers again: 5 spooled" in recording.stream.getvalue()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One SQLite store for the tests below (creating one takes seconds)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+
+
+@pytest.mark.sweep  # a real store: 3 s or more
+def test_finishing_the_parent_run_first_sends_every_queued_trial_write(store, tmp_path, monkeypatch):
+    parent = tracking.start_parent_run(store, "test", "queued", {"trials": 1})
+    original = tracking.MlflowWriter.apply
+
+    def slow(self, op):
+        time.sleep(0.2)
+        return original(self, op)
+
+    monkeypatch.setattr(tracking.MlflowWriter, "apply", slow)
+    callback = tracking.MlflowSweepCallback(store, parent, {"git_commit": "abc"}, sweep_dir=str(tmp_path / "sweep"))
+    config = {"method": "tmft", "layer": 1, "seed": 0}
+    callback.writer.submit(callback._op("run", config, name="trial", params={"layer": "1"}))
+    callback.writer.submit(callback._op("log", config, metrics=[["dev_spearman", 0.5, 0, 1]]))
+    callback.writer.submit(callback._op("status", config, status="FINISHED", time=int(time.time() * 1000)))
+    assert tracking.finish_parent_run(store, parent, "FINISHED", str(tmp_path / "sweep")) is None
+
+    client = MlflowClient(store)
+    assert client.get_run(parent).info.status == "FINISHED"
+    (child,) = client.search_runs(
+        [client.get_run(parent).info.experiment_id], filter_string=f"tags.`{schema.TAG_PARENT}` = '{parent}'"
+    )
+    assert child.info.status == "FINISHED" and child.data.metrics["dev_spearman"] == 0.5
+    assert child.data.params["layer"] == "1"
+
+
+@pytest.mark.sweep  # a real store: 3 s or more
+def test_the_callback_closes_its_writer_when_the_experiment_ends(store, tmp_path):
+    parent = tracking.start_parent_run(store, "test", "ends", {})
+    callback = tracking.MlflowSweepCallback(store, parent, sweep_dir=str(tmp_path / "sweep"))
+    writer = callback.writer
+    callback.run_for({"method": "tmft", "layer": 0})
+    callback.on_experiment_end(trials=[])
+    assert not writer._thread.is_alive() and callback._writer is None
+    client = MlflowClient(store)
+    runs = client.search_runs(
+        [client.get_run(parent).info.experiment_id], filter_string=f"tags.`{schema.TAG_PARENT}` = '{parent}'"
+    )
+    assert len(runs) == 1  # the trial's run, created before on_experiment_end returned
