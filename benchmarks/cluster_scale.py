@@ -22,6 +22,7 @@ most 800 s, 625 s the floor) is the anchor for bare Tune's figure.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pstats
 import subprocess
@@ -44,7 +45,10 @@ GROUPS = (  # (label, substrings of a profiled function's file): first match win
 )
 
 
-def bare_tune(trials: int, seconds: float, concurrent: int, address: str | None, storage: str, cpu: float) -> float:
+def bare_tune(
+    trials: int, seconds: float, concurrent: int, address: str | None, storage: str, cpu: float
+) -> tuple[float, float]:
+    """Bare Tune's fit time and its whole process's wall time."""
     code = f"""
 import os, time, ray
 from ray import tune
@@ -66,24 +70,87 @@ tune.Tuner(tune.with_resources(Trial, {{"cpu": {cpu}}}), param_space={{"i": tune
            run_config=tune.RunConfig(storage_path={storage!r}, verbose=0)).fit()
 print("BARE", time.time() - started)
 """
+    started = time.time()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env())
+    wall = time.time() - started
     line = [x for x in out.stdout.splitlines() if x.startswith("BARE")]
     if not line:
         raise RuntimeError(out.stderr[-3000:])
-    return float(line[0].split()[1])
+    return float(line[0].split()[1]), wall
+
+
+ENGINE_WRAPPER = """
+import cProfile, json, runpy, sys, time
+from ray import tune
+from sweeps.engine import tracking
+script, report, profile = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.argv = sys.argv[:1] + sys.argv[4:]
+facts = {"fit_s": 0.0, "close_wait_s": 0.0, "writer_cpu_s": 0.0, "writes": 0}
+fit, submit = tune.Tuner.fit, tracking.MlflowWriter.submit
+close, work = tracking.BackgroundWriter.close, tracking.BackgroundWriter._work
+def timed_fit(self, *a, **k):
+    started = time.perf_counter()
+    try:
+        return fit(self, *a, **k)
+    finally:
+        facts["fit_s"] += time.perf_counter() - started
+def timed_close(self):  # how long the end of the sweep waits for writes still queued
+    started = time.perf_counter()
+    try:
+        return close(self)
+    finally:
+        facts["close_wait_s"] += time.perf_counter() - started
+def counted_submit(self, op):
+    facts["writes"] += 1
+    return submit(self, op)
+def timed_work(self):  # the writer thread: its CPU time, and its own profile
+    started, writer_profile = time.thread_time(), cProfile.Profile() if profile else None
+    if writer_profile:
+        writer_profile.enable()
+    try:
+        work(self)
+    finally:
+        facts["writer_cpu_s"] += time.thread_time() - started
+        if writer_profile:
+            writer_profile.disable()
+            writer_profile.dump_stats(profile + ".writer")
+tune.Tuner.fit, tracking.BackgroundWriter.close, tracking.BackgroundWriter._work = timed_fit, timed_close, timed_work
+tracking.MlflowWriter.submit = counted_submit
+main_profile = cProfile.Profile() if profile else None
+if main_profile:
+    main_profile.enable()
+try:
+    runpy.run_path(script, run_name="__main__")
+except SystemExit as end:
+    code = end.code
+else:
+    code = 0
+finally:
+    if main_profile:
+        main_profile.disable()
+        main_profile.dump_stats(profile)
+    tracking.BackgroundWriter.close_all()
+    open(report, "w").write(json.dumps(facts))
+sys.exit(code)
+"""
 
 
 def engine(
-    trials: int, seconds: float, concurrent: int, address: str | None, storage: str, cpu: float
-) -> tuple[float, str]:
+    trials: int, seconds: float, concurrent: int, address: str | None, storage: str, cpu: float, profile: bool
+) -> tuple[float, dict, str | None]:
+    """The engine's wall time (its whole process), its timers (Tune's fit, the wait for queued MLflow writes at
+    the end, the writer thread's CPU time, the writes) and, with `profile`, its driver's cProfile files."""
     layers = 3  # the smoke test's tiny model: layers 0..2
     seeds = max(1, trials // layers)
-    profile = os.path.join(storage, "engine.prof")
+    os.makedirs(storage, exist_ok=True)
+    report = os.path.join(storage, "engine-timers.json")
+    profile_path = os.path.join(storage, "engine.prof") if profile else ""
     command = [
-        sys.executable, "-m", "cProfile", "-o", profile, str(ROOT / "sweeps" / "electra_layers.py"),
+        sys.executable, "-c", ENGINE_WRAPPER, str(ROOT / "sweeps" / "electra_layers.py"), report, profile_path,
         "--smoke-test", "--simulate", "--simulate-seconds", str(seconds), "--epochs", "1",
         "--layers", "0,1,2", "--seeds", f"0-{seeds - 1}", "--gpus-per-trial", "0", "--cpus-per-trial", str(cpu),
         "--max-concurrent", str(concurrent), "--storage-path", storage, "--name", "scale",
+        "--mlflow-uri", f"sqlite:///{os.path.join(storage, 'mlflow.db')}",
         *(["--address", address] if address else []),
     ]  # fmt: skip
     started = time.time()
@@ -91,7 +158,9 @@ def engine(
     wall = time.time() - started
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])
-    return wall, profile
+    with open(report) as handle:
+        facts = json.load(handle)
+    return wall, facts, profile_path or None
 
 
 def _env() -> dict:
@@ -118,6 +187,47 @@ def where_time_goes(profile: str) -> list[tuple[str, float]]:
     return sorted(totals.items(), key=lambda kv: -kv[1])
 
 
+def overhead(args, folder: str) -> float:
+    """Bare Tune, then the engine, on the same trials; prints both and their ratio (returned), and where
+    the engine's time goes."""
+    trials = max(1, args.trials // 3) * 3
+    print(f"{trials} trials of {args.seconds:g} s, at most {args.concurrent} at once", flush=True)
+    bare_fit, bare_wall = bare_tune(
+        trials, args.seconds, args.concurrent, args.address, os.path.join(folder, "bare"), args.cpus_per_trial
+    )
+    print(f"bare Ray Tune: {bare_fit:.1f} s in Tuner.fit ({bare_wall:.1f} s its whole process)", flush=True)
+    wall, facts, profile = engine(
+        trials,
+        args.seconds,
+        args.concurrent,
+        args.address,
+        os.path.join(folder, "engine"),
+        args.cpus_per_trial,
+        args.profile,
+    )
+    ratio = facts["fit_s"] / bare_fit
+    print(
+        f"engine (--simulate): {facts['fit_s']:.1f} s in Tuner.fit ({wall:.1f} s its whole process: plan, MLflow "
+        f"store, summary)\nbookkeeping ratio, engine / bare Tune: {ratio:.2f} in Tuner.fit, "
+        f"{wall / bare_wall:.2f} whole processes (goal: at most 1.25)",
+        flush=True,
+    )
+    print(f"floor (trials x seconds / at once): {trials * args.seconds / args.concurrent:.1f} s", flush=True)
+    print(
+        f"MLflow: {facts['writes']} writes on the writer thread, {facts['writer_cpu_s']:.1f} s of its CPU time; "
+        f"the sweep's end waited {facts['close_wait_s']:.1f} s for writes still queued",
+        flush=True,
+    )
+    if profile:
+        print("the engine driver's main thread, by where its CPU time goes (cProfile tottime):")
+        for label, seconds in where_time_goes(profile):
+            print(f"  {label:<48} {seconds:8.1f} s")
+        print("the MLflow writer thread's calls, by cumulative time:")
+        for name, seconds, calls in top_functions(profile + ".writer", ("sweeps/engine/tracking.py", "mlflow/")):
+            print(f"  {name:<60} {seconds:8.1f} s  {calls} calls")
+    return ratio
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=1000)
@@ -127,26 +237,15 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--cpus-per-trial", type=float, default=0.125, help="each trial's CPU share in both runs (0.125: 64 on 8 CPUs)"
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="run the engine's driver under cProfile (main and MLflow writer threads) and print where its time goes; "
+        "profiling slows the driver, so the ratio is then an upper bound",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="cluster-scale-") as folder:
-        trials = max(1, args.trials // 3) * 3
-        print(f"{trials} trials of {args.seconds:g} s, at most {args.concurrent} at once", flush=True)
-        bare = bare_tune(
-            trials, args.seconds, args.concurrent, args.address, os.path.join(folder, "bare"), args.cpus_per_trial
-        )
-        print(f"bare Ray Tune: {bare:.1f} s", flush=True)
-        wall, profile = engine(
-            trials, args.seconds, args.concurrent, args.address, os.path.join(folder, "engine"), args.cpus_per_trial
-        )
-        print(f"engine (--simulate): {wall:.1f} s; ratio engine / bare Tune = {wall / bare:.2f}", flush=True)
-        floor = trials * args.seconds / args.concurrent
-        print(f"floor (trials x seconds / at once): {floor:.1f} s", flush=True)
-        print("the engine driver's main thread, by where its CPU time goes (cProfile tottime):")
-        for label, seconds in where_time_goes(profile):
-            print(f"  {label:<48} {seconds:8.1f} s")
-        print("the engine's tracking calls, by cumulative time:")
-        for name, seconds, calls in top_functions(profile, ("sweeps/engine/tracking.py",)):
-            print(f"  {name:<60} {seconds:8.1f} s  {calls} calls")
+        overhead(args, folder)
     return 0
 
 

@@ -157,6 +157,7 @@ def test_server_outage_mid_sweep_loses_no_metric(sweep_env, tiny_models, server,
 
     def outage_script(self, iteration, trials, trial, result, **info):
         original(self, iteration, trials, trial, result, **info)
+        self.writer.flush()  # the writes so far sent or spooled (they are applied off Tune's loop)
         reported.append(
             (schema.config_hash(trial.config), int(result["epoch"]), result["dev_spearman"], result["train_loss"])
         )
