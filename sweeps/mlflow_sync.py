@@ -17,7 +17,7 @@ import io
 import sys
 from pathlib import Path
 
-from sweeps.engine.tracking import SPOOL_FILE, MlflowWriter, read_spool
+from sweeps.engine.tracking import SPOOL_FILE, MlflowWriter, read_spool, recover_queued
 
 
 class RefusedWrite(RuntimeError):
@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     spool = Path(args.spool)
     if spool.is_dir():
         spool = spool / SPOOL_FILE
+    recover_queued(spool)  # writes a killed driver had queued but not sent
     if not spool.is_file():
         print(f"error: {spool} does not exist (nothing was spooled, or it was uploaded already)", file=sys.stderr)
         return 2

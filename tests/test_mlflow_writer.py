@@ -130,6 +130,47 @@ def test_an_outage_is_spooled_in_order_and_replayed_once_when_the_store_answers(
     assert not spool.exists() and "answers again: 5 spooled" in recording.stream.getvalue()
 
 
+def test_the_queued_file_holds_exactly_the_writes_not_yet_sent(tmp_path):
+    spool = tmp_path / tracking.SPOOL_FILE
+    gate = threading.Event()
+
+    class Gated(Recording):
+        def apply(self, op):
+            gate.wait(10)
+            super().apply(op)
+
+    writer = tracking.BackgroundWriter(Gated(spool=spool))
+    for n in range(3):
+        writer.submit(status(n))
+    assert [op["key"] for op in tracking.read_spool(tracking.queued_path(spool))] == ["k0", "k1", "k2"]
+    gate.set()
+    writer.flush()
+    assert tracking.queued_path(spool).read_text() == ""
+    writer.close()
+    assert not tracking.queued_path(spool).exists() and not spool.exists()
+
+
+def test_writes_queued_by_a_killed_driver_are_sent_first_by_the_next_writer(tmp_path):
+    spool = tmp_path / tracking.SPOOL_FILE
+    gate = threading.Event()
+
+    class Stuck(Recording):  # a driver killed before its thread sent anything
+        def apply(self, op):
+            gate.wait(10)
+
+    killed = tracking.BackgroundWriter(Stuck(spool=spool))
+    for n in range(4):
+        killed.submit(status(n))
+    resumed = Recording(spool=spool)
+    writer = tracking.BackgroundWriter(resumed)
+    writer.submit(status(4))
+    writer.close()
+    assert [op["key"] for op in resumed.applied] == ["k0", "k1", "k2", "k3", "k4"]
+    assert not spool.exists() and not tracking.queued_path(spool).exists()
+    gate.set()
+    killed.close()
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """One SQLite store for the tests below (creating one takes seconds)."""

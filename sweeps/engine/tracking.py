@@ -9,7 +9,9 @@ same step (a run's logged steps are read back once). Schema: trainables/core/sch
 The sweep's callback never waits for the store: its writes go, in order, to a `BackgroundWriter`, whose
 thread applies them (consecutive writes to one run merged into one `log_batch`) and which is closed,
 every queued write sent or spooled, when Tune's experiment ends (normally, on an error or on Ctrl-C)
-and before the parent run is marked finished.
+and before the parent run is marked finished. A queued write is also kept in `mlflow-spool-queued.jsonl`
+beside the spool until it is sent or spooled, so that a driver killed outright loses none: the next
+writer for that spool (`--resume`, the sweep's end, `mlflow_sync`) moves them into the spool first.
 
 Outages: every write goes through `MlflowWriter.submit` as one JSON-able operation that names
 its run by key (parent run id + config hash), never by run id. If the store is unreachable
@@ -226,6 +228,27 @@ def trial_params(config: dict, static: dict) -> dict:
     params.update(static)
     params["config_hash"] = schema.config_hash(config)
     return params
+
+
+def queued_path(spool: str | Path) -> Path:
+    """Where a `BackgroundWriter` keeps the writes it has queued but not yet sent or spooled."""
+    spool = Path(spool)
+    return spool.with_name(f"{spool.stem}-queued.jsonl")
+
+
+def recover_queued(spool: str | Path) -> int:
+    """Move the writes a killed driver had queued (`queued_path`) to the end of the spool, where they are
+    replayed in order like any spooled write (some may have been sent already: replaying is idempotent);
+    returns how many."""
+    queued = queued_path(spool)
+    ops = read_spool(queued)
+    if ops:
+        with Path(spool).open("a") as handle:
+            handle.write("".join(json.dumps(op, sort_keys=True) + "\n" for op in ops))
+            handle.flush()
+            os.fsync(handle.fileno())
+    queued.unlink(missing_ok=True)
+    return len(ops)
 
 
 def spool_path(sweep_dir: str | None, parent_run_id: str) -> Path:
@@ -538,6 +561,13 @@ class BackgroundWriter:
         self.batch = batch
         self.error: BaseException | None = None
         self._queue: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()  # the queued-writes file and its counts
+        self._queued = self._done = 0
+        self._journal = None
+        if writer.spool is not None:  # writes a killed driver had queued go first
+            recover_queued(writer.spool)
+            writer.spool.parent.mkdir(parents=True, exist_ok=True)
+            self._journal = queued_path(writer.spool).open("a")
         self._thread = threading.Thread(target=self._work, name="mlflow-writer", daemon=True)
         self._closed = False
         self._thread.start()
@@ -546,7 +576,13 @@ class BackgroundWriter:
     def submit(self, op: dict) -> None:
         if self._closed:
             raise RuntimeError("MLflow writer already closed")
-        self._queue.put(op)
+        op = {"uri": self.writer.tracking_uri, **op}
+        with self._lock:
+            if self._journal is not None:  # flushed to the OS: kept if this process is killed
+                self._journal.write(json.dumps(op, sort_keys=True) + "\n")
+                self._journal.flush()
+            self._queued += 1
+            self._queue.put(op)
 
     def flush(self) -> None:
         """Wait until every write submitted so far has been applied or spooled."""
@@ -559,6 +595,10 @@ class BackgroundWriter:
             self._queue.put(_STOP)
         self._thread.join()
         BackgroundWriter._open.discard(self)
+        if self._journal is not None and not self._journal.closed:
+            self._journal.close()
+            if self._done == self._queued:
+                queued_path(self.writer.spool).unlink(missing_ok=True)
         self._raise()
 
     @classmethod
@@ -572,6 +612,8 @@ class BackgroundWriter:
             raise error
 
     def _work(self) -> None:
+        if self.writer.spooling():
+            self._guarded(self.writer.maybe_drain, True)
         while True:
             try:
                 first = self._queue.get(timeout=self.writer.retry_interval if self.writer.spooling() else None)
@@ -584,8 +626,13 @@ class BackgroundWriter:
                     items.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            for op in merge_logs([item for item in items if item is not _STOP]):
+            ops = [item for item in items if item is not _STOP]
+            for op in merge_logs(ops):
                 self._guarded(self.writer.submit, op)
+            with self._lock:
+                self._done += len(ops)
+                if self._journal is not None and self._done == self._queued:  # all sent or spooled
+                    self._journal.truncate(0)
             for _ in items:
                 self._queue.task_done()
             if any(item is _STOP for item in items):
@@ -627,6 +674,7 @@ def finish_parent_run(tracking_uri: str, parent_run_id: str, status: str, sweep_
     """Mark the sweep's parent run finished (through the spool if need be) after one last try to
     send whatever is spooled. Returns a warning to print when writes are still spooled."""
     BackgroundWriter.close_all()  # the trials' writes first: the spool they may add to is read next
+    recover_queued(spool_path(sweep_dir, parent_run_id))  # a killed driver's, after a --resume with no trial left
     writer = MlflowWriter(tracking_uri, spool_path(sweep_dir, parent_run_id))
     writer._warned = writer.pending() > 0
     writer.maybe_drain(force=True)
