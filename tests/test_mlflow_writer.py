@@ -216,3 +216,62 @@ def test_the_callback_closes_its_writer_when_the_experiment_ends(store, tmp_path
         [client.get_run(parent).info.experiment_id], filter_string=f"tags.`{schema.TAG_PARENT}` = '{parent}'"
     )
     assert len(runs) == 1  # the trial's run, created before on_experiment_end returned
+
+
+SLOW_STORE_DRIVER = """
+import runpy, sys, time
+from sweeps.engine import tracking
+apply = tracking.MlflowWriter.apply
+def slow(self, op):  # a slow store: writes are still queued when Ctrl-C comes
+    time.sleep(0.4)
+    return apply(self, op)
+tracking.MlflowWriter.apply = slow
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.sweep
+def test_ctrl_c_sends_every_queued_write_before_the_driver_exits(sweep_env, ray_session, tmp_path):
+    """A simulated sweep on a slow store, stopped by SIGINT once a trial has reported: every epoch Tune
+    recorded for a trial is in its MLflow run, and nothing is left queued."""
+    import glob
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from sweep_helpers import wait_for
+
+    from trainables.core.paths import PROJECT_ROOT
+
+    storage, uri = sweep_env["storage"], sweep_env["uri"]
+    flags = "--smoke-test --simulate --simulate-seconds 2 --epochs 3 --layers 0,1 --seeds 0-1 --max-concurrent 2"
+    argv = [*flags.split(), "--gpus-per-trial", "0", "--cpus-per-trial", "0.5", "--storage-path", str(storage)]
+    argv += ["--mlflow-uri", uri, "--experiment", "test", "--name", "stopped"]
+    argv += ["--address", ray_session.get_runtime_context().gcs_address]
+    log = tmp_path / "driver.log"
+    driver = subprocess.Popen(
+        [sys.executable, "-c", SLOW_STORE_DRIVER, str(PROJECT_ROOT / "sweeps" / "electra_layers.py"), *argv],
+        cwd=PROJECT_ROOT,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    results = lambda: [f for f in glob.glob(f"{storage}/stopped/*/result.json") if open(f).read().strip()]
+    try:
+        wait_for(lambda: len(results()) >= 2, driver, log, timeout=300, what="two trials to report an epoch")
+        driver.send_signal(signal.SIGINT)
+        driver.wait(timeout=300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("test").experiment_id])
+    by_trial = {r.data.tags.get("trial_id"): r for r in runs if r.data.tags.get(schema.TAG_ROLE) == "trial"}
+    for result in results():
+        epochs = [int(json.loads(line)["epoch"]) for line in open(result) if line.strip()]
+        trial = json.loads(open(result).readline())["trial_id"]
+        steps = sorted(m.step for m in client.get_metric_history(by_trial[trial].info.run_id, "train_loss"))
+        assert steps == epochs, (trial, log.read_text()[-3000:])
+    assert not list((storage / "stopped").glob("mlflow-spool*")), "nothing queued or spooled is left"
