@@ -24,11 +24,12 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 
-from benchmarks.truncation import make_trial, stsb_config  # noqa: E402
+from benchmarks.truncation import make_trial  # noqa: E402
 from trainables.core.paths import default_data_dir  # noqa: E402
 from trainables.encoders.loading import resolve_model  # noqa: E402
 from trainables.encoders.precision import resolve  # noqa: E402
 from trainables.methods.tmft.trainable import TMFTData  # noqa: E402
+from trainables.training.pair_training import PairFineTuning  # noqa: E402
 from trainables.training.tokenized import load_task, tokenize_task  # noqa: E402
 
 LIMIT = 0.02
@@ -47,8 +48,8 @@ def best_folders(sweep: Path) -> dict[int, tuple[dict, Path]]:
 
 def scores(trial) -> tuple[dict, float]:
     started = time.perf_counter()
-    metrics = trial.evaluate(("dev", "test"))
-    return {k: 100 * metrics[f"{k}_spearman"] for k in ("dev", "test")}, time.perf_counter() - started
+    metrics = PairFineTuning.evaluate(trial, ("dev", "test"))
+    return {k: metrics[f"{k}_spearman"] for k in ("dev", "test")}, time.perf_counter() - started
 
 
 def main(argv=None) -> None:
@@ -70,9 +71,7 @@ def main(argv=None) -> None:
     )
     largest = 0.0
     for layer, (params, best) in sorted(trials.items()):
-        config = stsb_config(model, layer=layer, seed=int(params["seed"]), epochs=1, precision="fp32")
-        config["forward_chunk"] = params.get("forward_chunk", 0)
-        trial = make_trial("truncated", data, config)
+        trial = make_trial("truncated", data, {**params, "precision": "fp32"})
         weights = load_file(str(best / "model.safetensors"))
         trial.model.load_state_dict({k: v.float() for k, v in weights.items()})
         fp32, fp32_s = scores(trial)
