@@ -4,7 +4,8 @@ Reads a finished TMFT sweep (its trials' `best/` weights, e.g. the README's firs
 trial's model in this process, and scores its dev and test sets twice with the same weights: the
 trial's fp32 forward, then the same forward under bf16 autocast (`--precision bf16`'s evaluation).
 Printed: per layer the fp32 and bf16 dev and test Spearman (x100), their differences and the seconds
-each evaluation took, then the largest difference. The rule of the project: evaluation in bf16 only
+each evaluation took, then the largest difference and the median time of one forward of 128 dev
+sentences in each precision (alternated). The rule of the project: evaluation in bf16 only
 if every layer's dev and test score moves by at most 0.02.
 
     python benchmarks/bf16_eval.py --sweep runs/electra_layers-<time>
@@ -57,6 +58,8 @@ def main(argv=None) -> None:
     parser.add_argument("--sweep", required=True, help="a finished TMFT sweep's folder (it holds sweep.json)")
     parser.add_argument("--data-dir", default=str(default_data_dir()))
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a trial's one CPU by default)")
+    parser.add_argument("--repeats", type=int, default=7, help="forwards timed in each precision")
+    parser.add_argument("--timing-only", action="store_true", help="only the forward times, no scores")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     trials = best_folders(Path(args.sweep))
@@ -74,6 +77,8 @@ def main(argv=None) -> None:
         trial = make_trial("truncated", data, {**params, "precision": "fp32"})
         weights = load_file(str(best / "model.safetensors"))
         trial.model.load_state_dict({k: v.float() for k, v in weights.items()})
+        if args.timing_only:
+            continue
         fp32, fp32_s = scores(trial)
         trial.precision = resolve("bf16", torch.device("cpu"))
         bf16, bf16_s = scores(trial)
@@ -86,6 +91,30 @@ def main(argv=None) -> None:
         )
     verdict = "within" if largest <= LIMIT else "over"
     print(f"\nlargest move: {largest:.3f} points ({verdict} the {LIMIT} limit)")
+    fp32_ms, bf16_ms = forward_times(trial, args.repeats)
+    print(
+        f"the last layer's forward of 128 dev sentences, median of {args.repeats} alternated: fp32 {fp32_ms:.0f} ms, "
+        f"bf16 {bf16_ms:.0f} ms ({fp32_ms / bf16_ms:.2f}x)"
+    )
+
+
+def forward_times(trial, repeats: int) -> tuple[float, float]:
+    """Median ms of one forward of 128 dev sentences in fp32 and under bf16 autocast, alternated (the load
+    of a shared machine falls on both alike)."""
+    import statistics
+
+    sentences = list(dict.fromkeys(tuple(s) for s in trial.task.splits["dev"].s1))[:128]
+    precisions = {"fp32": resolve("fp32", torch.device("cpu")), "bf16": resolve("bf16", torch.device("cpu"))}
+    times: dict[str, list[float]] = {name: [] for name in precisions}
+    trial.model.eval()
+    with torch.no_grad():
+        for _ in range(repeats):
+            for name, precision in precisions.items():
+                trial.precision = precision
+                started = time.perf_counter()
+                trial._embed(sentences, chunk=128)
+                times[name].append(1000 * (time.perf_counter() - started))
+    return statistics.median(times["fp32"]), statistics.median(times["bf16"])
 
 
 if __name__ == "__main__":

@@ -27,6 +27,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from trainables.core.paths import default_data_dir  # noqa: E402
+
 JOB = [
     "sweeps/electra_layers.py",
     "--models",
@@ -53,7 +57,8 @@ def run_job(tree: Path, storage: Path, extra: list[str]) -> dict:
 
     timeline = storage / "timeline.json"
     env = {**os.environ, "PYTHONPATH": str(tree), "EMBSWEEP_TIMELINE": str(timeline)}
-    command = [sys.executable, *JOB, "--storage-path", str(storage), "--name", "job", *extra]
+    data = ["--data-dir", str(default_data_dir())]  # the baseline's copy has no data beside it
+    command = [sys.executable, *JOB, "--storage-path", str(storage), "--name", "job", *data, *extra]
     load = os.getloadavg()[0]
     started = time.time()
     subprocess.run(command, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
