@@ -3,7 +3,7 @@
 Reads a finished TMFT sweep (its trials' `best/` weights, e.g. the README's first command), builds each
 trial's model in this process, and scores its dev and test sets twice with the same weights: the
 trial's fp32 forward, then the same forward under bf16 autocast (`--precision bf16`'s evaluation).
-Printed: per layer the fp32 and bf16 dev and test Spearman (x100), their differences and the seconds
+Printed: per layer the fp32 and bf16 dev and test Spearman (x100, as the runs log it), their differences and the seconds
 each evaluation took, then the largest difference and the median time of one forward of 128 dev
 sentences in each precision (alternated). The rule of the project: evaluation in bf16 only
 if every layer's dev and test score moves by at most 0.02.
@@ -85,12 +85,13 @@ def main(argv=None) -> None:
         moved = {k: bf16[k] - fp32[k] for k in fp32}
         largest = max(largest, *(abs(v) for v in moved.values()))
         print(
-            f"{layer:>5} {fp32['dev']:>9.3f} {bf16['dev']:>9.3f} {moved['dev']:>+7.3f} {fp32['test']:>10.3f} "
-            f"{bf16['test']:>10.3f} {moved['test']:>+7.3f}  {fp32_s:.1f}/{bf16_s:.1f}",
+            f"{layer:>5} {fp32['dev']:>9.3f} {bf16['dev']:>9.3f} {moved['dev']:>+7.4f} {fp32['test']:>10.3f} "
+            f"{bf16['test']:>10.3f} {moved['test']:>+7.4f}  {fp32_s:.1f}/{bf16_s:.1f}",
             flush=True,
         )
-    verdict = "within" if largest <= LIMIT else "over"
-    print(f"\nlargest move: {largest:.3f} points ({verdict} the {LIMIT} limit)")
+    if not args.timing_only:
+        verdict = "within" if largest <= LIMIT else "over"
+        print(f"\nlargest move: {largest:.4f} points ({verdict} the {LIMIT} limit)")
     fp32_ms, bf16_ms = forward_times(trial, args.repeats)
     print(
         f"the last layer's forward of 128 dev sentences, median of {args.repeats} alternated: fp32 {fp32_ms:.0f} ms, "
