@@ -13,6 +13,7 @@ and once from this tree, one after the other, each into its own temporary storag
 
     python benchmarks/fixed_costs.py                       # baseline: the branch's first parent on main
     python benchmarks/fixed_costs.py --baseline HEAD~3 --arms candidate
+    python benchmarks/fixed_costs.py --smoke --rounds 2    # the start-up only (tiny trials), order alternated
 """
 
 from __future__ import annotations
@@ -52,13 +53,16 @@ def _tree(revision: str, into: Path) -> Path:
     return into
 
 
-def run_job(tree: Path, storage: Path, extra: list[str]) -> dict:
+SMOKE = ["sweeps/electra_layers.py", "--smoke-test"]  # the same start-up around 4 short trials of a tiny model
+
+
+def run_job(tree: Path, storage: Path, extra: list[str], job: list[str] = JOB) -> dict:
     from mlflow import MlflowClient
 
     timeline = storage / "timeline.json"
     env = {**os.environ, "PYTHONPATH": str(tree), "EMBSWEEP_TIMELINE": str(timeline)}
     data = ["--data-dir", str(default_data_dir())]  # the baseline's copy has no data beside it
-    command = [sys.executable, *JOB, "--storage-path", str(storage), "--name", "job", *data, *extra]
+    command = [sys.executable, *job, "--storage-path", str(storage), "--name", "job", *data, *extra]
     load = os.getloadavg()[0]
     started = time.time()
     subprocess.run(command, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
@@ -87,27 +91,36 @@ def main(argv=None) -> None:
     parser.add_argument("--baseline", default="main", help="the git revision to compare with (default: main)")
     parser.add_argument("--arms", default="baseline,candidate", help="baseline, candidate or both")
     parser.add_argument("--slots", type=int, default=2, help="trials side by side (2 CPUs, one per trial)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the job's start-up around 4 short trials of a tiny model (--smoke-test)"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="run the arms this many times, alternating their order")
     parser.add_argument("extra", nargs="*", help="more flags for the job, after --")
     args = parser.parse_args(argv)
     results = {}
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     with tempfile.TemporaryDirectory(prefix="fixed-costs-") as tmp:
-        for arm in [a.strip() for a in args.arms.split(",") if a.strip()]:
-            tree = ROOT if arm == "candidate" else _tree(args.baseline, Path(tmp, "baseline-tree").resolve())
-            results[arm] = run_job(tree, Path(tmp, arm), args.extra)
-            r = results[arm]
-            outside = r["wall"] - r["trial_s"] / args.slots
-            print(
-                f"{arm}: wall {r['wall']:.1f} s, {r['trials']} trials {r['trial_s']:.1f} trial-s "
-                f"(/{args.slots} = {r['trial_s'] / args.slots:.1f} s), outside trials {outside:.1f} s; "
-                f"first trial's run created at {r['first_trial_run']:.1f} s; load average {r['load'][0]:.1f} "
-                f"then {r['load'][1]:.1f}",
-                flush=True,
-            )
-            if r["phases"]:
-                print(
-                    "  phases (s since the process started): "
-                    + ", ".join(f"{k} {v:.1f}" for k, v in r["phases"].items())
+        trees = {
+            a: ROOT if a == "candidate" else _tree(args.baseline, Path(tmp, "baseline-tree").resolve()) for a in arms
+        }
+        for round_ in range(args.rounds):
+            for arm in arms if round_ % 2 == 0 else arms[::-1]:
+                results[f"{arm}-{round_}"] = r = run_job(
+                    trees[arm], Path(tmp, f"{arm}-{round_}"), args.extra, SMOKE if args.smoke else JOB
                 )
+                outside = r["wall"] - r["trial_s"] / args.slots
+                print(
+                    f"{arm}: wall {r['wall']:.1f} s, {r['trials']} trials {r['trial_s']:.1f} trial-s "
+                    f"(/{args.slots} = {r['trial_s'] / args.slots:.1f} s), outside trials {outside:.1f} s; "
+                    f"first trial's run created at {r['first_trial_run']:.1f} s; load average {r['load'][0]:.1f} "
+                    f"then {r['load'][1]:.1f}",
+                    flush=True,
+                )
+                if r["phases"]:
+                    print(
+                        "  phases (s since the process started): "
+                        + ", ".join(f"{k} {v:.1f}" for k, v in r["phases"].items())
+                    )
     print(json.dumps(results, indent=1))
 
 
