@@ -89,3 +89,15 @@ def test_trials_tune_ended_unfinished_are_never_counted_done():
         trial.last_result["done"] = False
     text = ProgressLine(CONTRACT, stream=open("/dev/null", "w"), total=10).line(trials)
     assert "trials 1/10 done, 0 running, 7 pending, 0 errored, 2 stopped unfinished" in text, text
+
+
+def test_seeds_by_need_counts_the_trials_its_rounds_suggested_not_the_maximum():
+    """A seeds-by-need sweep of at most 35 trials whose rounds stopped at 14: 14/14 done, none pending."""
+    from sweeps.engine.progress import planned_trials
+
+    trials = [FakeTrial(layer, "TERMINATED", wall=1.0) for layer in range(14)]
+    by_need = {"search": "grid", "seeds_by_need": True}
+    text = ProgressLine(CONTRACT, stream=open("/dev/null", "w"), total=planned_trials(by_need, 35)).line(trials)
+    assert "trials 14/14 done, 0 running, 0 pending" in text, text
+    assert planned_trials({"search": "grid"}, 35) == 35
+    assert planned_trials({"search": "optuna", "num_samples": 20}, 1) == 20

@@ -31,6 +31,14 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
+def planned_trials(args: dict, grid: int) -> int | None:
+    """The trials the line counts towards: the grid's, or the search's samples; None under `--seeds-by-need`,
+    whose rounds decide how many run (the line then counts the trials suggested so far, not the maximum)."""
+    if args.get("seeds_by_need"):
+        return None
+    return grid if args["search"] == "grid" else args["num_samples"]
+
+
 class ProgressLine(tune.Callback):
     def __init__(
         self,

@@ -21,7 +21,7 @@ from argparse import Namespace
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeps.engine import presets, seal, simulate, storage
+from sweeps.engine import presets, seal, simulate, startup, storage
 from sweeps.engine.cli import build_parser, check_config_bounds, check_name, check_numbers, default_name, given_flags
 from trainables.core import endpoints, object_storage
 from trainables.core.errors import SweepInputError
@@ -547,7 +547,7 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    from sweeps.engine.progress import ProgressLine
+    from sweeps.engine.progress import ProgressLine, planned_trials
     from sweeps.engine.store_guard import StoreGuard
     from sweeps.engine.tracking import MlflowSweepCallback
 
@@ -562,11 +562,7 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
                 plan.mlflow_uri, plan.parent_run_id, plan.static_params, sweep_dir=plan.sweep_dir, contract=contract
             ),
             StoreGuard(plan.sweep_dir),
-            ProgressLine(
-                contract,
-                estimates=estimates,
-                total=len(plan.configs) if args["search"] == "grid" else args["num_samples"],
-            ),
+            ProgressLine(contract, estimates=estimates, total=planned_trials(args, len(plan.configs))),
         ],
         failure_config=tune.FailureConfig(max_failures=args["max_failures"]),
         checkpoint_config=tune.CheckpointConfig(
@@ -800,8 +796,7 @@ def run_sweep(plan: SweepPlan):
     """Run (or resume) the sweep; return Ray Tune's ResultGrid."""
     from ray import tune
 
-    _init_ray(plan)
-    _check_resources(plan)
+    startup.ray_and_store(plan, lambda: (_init_ray(plan), _check_resources(plan)))
     _credentials_stay_on_their_nodes()
     if plan.parent_run_id is None:
         begin(plan)
@@ -818,9 +813,13 @@ def run_sweep(plan: SweepPlan):
     else:
         tuner = _tuner(plan, trainable, resources)
         seal.record(plan.sweep_dir, ["tuner.pkl"])  # written by the Tuner just now
+    startup.mark("fit")
     with seal.sealing(plan.sweep_dir):  # and every state Tune saves from here on
         results = tuner.fit()
+    startup.mark("fit_done")
     _finish(plan, results)
+    startup.mark("finished")
+    startup.write_timeline()
     return results
 
 
@@ -919,6 +918,7 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
             print(dry_run.describe(check_sweep(args, method_cls, prog, given), build_parser(prog, "", method_cls)))
             return 0
         plan = plan_sweep(args, method=method_cls, prog=prog, given=given)
+        startup.mark("planned")
         run_sweep(plan)
     except SweepInputError as error:
         if plan is None or plan.parent_run_id is None:  # refused before the sweep started: it leaves nothing
