@@ -160,6 +160,7 @@ def run_in(copy: Path, code: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.sweep
 def test_a_new_package_and_script_are_a_method_the_engine_finds_and_plans(project_with_toy, tmp_path):
     done = run_in(
         project_with_toy,

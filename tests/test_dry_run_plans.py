@@ -21,7 +21,8 @@ def _scripts():
     for path in sorted((ROOT / "sweeps").glob("*.py")):
         found = re.search(r'method="([\w-]+)"', path.read_text())
         if found:
-            yield pytest.param(path.stem, found.group(1), id=path.stem)
+            slow = path.stem == "adaptive_layer"  # it loads its models' configs: 3 s or more
+            yield pytest.param(path.stem, found.group(1), id=path.stem, marks=[pytest.mark.sweep] if slow else [])
 
 
 def _dry(method, prog, argv, capsys):
@@ -93,6 +94,7 @@ def test_a_dry_run_refuses_what_the_real_plan_refuses_with_the_same_line(
     assert err.strip() == f"error: {real.value}", (err, str(real.value))
 
 
+@pytest.mark.sweep
 def test_a_dry_run_of_a_resume_plans_what_is_left_of_the_named_sweep(sweep_env, tiny_models, capsys):
     from sweeps.electra_layers import main
 

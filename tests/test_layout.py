@@ -91,21 +91,6 @@ def test_losses_models_and_the_training_loop_import_without_ray():
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_every_test_the_sweep_step_lists_exists():
-    """tests/conftest.py's SWEEP_TESTS names tests by node id: a renamed or deleted test would silently
-    leave the list (and run in neither step's expected place); each entry must name a test function."""
-    import re
-
-    from conftest import SWEEP_TESTS
-
-    root = Path(__file__).parent
-    for node in sorted(SWEEP_TESTS):
-        module, _, name = node.partition("::")
-        function = re.sub(r"\[.*\]$", "", name)
-        source = (root / module).read_text() if (root / module).is_file() else ""
-        assert re.search(rf"^def {re.escape(function)}\(", source, re.M), f"SWEEP_TESTS names {node}: no such test"
-
-
 def test_the_architecture_page_names_every_module():
     """docs/architecture.md's package table names every module (`name.py`): a new module that the page
     does not mention fails here, so the table cannot go stale silently."""

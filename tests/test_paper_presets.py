@@ -41,6 +41,7 @@ def _listing(script, data_dir, capsys) -> str:
     return capsys.readouterr().out
 
 
+@pytest.mark.sweep
 def test_every_script_lists_every_papers_presets_grouped_by_paper(capsys, data_dir):
     everything = all_presets()
     assert {"sed-table3", "unsup-table1", "unsup-table2", "table1"} <= set(everything)
@@ -266,6 +267,7 @@ def test_the_table1_report_names_the_dapt_corpus_that_ran(tmp_path):
     assert corpus < section.index("| method") and "SNLI + MultiNLI" in section[: section.index("| method")]
 
 
+@pytest.mark.sweep
 def test_a_sed_preset_runs_on_tiny_models(sweep_env, tiny_models):
     from mlflow_helpers import runs_by_role
 
@@ -287,6 +289,7 @@ def test_a_sed_preset_runs_on_tiny_models(sweep_env, tiny_models):
     assert "SED Table 3" in report.index.read_text()
 
 
+@pytest.mark.sweep
 def test_a_meta_embedding_preset_runs_on_tiny_models(sweep_env, tiny_models):
     from mlflow_helpers import runs_by_role
 
@@ -337,6 +340,7 @@ def test_the_tsdae_table2_report_averages_the_four_tasks_each_from_its_own_corpu
     assert f"base model (the paper's: bert-base-uncased): `{MINILM}`" in text  # compared, and named
 
 
+@pytest.mark.sweep
 def test_a_tsdae_preset_runs_on_tiny_models_and_its_report_names_what_differs(sweep_env, tiny_models):
     from mlflow_helpers import runs_by_role
 

@@ -118,6 +118,7 @@ def test_a_copied_sweep_resumes_in_its_copy_with_the_store_beside_it(env, tiny_m
     assert sorted(p.name for p in Path(plan.sweep_dir).iterdir()) == before
 
 
+@pytest.mark.sweep
 def test_a_copied_sweep_stopped_during_its_stages_resumes_without_touching_the_original(sweep_env, tiny_models):
     from mlflow_helpers import runs_by_role
 
@@ -256,6 +257,7 @@ class Full:
         return self.original(sweep_dir, files)
 
 
+@pytest.mark.sweep
 def test_a_full_disk_mid_sweep_ends_in_one_line_and_resume_completes(sweep_env, tiny_models, monkeypatch, capsys):
     from mlflow_helpers import runs_by_role
 

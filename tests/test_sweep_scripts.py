@@ -29,6 +29,7 @@ def test_every_script_is_found():
     assert {"electra_layers", "improvements", "evaluate"} <= set(sweep_scripts())
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("script", sorted(sweep_scripts()))
 def test_smoke_test_runs_end_to_end(script, sweep_env):
     method = get_method(sweep_scripts()[script])
