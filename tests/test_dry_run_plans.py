@@ -11,6 +11,7 @@ import pytest
 
 from sweeps.engine import presets, runner
 from sweeps.engine.cli import build_parser, given_flags
+from sweeps.engine.scripts import sweep_scripts
 from trainables.core.errors import SweepInputError
 from trainables.methods import get_method
 
@@ -18,11 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _scripts():
-    for path in sorted((ROOT / "sweeps").glob("*.py")):
-        found = re.search(r'method="([\w-]+)"', path.read_text())
-        if found:
-            slow = path.stem == "adaptive_layer"  # it loads its models' configs: 3 s or more
-            yield pytest.param(path.stem, found.group(1), id=path.stem, marks=[pytest.mark.sweep] if slow else [])
+    for script, method in sweep_scripts().items():
+        slow = script == "adaptive_layer"  # it loads its models' configs: 3 s or more
+        yield pytest.param(script, method, id=script, marks=[pytest.mark.sweep] if slow else [])
 
 
 def _dry(method, prog, argv, capsys):

@@ -20,6 +20,7 @@ from analysis.report import build_report
 from sweeps import electra_layers, meta_embeddings, sed, tsdae
 from sweeps.engine import presets
 from sweeps.engine.runner import parser_for, plan_sweep
+from sweeps.engine.scripts import scripts_running, sweep_scripts
 from trainables.methods import all_presets, get_method
 from trainables.methods.meta_embeddings import paper as unsup_paper
 from trainables.methods.meta_embeddings.models import MetaModel, paper_loss, sentence_vectors
@@ -27,13 +28,14 @@ from trainables.methods.sed import paper as sed_paper
 from trainables.methods.tmft import paper as electra_paper
 from trainables.methods.tsdae import paper as tsdae_paper
 
-SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
 # Every sweep script (a script under sweeps/ that runs a registered method), found, not listed.
-SCRIPTS = {
-    path.stem: importlib.import_module(f"sweeps.{path.stem}")
-    for path in sorted(SWEEPS.glob("*.py"))
-    if 'method="' in path.read_text()
-}
+SCRIPTS = {name: importlib.import_module(f"sweeps.{name}") for name in sweep_scripts()}
+
+
+def test_every_preset_names_the_script_that_runs_its_method():
+    """`Preset.script` is held equal to the one script found running the preset's method."""
+    for preset in all_presets().values():
+        assert [preset.script] == scripts_running(preset.method), preset.name
 
 
 def _listing(script, data_dir, capsys) -> str:

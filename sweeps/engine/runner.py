@@ -23,6 +23,7 @@ from pathlib import Path
 
 from sweeps.engine import presets, seal, simulate, storage
 from sweeps.engine.cli import build_parser, check_config_bounds, check_name, check_numbers, default_name, given_flags
+from sweeps.engine.scripts import scripts_running
 from trainables.core import endpoints, object_storage
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Method, MetricContract, PlanContext
@@ -124,21 +125,10 @@ def _resolve_resume(args) -> tuple[str, dict]:
     return path, saved
 
 
-def _scripts_running(method: str) -> list[str]:
-    """The sweep scripts whose runs are of `method` (each script names its method once)."""
-    import re
-
-    return sorted(
-        f"sweeps/{path.name}"
-        for path in (PROJECT_ROOT / "sweeps").glob("*.py")
-        if re.search(rf'method="{re.escape(method)}"', path.read_text())
-    )
-
-
 def _script_of(saved: dict, method: str) -> str | None:
     """The script that resumes a sweep of `method`: the one sweep.json records when it runs that method,
     else the one script that does (None where none does: the folder contradicts itself)."""
-    scripts = _scripts_running(method) or sorted(
+    scripts = scripts_running(method) or sorted(
         {p.script for p in presets.all_presets().values() if p.method == method}
     )
     recorded = f"sweeps/{saved.get('script')}.py"

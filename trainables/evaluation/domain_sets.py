@@ -54,7 +54,7 @@ import numpy as np
 from trainables.core.errors import DataFormatError, SweepInputError
 from trainables.data._io import find_under, iter_lines, parse_float
 from trainables.evaluation.hub_copies import HubCopy, is_hub
-from trainables.evaluation.sets import EvalData, EvalSet, check_data_dir, files_digest, register_eval_set
+from trainables.evaluation.sets import EvalData, EvalSet, SetInfo, check_data_dir, files_digest, register_eval_set
 from trainables.evaluation.task_kinds import Judged, Pairs, Rerank, Retrieval, task_kind
 
 
@@ -174,6 +174,12 @@ def read_url_corpus(path: Path) -> Pairs:
 @register_eval_set("turl")
 class TwitterUrlTest(EvalSet):
     kind, description = "pair_classification", "Twitter News URL Corpus, test (USEB's TURL)"
+    info = SetInfo(
+        "TURL",
+        reference="Lan et al. 2017",
+        files="`Twitter_URL_Corpus_test.txt`: in the corpus authors' GitHub repository "
+        "`lanwuwei/Twitter-URL-Corpus`, at the commit that added it (2018-02-01; later deleted from the tip)",
+    )
 
     def load(self, data_dir) -> EvalData:
         folder = find_release(data_dir, (TURL_FILE,), self.name, TURL_HINT)
@@ -253,6 +259,12 @@ def load_pit_test(data_dir, set_name: str) -> tuple[Pairs, list[Path]]:
 @register_eval_set("pit")
 class PitTest(EvalSet):
     kind, description = "pair_classification", "PIT-2015 (SemEval-2015 Task 1), test (USEB's PIT)"
+    info = SetInfo(
+        "PIT",
+        reference="Xu et al. 2015",
+        files="`test.data` with `test.label` beside it: `cocoxu/SemEval-PIT2015` (`data/`), or the loose "
+        "files in `cocoxu/twitterparaphrase` at its first commit (`SemEval-PIT2015/data/`)",
+    )
 
     def load(self, data_dir) -> EvalData:
         pairs, paths = load_pit_test(data_dir, self.name)
@@ -262,6 +274,7 @@ class PitTest(EvalSet):
 @register_eval_set("twitterpara")
 class TwitterPara(EvalSet):
     kind, description = "pair_classification", "USEB's TwitterPara: TURL and PIT test sets, AP averaged"
+    info = SetInfo("TwitterPara", files="both of the above")
 
     def load(self, data_dir) -> EvalData:
         turl = find_release(data_dir, (TURL_FILE,), "twitterpara (turl)", TURL_HINT) / TURL_FILE
@@ -325,6 +338,11 @@ class TwitterUrlCorpusMteb(HubOrRelease):
     hub = HubCopy("mteb/twitterurlcorpus-pairclassification")
     release_files = ("Twitter_URL_Corpus_train.txt", TURL_FILE)
     hint = TURL_HINT.replace("test file", "train and test files")
+    info = SetInfo(
+        "TwitterURLCorpus",
+        files="`Twitter_URL_Corpus_train.txt` and `..._test.txt` (51,534 pairs)",
+        hub="`mteb/twitterurlcorpus-pairclassification`",
+    )
 
     def from_release(self, folder: Path) -> Pairs:
         return joined([read_url_corpus(folder / f) for f in self.release_files])
@@ -336,6 +354,11 @@ class TwitterSemEval2015(HubOrRelease):
     hub = HubCopy("mteb/twittersemeval2015-pairclassification")
     release_files = ("train.data", "dev.data", "test.data")
     hint = "Put PIT-2015's train.data, dev.data and test.data there (the SemEval-PIT2015 release's data/ folder)"
+    info = SetInfo(
+        "TwitterSemEval2015",
+        files="`train.data`, `dev.data`, `test.data` (the full release zip in `cocoxu/SemEval-PIT2015`; 16,777 pairs)",
+        hub="`mteb/twittersemeval2015-pairclassification`",
+    )
 
     def from_release(self, folder: Path) -> Pairs:
         return joined([read_pit(folder / f) for f in self.release_files])
@@ -389,6 +412,7 @@ def read_askubuntu_queries(path: Path, titles: dict[str, str]) -> Rerank:
 @register_eval_set("askubuntu")
 class AskUbuntu(EvalSet):
     kind, description = "reranking", "AskUbuntu test (Lei et al. 2016; USEB's): titles, 20 BM25 candidates each"
+    info = SetInfo("AskUbuntu", files="`text_tokenized.txt.gz` with `dev.txt` and `test.txt` (`taolei87/askubuntu`)")
 
     def load(self, data_dir) -> EvalData:
         files = ("text_tokenized.txt.gz", "test.txt")
@@ -413,6 +437,11 @@ class AskUbuntuDupQuestions(HubOrRelease):
     kind, description = "reranking", "MTEB's AskUbuntuDupQuestions: dev + test queries with a positive"
     hub = HubCopy("mteb/askubuntudupquestions-reranking")
     release_files, hint = ("text_tokenized.txt.gz", "dev.txt", "test.txt"), ASKUBUNTU_HINT
+    info = SetInfo(
+        "AskUbuntuDupQuestions",
+        files="the AskUbuntu files above (with `dev.txt`)",
+        hub="`mteb/askubuntudupquestions-reranking`",
+    )
 
     def from_release(self, folder: Path) -> Rerank:
         titles = read_titles(folder / self.release_files[0])
@@ -424,6 +453,7 @@ class AskUbuntuDupQuestions(HubOrRelease):
 class SciDocsRR(HubOrRelease):
     kind, description = "reranking", "MTEB's SciDocsRR (hub copy or a folder in its layout)"
     hub = HubCopy("mteb/scidocs-reranking")
+    info = SetInfo("SciDocsRR", files="—", hub="`mteb/scidocs-reranking`")
 
 
 # --- SciDocs (Cohan et al. 2020), as USEB builds it ----------------------------------------------------
@@ -498,6 +528,12 @@ def scidocs_task(corpus: dict, qrels: dict) -> Judged:
 @register_eval_set("scidocs")
 class SciDocs(EvalSet):
     kind, description = "reranking", "SciDocs (USEB's): cite, co-cite, co-read, co-view; titles; MAP averaged"
+    info = SetInfo(
+        "SciDocs",
+        reference="Cohan et al. 2020",
+        files="USEB's `scidocs/data.json`, or SciDocs' `paper_metadata_view_cite_read.json` with "
+        "`{cite,cocite,coread,coview}/test.qrel` (the `allenai/scidocs` data download)",
+    )
 
     def load(self, data_dir) -> EvalData:
         if is_hub(data_dir):
@@ -569,6 +605,11 @@ def read_cqadupstack(corpus_path: Path, split_path: Path) -> dict[str, Retrieval
 class CQADupStack(EvalSet):
     kind, main = "retrieval", "useb_map_at_100"
     description = "CQADupStack (USEB's): 12 forums, titles, every question retrieves its duplicates; MAP@100"
+    info = SetInfo(
+        "CQADupStack",
+        reference="Hoogeveen et al. 2015",
+        files="USEB's `cqadupstack/corpus.json` with `retrieval_split.json`",
+    )
 
     def load(self, data_dir) -> EvalData:
         files = ("corpus.json", "retrieval_split.json")
@@ -608,6 +649,11 @@ def hub_retrieval(corpus_rows: list[dict], query_rows: list[dict], qrel_rows: li
 class CQADupStackRetrieval(EvalSet):
     kind = "retrieval"
     description = "MTEB's CQADupstackRetrieval: 12 forums, title + body documents; nDCG@10 averaged (hub or its layout)"
+    info = SetInfo(
+        "CQADupStackRetrieval",
+        files="—",
+        hub="`mteb/cqadupstack-<forum>` (12 repositories; configs corpus, queries and the test qrels)",
+    )
 
     def load(self, data_dir) -> EvalData:
         if not is_hub(data_dir):
