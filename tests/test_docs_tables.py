@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -40,10 +38,9 @@ def test_the_command_rewrites_only_the_tables_and_check_names_a_stale_page(tmp_p
     assert write(docs) == ["data.md"] and stale(docs) == []
     assert page.read_text() == before.replace("## STS", "## STS!")  # the prose is the page's own
 
-    done = subprocess.run(
-        [sys.executable, "-m", "analysis", "docs", "--check"], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0 and done.stderr == "", done.stderr
+    from analysis.__main__ import main
+
+    assert main(["docs", "--check"]) == 0  # the command CI's check runs: the repository's pages are current
 
 
 def test_a_page_without_a_tables_markers_is_named(tmp_path):
@@ -52,3 +49,12 @@ def test_a_page_without_a_tables_markers_is_named(tmp_path):
     (docs / "data.md").write_text("# Data\n")
     with pytest.raises(ValueError, match=r"docs/data.md lacks the markers '<!-- STS sets table"):
         render(docs)
+
+
+def test_the_methods_table_reads_a_citation_on_one_line_or_several():
+    from analysis.methods_table import _field
+
+    one = "@misc{toy2026, title = {A Toy Regression}, author = {Doe, Jane}, year = {2026}}"
+    assert (_field(one, "title"), _field(one, "year"), _field(one, "note")) == ("A Toy Regression", "2026", "")
+    several = "@inproceedings{x,\n  title = {Are {ELECTRA}'s Sentence\n Embeddings},\n  year = {2024},\n}"
+    assert _field(several, "title") == "Are ELECTRA's Sentence Embeddings"
