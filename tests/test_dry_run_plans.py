@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.engine import presets, runner
+from sweeps.engine import presets, resume, runner
 from sweeps.engine.cli import build_parser, given_flags
 from sweeps.engine.scripts import sweep_scripts
 from trainables.core.errors import SweepInputError
@@ -120,7 +120,7 @@ def test_a_resume_of_another_scripts_sweep_never_suggests_the_command_just_refus
     recorded, made_by, run_by, suggested
 ):
     with pytest.raises(SweepInputError) as refused:
-        runner._refuse_other_method("/x/sweep", {"script": recorded}, made_by, run_by)
+        resume.refuse_other_method("/x/sweep", {"script": recorded}, made_by, run_by)
     message = str(refused.value)
     assert f"python sweeps/{run_by}.py" not in message, message
     if suggested:

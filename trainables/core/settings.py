@@ -320,6 +320,8 @@ class Setting:
              work with a warning
     per:     objectives (or variants) a value may be given for alone: `OBJECTIVE=VALUE[,...]`
     const:   the value of a flag given without one (e.g. `--resume` alone); MISSING: a value is required
+    trial:   an engine setting that every trial's config carries all the same, because the trial reads it
+             (the precision, what a finished trial keeps); the engine puts it there (sweeps/engine/plan.py)
     """
 
     name: str
@@ -335,6 +337,7 @@ class Setting:
     per: tuple[str, ...] = ()
     const: Any = field(default=None)
     metavar: str | None = None
+    trial: bool = False
 
     @property
     def option(self) -> str:
