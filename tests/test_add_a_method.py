@@ -31,21 +31,8 @@ import torch
 
 from trainables.core import settings as shared
 from trainables.core.method import Method, MethodInfo, MethodPlan, MetricContract, TrialCost, register_method
-from trainables.core.settings import Float, Kind, Setting
+from trainables.core.settings import Float, FloatList, Setting
 from trainables.training.trainable import EpochTrainable
-
-
-class Rates(Kind):
-    """Comma-separated positive learning rates."""
-
-    def parse(self, value):
-        rates = [float(v) for v in value.split(",")] if isinstance(value, str) else [float(v) for v in value]
-        if not rates or any(not r > 0 for r in rates):
-            raise ValueError(f"must be positive numbers, got {value!r}")
-        return rates
-
-    def bad_values(self):
-        return ["-1"]
 
 
 def r2(pred, y):
@@ -98,7 +85,7 @@ class Toy(Method):
         main_metric="test R2 at the best dev epoch",
     )
     settings = (
-        Setting("lrs", Rates(), [0.1, 0.3], "comma-separated learning rates", group="toy", axis=True),
+        Setting("lrs", FloatList(Float(above=0)), [0.1, 0.3], "comma-separated learning rates", group="toy", axis=True),
         shared.SEEDS.but(default=[0, 1]),
         shared.EPOCHS.but(default=5),
         Setting("momentum", Float(low=0, below=1), 0.0, "SGD momentum", group="toy"),
