@@ -14,13 +14,12 @@ trial config. Settings several methods share (models, seeds, layers, learning ra
 are declared once in `SHARED` below (evaluation sets: trainables/evaluation/sets.py `EVAL_SETS`);
 a method takes them and changes what differs (`LR.but(default=3e-5, source=...)`).
 
-Kinds parse a command-line text or an already typed value (a preset's, a resumed sweep's) to the
-typed value, or raise `ValueError` with what is wrong: `Int`, `Float`, `Choice`, `Flag`, `Text`,
-`IntList` (`0,1,2`, `0-4`, optionally a word such as `all`; at least `low`), `FloatList` (`1e-5,3e-5`,
-each within a `Float`'s bounds), `Names` (a comma-separated list,
-optionally checked against a registry), `Auto` (a word such as `auto`, or a value of another kind).
-A setting with `per` (objectives or variants) also takes `OBJECTIVE=VALUE[,...]`
-(`--batch-size simcse=512`): its typed value is then a dict, with `*` for the value of every other.
+Kinds parse a command-line text or an already typed value (a preset's, a resumed sweep's) to the typed value, or raise
+`ValueError` with what is wrong: `Int`, `Float`, `Choice`, `Flag`, `Text`, `IntList` (`0,1,2`, `0-4`, optionally a
+word such as `all`; at least `low`), `FloatList` (`1e-5,3e-5`, each within a `Float`'s bounds), `Names` (a
+comma-separated list, optionally checked against a registry), `Auto` (a word such as `auto`, or a value of another
+kind). A setting with `per` (objectives or variants) also takes `OBJECTIVE=VALUE[,...]` (`--batch-size simcse=512`):
+its typed value is then a dict, with `*` for the value of every other.
 """
 
 from __future__ import annotations
@@ -183,8 +182,7 @@ class Text(Kind):
 
 @dataclass(frozen=True)
 class IntList(Kind):
-    """'0,1,2' or '0-4' (or a mix) -> sorted unique integers >= `low` (0 unless set; e.g. 1 for sizes);
-    `word` (e.g. 'all') -> None."""
+    """'0,1,2' or '0-4' (or a mix) -> sorted unique integers >= `low` (0); `word` (e.g. 'all') -> None."""
 
     word: str | None = None
     low: int = 0
@@ -242,8 +240,7 @@ class IntList(Kind):
 
 @dataclass(frozen=True)
 class FloatList(Kind):
-    """'1e-5,3e-5' -> the numbers in the order given, once each, every one within `each` (a `Float`'s
-    bounds, e.g. `FloatList(Float(above=0))` for learning rates)."""
+    """'1e-5,3e-5' -> the numbers in the order given, once each, each within a `Float`'s bounds (`each`)."""
 
     each: Float = Float()
 
@@ -251,12 +248,10 @@ class FloatList(Kind):
         parts = list(value) if isinstance(value, (list, tuple)) else [p for p in str(value).split(",") if p.strip()]
         if not parts:
             raise ValueError("is empty")
-        numbers = []
-        for part in parts:
-            try:
-                numbers.append(self.each.parse(part))
-            except ValueError as error:
-                raise ValueError(f"{value!r}: {error}") from None
+        try:
+            numbers = [self.each.parse(part) for part in parts]
+        except ValueError as error:
+            raise ValueError(f"{value!r}: {error}") from None
         return list(dict.fromkeys(numbers))
 
     def describe(self) -> str:
@@ -356,8 +351,7 @@ class Setting:
              work with a warning
     per:     objectives (or variants) a value may be given for alone: `OBJECTIVE=VALUE[,...]`
     const:   the value of a flag given without one (e.g. `--resume` alone); MISSING: a value is required
-    trial:   an engine setting that every trial's config carries all the same, because the trial reads it
-             (the precision, what a finished trial keeps); the engine puts it there (sweeps/engine/plan.py)
+    trial:   an engine setting every trial's config carries, as the trial reads it (sweeps/engine/plan.py)
     """
 
     name: str
