@@ -6,6 +6,7 @@
     python -m analysis mteb-run --models M[,M...] [--layers last|0,3] [--pooling mean|cls] --tasks T1,T2 --out DIR|URI
                                 [--data-dir D|hub] [--mlflow-uri URI]
     python -m analysis methods      (the table of every registered method: its MethodInfo)
+    python -m analysis docs [--check]   (write the docs' generated tables: methods, evaluation sets)
     python -m analysis cka --models A,B [--checkpoints DIR] [--data-dir D] [--max-sentences N]
                            [--unique-sentences] --out DIR|URI [--mlflow-uri URI] [--experiment cka]
 
@@ -77,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--batch-size", type=int, default=64)
 
     commands.add_parser("methods", help="the table of every registered method, from each method's MethodInfo")
+    docs = commands.add_parser("docs", help="write the docs' generated tables (methods, evaluation sets) from the code")
+    docs.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 naming each page whose tables are stale"
+    )
     cka = commands.add_parser("cka", help="linear CKA per layer index between two models")
     cka.add_argument("--models", required=True, help="two hub ids or model folders, comma-separated: A,B")
     cka.add_argument(
@@ -178,6 +183,20 @@ def _cka(args) -> None:
     print("wrote " + ", ".join(str(f) for f in files) + (f"; MLflow run {run_id}" if run_id else ""))
 
 
+def _docs(check: bool) -> int:
+    from analysis.docs_tables import stale, write
+    from trainables.core.paths import PROJECT_ROOT
+
+    docs = PROJECT_ROOT / "docs"
+    if check:
+        pages = stale(docs)
+        for page in pages:
+            print(f"docs/{page}: its generated tables are stale; run: python -m analysis docs", file=sys.stderr)
+        return 1 if pages else 0
+    print("\n".join(f"wrote docs/{page}" for page in write(docs)) or "docs tables are up to date")
+    return 0
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "methods":
@@ -185,6 +204,8 @@ def main(argv=None) -> int:
 
         print(markdown())
         return 0
+    if args.command == "docs":
+        return _docs(args.check)
     try:
         from analysis.outputs import check_out
 

@@ -11,8 +11,15 @@ END = "<!-- end of methods table -->"
 
 
 def _field(bibtex: str, name: str) -> str:
-    found = re.search(rf"\b{name}\s*=\s*\{{(.*?)\}},?\s*$", bibtex, re.M | re.S)
-    return " ".join(re.sub(r"[{}]", "", found.group(1)).split()) if found else ""
+    """A BibTeX field's value, its braces balanced (one line or several), without its inner braces."""
+    found = re.search(rf"\b{name}\s*=\s*\{{", bibtex)
+    if not found:
+        return ""
+    depth, end = 1, found.end()
+    while depth and end < len(bibtex):
+        depth += {"{": 1, "}": -1}.get(bibtex[end], 0)
+        end += 1
+    return " ".join(re.sub(r"[{}]", "", bibtex[found.end() : end - 1]).split())
 
 
 def markdown() -> str:

@@ -9,6 +9,7 @@ names of methods, tasks, metrics and evaluation sets (`score_name`: `stsb_spearm
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import PurePosixPath
 
@@ -38,26 +39,6 @@ _PATTERNS = [
 ANALYSES = {"cka": "CKA"}  # what the analysis itself labels runs with; methods name themselves (MethodInfo)
 TASK_NAMES = {"stsb": "STS-B", "sts-b": "STS-B", "mrpc": "MRPC", "sick": "SICK"}
 METRIC_NAMES = {"spearman": "Spearman", "pearson": "Pearson", "f1": "F1", "accuracy": "accuracy"}
-# Evaluation sets (trainables/evaluation/sets.py) as the papers' zero-shot tables head their columns.
-SET_NAMES = {
-    **{f"sts{year}": f"STS{year}" for year in range(12, 17)},
-    "stsb": "STS-B",
-    "stsb_dev": "STS-B dev",
-    "sickr": "SICK-R",
-    "sickr_all": "SICK-R all",
-    "mean": "Avg.",
-    "turl": "TURL",
-    "pit": "PIT",
-    "twitterpara": "TwitterPara",
-    "twitterurlcorpus": "TwitterURLCorpus",
-    "twittersemeval2015": "TwitterSemEval2015",
-    "askubuntu": "AskUbuntu",
-    "askubuntudupquestions": "AskUbuntuDupQuestions",
-    "scidocs": "SciDocs",
-    "scidocsrr": "SciDocsRR",
-    "cqadupstack": "CQADupStack",
-    "cqadupstackretrieval": "CQADupStackRetrieval",
-}
 # Metrics of the evaluation suite's task kinds (trainables/evaluation/task_kinds.py) as column suffixes.
 KIND_METRICS = {
     "spearman_wmean": "Spearman wmean",
@@ -91,6 +72,15 @@ def _family(text: str) -> str:
 
 
 RANDOM_INIT_SUFFIX = " (random init)"
+
+
+@functools.cache
+def set_names() -> dict[str, str]:
+    """{evaluation set: its column head}, as the papers' zero-shot tables head them: each registered set's
+    `SetInfo.display_name` (trainables/evaluation/sets.py), and the mean over the sets as "Avg."."""
+    from trainables.evaluation.sets import SET_REGISTRY, eval_set_names
+
+    return {**{name: SET_REGISTRY.get(name).info.display_name for name in eval_set_names()}, "mean": "Avg."}
 
 
 def short_name(model: str) -> str:
@@ -171,14 +161,14 @@ def score_name(metric: str) -> str:
                 return f"Avg. {kind} {label}"
     name = metric.removesuffix("_spearman")
     if name != metric:
-        return SET_NAMES.get(name, metric)
+        return set_names().get(name, metric)
     for suffix, label in KIND_METRICS.items():
         if metric.endswith(f"_{suffix}"):
             parts = metric.removesuffix(f"_{suffix}").split("_")
             for cut in range(len(parts), 0, -1):
                 head, rest = "_".join(parts[:cut]), parts[cut:]
-                if head in SET_NAMES:
-                    return " ".join([SET_NAMES[head], *(SET_NAMES.get(p, p) for p in rest), label])
+                if head in set_names():
+                    return " ".join([set_names()[head], *(set_names().get(p, p) for p in rest), label])
     return metric
 
 

@@ -205,6 +205,7 @@ def test_a_bad_value_is_refused_naming_its_flag(flags, message):
         _parse(*flags)
 
 
+@pytest.mark.sweep
 def test_the_dry_run_prices_models_x_seeds_without_loading_a_model(data_dir, tiny_models):
     from sweeps.engine import dry_run
     from sweeps.engine.runner import check_sweep, parser_for

@@ -1,8 +1,9 @@
 """Adding a method is one new package under trainables/methods/ and one script under sweeps/, with no
-edit elsewhere: a toy method is written into a copy of the code, which then finds it by name, gives
-its script the engine's flags plus its own (a setting declared once is a flag, is checked, and reaches
-every trial's config), plans its grid, and (slow) runs a whole sweep of it, then a report that names it
-and cites its paper."""
+edit elsewhere: a toy method is written into a copy of the whole project (every existing file
+byte-compared: none edited), which then finds it by name, gives its script the engine's flags plus
+its own (a setting declared once is a flag, is checked, and reaches every trial's config), plans its
+grid, writes its docs row with the docs command, selects its smoke test by mark, and (slow) runs a
+whole sweep of it, then a report that names it and cites its paper."""
 
 from __future__ import annotations
 
@@ -30,21 +31,8 @@ import torch
 
 from trainables.core import settings as shared
 from trainables.core.method import Method, MethodInfo, MethodPlan, MetricContract, TrialCost, register_method
-from trainables.core.settings import Float, Kind, Setting
+from trainables.core.settings import Float, FloatList, Setting
 from trainables.training.trainable import EpochTrainable
-
-
-class Rates(Kind):
-    """Comma-separated positive learning rates."""
-
-    def parse(self, value):
-        rates = [float(v) for v in value.split(",")] if isinstance(value, str) else [float(v) for v in value]
-        if not rates or any(not r > 0 for r in rates):
-            raise ValueError(f"must be positive numbers, got {value!r}")
-        return rates
-
-    def bad_values(self):
-        return ["-1"]
 
 
 def r2(pred, y):
@@ -97,7 +85,7 @@ class Toy(Method):
         main_metric="test R2 at the best dev epoch",
     )
     settings = (
-        Setting("lrs", Rates(), [0.1, 0.3], "comma-separated learning rates", group="toy", axis=True),
+        Setting("lrs", FloatList(Float(above=0)), [0.1, 0.3], "comma-separated learning rates", group="toy", axis=True),
         shared.SEEDS.but(default=[0, 1]),
         shared.EPOCHS.but(default=5),
         Setting("momentum", Float(low=0, below=1), 0.0, "SGD momentum", group="toy"),
@@ -131,25 +119,35 @@ if __name__ == "__main__":
 '''
 
 
+NEW_FILES = ["sweeps/toy.py", "trainables/methods/toy/__init__.py", "trainables/methods/toy/method.py"]
+
+
+def _tracked() -> list[str]:
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
+    return [name for name in listed.stdout.split("\0") if name and (ROOT / name).is_file()]
+
+
+def _snapshot(root: Path, names) -> dict[str, bytes]:
+    return {name: (root / name).read_bytes() for name in names if (root / name).is_file()}
+
+
 @pytest.fixture
 def project_with_toy(tmp_path):
-    """A copy of the project's code with the toy method's package and script added, nothing edited."""
+    """A copy of the whole project (every tracked file: code, docs, tests) with the toy method's package
+    and script added; every existing file is byte-compared before and after: none is edited."""
     copy = tmp_path / "project"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for part in ("trainables", "sweeps", "analysis"):
-        shutil.copytree(ROOT / part, copy / part, ignore=ignore)
-    before = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*.py")}
+    tracked = _tracked()
+    for name in tracked:
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, copy / name)
+    before = _snapshot(copy, tracked)
     (copy / "trainables/methods/toy").mkdir()
     (copy / "trainables/methods/toy/__init__.py").write_text(TOY_PACKAGE)
     (copy / "trainables/methods/toy/method.py").write_text(TOY_METHOD)
     (copy / "sweeps/toy.py").write_text(TOY_SCRIPT)
-    after = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*.py")}
-    assert {k: v for k, v in after.items() if k in before} == before  # no existing file changed
-    assert sorted(map(str, set(after) - set(before))) == [
-        "sweeps/toy.py",
-        "trainables/methods/toy/__init__.py",
-        "trainables/methods/toy/method.py",
-    ]
+    assert _snapshot(copy, tracked) == before  # no existing file changed
+    added = {str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file()} - set(tracked)
+    assert sorted(added) == NEW_FILES
     return copy
 
 
@@ -160,6 +158,7 @@ def run_in(copy: Path, code: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.sweep
 def test_a_new_package_and_script_are_a_method_the_engine_finds_and_plans(project_with_toy, tmp_path):
     done = run_in(
         project_with_toy,
@@ -234,3 +233,41 @@ def test_the_toy_method_runs_a_whole_sweep_into_mlflow(project_with_toy, tmp_pat
     assert done.returncode == 0, done.stderr
     index = (report / "README.md").read_text()
     assert "Toy Regression" in index and "@misc{toy2026, title = {A Toy Regression}" in index
+
+
+@pytest.mark.sweep
+def test_the_new_methods_docs_row_is_generated_and_its_smoke_test_joins_the_sweep_step(project_with_toy):
+    """No hand edit anywhere: the docs command adds the method's row to docs/methods.md's generated table
+    (and changes no other byte of any file), and the new script's smoke sweep is selected by the
+    `sweep` mark that every script's smoke test carries, never by the fast run."""
+    tracked = _tracked()
+    before = _snapshot(project_with_toy, tracked)
+    assert (
+        run_in(
+            project_with_toy, "from analysis.__main__ import main; raise SystemExit(main(['docs', '--check']))"
+        ).returncode
+        == 1
+    )
+    wrote = run_in(project_with_toy, "from analysis.__main__ import main; raise SystemExit(main(['docs']))")
+    assert wrote.returncode == 0 and wrote.stdout.strip() == "wrote docs/methods.md", wrote.stdout + wrote.stderr
+    after = _snapshot(project_with_toy, tracked)
+    assert [name for name in tracked if after[name] != before[name]] == ["docs/methods.md"]
+    old, new = before["docs/methods.md"].decode().splitlines(), after["docs/methods.md"].decode().splitlines()
+    assert [line for line in new if line not in old] == [
+        "| `toy` | Toy Regression | a toy regression: y = w x + b by gradient descent | test R2 at the best dev epoch "
+        "| *A Toy Regression* (2026) |"
+    ]
+    assert len(new) == len(old) + 1
+
+    def collected(*marks):
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *marks,
+             "tests/test_sweep_scripts.py"],
+            cwd=project_with_toy, env={**os.environ, "PYTHONPATH": str(project_with_toy)}, capture_output=True,
+            text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode in (0, 5), done.stdout[-3000:] + done.stderr[-3000:]
+        return {line for line in done.stdout.splitlines() if "::" in line}
+
+    smoke = "tests/test_sweep_scripts.py::test_smoke_test_runs_end_to_end[toy]"
+    assert smoke not in collected() and smoke in collected("-m", "sweep")

@@ -89,6 +89,7 @@ def test_runs_without_seed_or_task_are_analysed_and_missing_axes_named(tmp_path)
     assert not summary["is_best"].any()
 
 
+@pytest.mark.sweep
 def test_report_of_a_real_evaluation_sweep_beside_a_one_seed_layer_sweep(sweep_env, tiny_models, tmp_path):
     from sweeps.electra_layers import main as tmft_main
 

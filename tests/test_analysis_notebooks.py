@@ -30,6 +30,7 @@ def test_every_notebook_has_a_parameter_cell_first():
         assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code")  # stored clean
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("name", ["layer_curves", "pareto"])
 def test_store_notebooks_run_headless(name, tmp_path_factory, tmp_path):
     store = shared_store(tmp_path_factory)
@@ -49,6 +50,7 @@ def test_store_notebooks_run_headless(name, tmp_path_factory, tmp_path):
         assert "status FAILED" in tables and "is_best_layer" not in tables
 
 
+@pytest.mark.sweep
 def test_cka_notebook_runs_headless(tmp_path_factory, tmp_path):
     from trainables.encoders.tiny import build_tiny_model
 

@@ -34,6 +34,7 @@ def finished_trial(sweep_env, tiny_models):
     return children[0]
 
 
+@pytest.mark.sweep
 def test_best_dev_checkpoint_is_a_sentence_transformer_and_evaluates_as_in_the_trial(
     finished_trial, sweep_env, tiny_models
 ):
@@ -69,6 +70,7 @@ def test_best_dev_checkpoint_is_a_sentence_transformer_and_evaluates_as_in_the_t
     assert len(history) == 3 and best_dev == pytest.approx(max(history.values()))
 
 
+@pytest.mark.sweep
 def test_eval_sets_score_the_best_dev_weights_into_the_trials_own_run(finished_trial):
     """`--eval-sets stsb_dev` at the end of a trial scores its best-dev weights: on the full STS-B
     dev that is the trial's own best dev score, whatever epoch was last."""
@@ -80,6 +82,7 @@ def test_eval_sets_score_the_best_dev_weights_into_the_trials_own_run(finished_t
     assert finished_trial.data.params["metric_columns"] == "stsb_dev_spearman,sts12_spearman"
 
 
+@pytest.mark.sweep
 def test_a_run_without_a_checkpoint_is_refused(sweep_env, finished_trial):
     from trainables.encoders.loading import resolve_model
 

@@ -279,6 +279,7 @@ def node_check(command: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.sweep
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 def test_node_checks_of_torch_fail_setup_with_one_line_on_a_cpu_only_build():
     version = importlib.metadata.version("torch")

@@ -431,6 +431,7 @@ def test_the_report_heads_domain_columns_by_set_and_metric_and_says_how_they_agg
     assert aggregation_note(["best_dev_spearman_x"]) == ""
 
 
+@pytest.mark.sweep
 def test_a_training_sweep_scores_its_best_weights_on_domain_sets_and_the_report_shows_them(
     sweep_env, tiny_models, data_dir, tmp_path
 ):

@@ -15,6 +15,7 @@ from sweeps.electra_layers import main
 from trainables.core.schema import TAG_CHECKPOINT
 
 
+@pytest.mark.sweep
 def test_killed_driver_resumes_without_rerunning_or_duplicating(sweep_env, tiny_models, ray_session):
     address = ray_session.get_runtime_context().gcs_address
     MlflowClient(sweep_env["uri"]).search_experiments()  # the store exists before the driver starts: this test polls it

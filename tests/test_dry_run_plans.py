@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.engine import presets, runner
+from sweeps.engine import presets, resume, runner
 from sweeps.engine.cli import build_parser, given_flags
+from sweeps.engine.scripts import sweep_scripts
 from trainables.core.errors import SweepInputError
 from trainables.methods import get_method
 
@@ -18,10 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _scripts():
-    for path in sorted((ROOT / "sweeps").glob("*.py")):
-        found = re.search(r'method="([\w-]+)"', path.read_text())
-        if found:
-            yield pytest.param(path.stem, found.group(1), id=path.stem)
+    for script, method in sweep_scripts().items():
+        slow = script == "adaptive_layer"  # it loads its models' configs: 3 s or more
+        yield pytest.param(script, method, id=script, marks=[pytest.mark.sweep] if slow else [])
 
 
 def _dry(method, prog, argv, capsys):
@@ -93,6 +93,7 @@ def test_a_dry_run_refuses_what_the_real_plan_refuses_with_the_same_line(
     assert err.strip() == f"error: {real.value}", (err, str(real.value))
 
 
+@pytest.mark.sweep
 def test_a_dry_run_of_a_resume_plans_what_is_left_of_the_named_sweep(sweep_env, tiny_models, capsys):
     from sweeps.electra_layers import main
 
@@ -119,7 +120,7 @@ def test_a_resume_of_another_scripts_sweep_never_suggests_the_command_just_refus
     recorded, made_by, run_by, suggested
 ):
     with pytest.raises(SweepInputError) as refused:
-        runner._refuse_other_method("/x/sweep", {"script": recorded}, made_by, run_by)
+        resume.refuse_other_method("/x/sweep", {"script": recorded}, made_by, run_by)
     message = str(refused.value)
     assert f"python sweeps/{run_by}.py" not in message, message
     if suggested:

@@ -316,13 +316,13 @@ def test_a_sample_that_leaves_constant_gold_asks_to_raise_it():
 @pytest.mark.parametrize("name", eval_set_names())
 def test_every_registered_set_has_a_kind_a_main_metric_a_report_name_and_a_documented_source(name):
     """Generated from the registry: a new set is held to what the suite, the report and the docs need."""
-    from analysis.names import SET_NAMES, score_name
+    from analysis.names import score_name, set_names
     from trainables.evaluation.sets import get_eval_set, main_metric
     from trainables.evaluation.task_kinds import TASK_KINDS
 
     found = get_eval_set(name)
     assert found.kind in TASK_KINDS.names(), found.kind
     assert main_metric(name).startswith(f"{name}_")
-    assert name in SET_NAMES and score_name(main_metric(name)) != main_metric(name)
+    assert name in set_names() and score_name(main_metric(name)) != main_metric(name)
     docs = Path(__file__).resolve().parents[1] / "docs"
     assert f"`{name}`" in (docs / "methods.md").read_text() + (docs / "data.md").read_text(), name

@@ -69,6 +69,7 @@ def test_unreachable_ray_address_fails_within_seconds(tmp_path, tiny_models, dat
     assert time.monotonic() - started < 30 and "--address 127.0.0.1:1: nothing answers" in err
 
 
+@pytest.mark.sweep
 def test_an_address_where_something_else_answers_is_refused_not_a_traceback(tmp_path, tiny_models, data_dir):
     import socket
     import subprocess
@@ -188,6 +189,7 @@ def test_credentials_reach_no_file_of_the_sweep_mlflow_or_ray(tmp_path, tiny_mod
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
+@pytest.mark.sweep
 def test_diverged_training_fails_its_trial_once_with_the_reason(sweep_env, tiny_models, capsys):
     sweep = "--layers 1 --seeds 0 --epochs 2 --lr 1e30 --max-failures 2 --name nan"
     flags = sweep_args(tiny_models["bert"], sweep, *sweep_env["flags"])
@@ -288,6 +290,7 @@ def tiny_task_data(tiny_models, data_dir):
     return tokenize_task("stsb", tiny_models["bert"], examples, checksums, 48)
 
 
+@pytest.mark.sweep
 def test_resume_refuses_changed_flags(sweep_env, tiny_models, capsys):
     assert main(sweep_args(tiny_models["bert"], "--layers 1 --seeds 0 --epochs 1 --name r", *sweep_env["flags"])) == 0
     capsys.readouterr()
@@ -304,6 +307,7 @@ def _create_parent(uri: str, name: str, queue) -> None:
         queue.put(f"error: {type(error).__name__}: {error}")
 
 
+@pytest.mark.sweep
 def test_sweeps_started_together_on_a_fresh_store_both_start(tmp_path):
     import multiprocessing
 

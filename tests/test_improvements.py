@@ -36,6 +36,7 @@ def _stage_runs(uri: str, experiment: str = "test") -> list:
     )
 
 
+@pytest.mark.sweep
 def test_stages_are_computed_once_and_shared_across_seeds_layers_and_sweeps(sweep_env, tiny_models):
     models = [tiny_models["bert"], tiny_models["electra-generator"]]
     sweep = f"--layers 0,1,2 --seeds 0,1 --epochs 1 --improvement both {STAGE_FLAGS} --name first"

@@ -91,21 +91,6 @@ def test_losses_models_and_the_training_loop_import_without_ray():
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_every_test_the_sweep_step_lists_exists():
-    """tests/conftest.py's SWEEP_TESTS names tests by node id: a renamed or deleted test would silently
-    leave the list (and run in neither step's expected place); each entry must name a test function."""
-    import re
-
-    from conftest import SWEEP_TESTS
-
-    root = Path(__file__).parent
-    for node in sorted(SWEEP_TESTS):
-        module, _, name = node.partition("::")
-        function = re.sub(r"\[.*\]$", "", name)
-        source = (root / module).read_text() if (root / module).is_file() else ""
-        assert re.search(rf"^def {re.escape(function)}\(", source, re.M), f"SWEEP_TESTS names {node}: no such test"
-
-
 def test_the_architecture_page_names_every_module():
     """docs/architecture.md's package table names every module (`name.py`): a new module that the page
     does not mention fails here, so the table cannot go stale silently."""
@@ -121,3 +106,34 @@ def test_the_architecture_page_names_every_module():
         and f"`{path.stem}`" not in page
     ]
     assert missing == [], f"docs/architecture.md does not name: {', '.join(missing)}"
+
+
+# Sizes the layout allows outside tests: a module of one purpose fits in 600 lines, a function in 100.
+MODULE_LINES, FUNCTION_LINES = 600, 100
+# Over the limits today, each at most its size now (it may shrink, never grow; a new one may not join):
+# tracking.py and object_storage.py are being reworked on other branches, build_report waits for its
+# sections to become modules of their own, and the GPU benchmark's main is one measured script.
+OVER_THE_LIMITS = {
+    "sweeps/engine/tracking.py": 659,
+    "trainables/core/object_storage.py": 641,
+    "analysis/report.py:build_report": 148,
+    "benchmarks/gpu.py:main": 126,
+}
+
+
+def test_no_module_over_600_lines_and_no_function_over_100_outside_tests():
+    listed = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+    over = {}
+    for name in listed.stdout.split():
+        if name.startswith("tests/") or not (ROOT / name).is_file():
+            continue
+        text = (ROOT / name).read_text()
+        if text.count("\n") > MODULE_LINES:
+            over[name] = text.count("\n")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > FUNCTION_LINES:
+                    over[f"{name}:{node.name}"] = lines
+    grown = {where: lines for where, lines in over.items() if lines > OVER_THE_LIMITS.get(where, 0)}
+    assert not grown, f"over {MODULE_LINES} lines a module or {FUNCTION_LINES} a function: {grown}"

@@ -54,6 +54,7 @@ def test_server_command_binds_to_localhost_on_the_storage_paths_store(tmp_path, 
     assert command[command.index("--allowed-hosts") + 1] == "mlflow.example.org" and command[-1] == "--dev"
 
 
+@pytest.mark.sweep
 def test_smoke_sweep_against_a_real_tracking_server(sweep_env, tiny_models, server, capsys):
     server.start()
     sweep = "--layers 0,2 --seeds 0 --epochs 1 --name served"
@@ -84,6 +85,7 @@ def test_an_unreachable_server_stops_the_sweep_before_it_starts(sweep_env, tiny_
     assert f"--mlflow-uri {dead}: the MLflow store is unreachable" in err and "python -m sweeps.mlflow_server" in err
 
 
+@pytest.mark.sweep
 def test_spooled_writes_are_replayed_once_however_often_sync_runs(tmp_path):
     """The writer against a dead server spools everything in order (one warning naming the upload
     command); `mlflow_sync` replays it into a store, and replaying it again changes nothing."""
@@ -145,6 +147,7 @@ def test_a_refused_write_is_kept_with_all_later_ones_and_sync_names_the_error(tm
     assert tracking.read_spool(spool)[0]["op"] == "run"  # nothing dropped
 
 
+@pytest.mark.sweep
 def test_server_outage_mid_sweep_loses_no_metric(sweep_env, tiny_models, server, monkeypatch, capsys):
     """2 trials x 3 epochs. The server is killed after the first result (the next writes are
     spooled), restarted after the third (the spool is sent on the next event), killed again after

@@ -186,6 +186,7 @@ def test_every_trainable_fails_its_trial_through_the_shared_check():
         assert trial.evaluated == 0, "a diverged epoch is not evaluated"
 
 
+@pytest.mark.sweep
 def test_a_diverged_tsdae_objective_fails_its_trial_once_with_the_reason(sweep_env, tiny_models, capsys):
     flags = "--method simcse --lr 1e30 --steps 2 --eval-steps 2 --max-sentences 32 --batch-size 8 --eval-sets none"
     code = tsdae.main(

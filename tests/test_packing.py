@@ -54,6 +54,7 @@ def test_time_is_the_larger_of_gpu_work_and_kernel_launches():
     )  # auto is priced as tf32
 
 
+@pytest.mark.sweep
 def test_auto_packing_on_logical_gpus(sweep_env, tiny_models, edit_trials, capsys):
     """Tiny models pack to the cap: with --max-trials-per-gpu 2, four overlapping trials on the
     session's four logical GPUs use two of them, two trials each."""

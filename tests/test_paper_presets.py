@@ -20,6 +20,7 @@ from analysis.report import build_report
 from sweeps import electra_layers, meta_embeddings, sed, tsdae
 from sweeps.engine import presets
 from sweeps.engine.runner import parser_for, plan_sweep
+from sweeps.engine.scripts import scripts_running, sweep_scripts
 from trainables.methods import all_presets, get_method
 from trainables.methods.meta_embeddings import paper as unsup_paper
 from trainables.methods.meta_embeddings.models import MetaModel, paper_loss, sentence_vectors
@@ -27,13 +28,14 @@ from trainables.methods.sed import paper as sed_paper
 from trainables.methods.tmft import paper as electra_paper
 from trainables.methods.tsdae import paper as tsdae_paper
 
-SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
 # Every sweep script (a script under sweeps/ that runs a registered method), found, not listed.
-SCRIPTS = {
-    path.stem: importlib.import_module(f"sweeps.{path.stem}")
-    for path in sorted(SWEEPS.glob("*.py"))
-    if 'method="' in path.read_text()
-}
+SCRIPTS = {name: importlib.import_module(f"sweeps.{name}") for name in sweep_scripts()}
+
+
+def test_every_preset_names_the_script_that_runs_its_method():
+    """`Preset.script` is held equal to the one script found running the preset's method."""
+    for preset in all_presets().values():
+        assert [preset.script] == scripts_running(preset.method), preset.name
 
 
 def _listing(script, data_dir, capsys) -> str:
@@ -41,6 +43,7 @@ def _listing(script, data_dir, capsys) -> str:
     return capsys.readouterr().out
 
 
+@pytest.mark.sweep
 def test_every_script_lists_every_papers_presets_grouped_by_paper(capsys, data_dir):
     everything = all_presets()
     assert {"sed-table3", "unsup-table1", "unsup-table2", "table1"} <= set(everything)
@@ -266,6 +269,7 @@ def test_the_table1_report_names_the_dapt_corpus_that_ran(tmp_path):
     assert corpus < section.index("| method") and "SNLI + MultiNLI" in section[: section.index("| method")]
 
 
+@pytest.mark.sweep
 def test_a_sed_preset_runs_on_tiny_models(sweep_env, tiny_models):
     from mlflow_helpers import runs_by_role
 
@@ -287,6 +291,7 @@ def test_a_sed_preset_runs_on_tiny_models(sweep_env, tiny_models):
     assert "SED Table 3" in report.index.read_text()
 
 
+@pytest.mark.sweep
 def test_a_meta_embedding_preset_runs_on_tiny_models(sweep_env, tiny_models):
     from mlflow_helpers import runs_by_role
 
@@ -337,6 +342,7 @@ def test_the_tsdae_table2_report_averages_the_four_tasks_each_from_its_own_corpu
     assert f"base model (the paper's: bert-base-uncased): `{MINILM}`" in text  # compared, and named
 
 
+@pytest.mark.sweep
 def test_a_tsdae_preset_runs_on_tiny_models_and_its_report_names_what_differs(sweep_env, tiny_models):
     from mlflow_helpers import runs_by_role
 

@@ -4,6 +4,7 @@ every point run once with its rung and rank in MLflow, and the report marking th
 import json
 from pathlib import Path
 
+import pytest
 from mlflow import MlflowClient
 from mlflow_helpers import one_finished_and_one_started, runs_by_role
 from sweep_helpers import kill_driver_when, sweep_args
@@ -13,6 +14,7 @@ from analysis.search_front import search_points
 from sweeps.electra_layers import main
 
 
+@pytest.mark.sweep
 def test_a_pareto_search_resumes_after_a_kill_and_its_report_marks_the_front(sweep_env, tiny_models, ray_session):
     address = ray_session.get_runtime_context().gcs_address
     uri = sweep_env["uri"]

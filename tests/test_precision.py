@@ -107,6 +107,7 @@ def _assert_close_not_equal(reference, other, tolerance: float):
     return trial
 
 
+@pytest.mark.sweep
 def test_bf16_on_cpu_is_applied_and_close_to_fp32(tiny_task):
     reference = _trial(tiny_task, "fp32")
     trial = _assert_close_not_equal(reference, _trial(tiny_task, "bf16"), tolerance=2.0)
@@ -124,6 +125,7 @@ def test_sweep_refuses_fp16_on_cpu_before_anything_is_written(tmp_path, tiny_mod
     assert not storage.exists() or not any(storage.rglob("*.db"))
 
 
+@pytest.mark.sweep
 def test_sweep_records_precision(sweep_env, tiny_models):
     from mlflow import MlflowClient
 

@@ -113,6 +113,7 @@ def test_improvements_runs_plain_tmft_beside_the_stages_for_table1(sweep_env, ti
     assert improvements.main(["--improvement", "none,cka", *sweep_env["flags"]]) == 2
 
 
+@pytest.mark.sweep
 def test_a_preset_sweep_records_its_name_and_the_report_names_the_figure(sweep_env, tiny_models):
     from mlflow_helpers import runs_by_role
 

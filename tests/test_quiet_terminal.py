@@ -10,6 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from trainables.core.paths import PROJECT_ROOT
 
 DRIVER = """
@@ -27,6 +29,7 @@ raise SystemExit(main(sys.argv[2:]))
 """
 
 
+@pytest.mark.sweep
 def test_a_successful_sweep_leaves_the_terminal_to_the_sweep(tmp_path, tiny_models, data_dir):
     """Its first trial fails once and is retried (Ray Tune logs the traceback): the sweep succeeds, and the
     terminal shows none of Ray's lines."""

@@ -6,6 +6,7 @@ import os
 import pickle
 import stat
 
+import pytest
 from sweep_helpers import sweep_args
 
 from sweeps.electra_layers import main
@@ -22,6 +23,7 @@ class Planted:
         return os.mkdir, (self.marker,)
 
 
+@pytest.mark.sweep
 def test_a_tampered_sweep_folder_is_refused_before_anything_is_unpickled(sweep_env, tiny_models, capsys):
     assert (
         main(sweep_args(tiny_models["bert"], "--layers 1 --seeds 0 --epochs 1 --name sealed", *sweep_env["flags"])) == 0

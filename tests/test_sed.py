@@ -109,6 +109,7 @@ def test_targets_run_once_for_every_student_and_not_again_in_a_later_sweep(sweep
     assert len(scores) > 1, "student seeds gave identical students"
 
 
+@pytest.mark.sweep
 def test_the_targets_are_the_mean_of_the_teachers_pooled_embeddings(tmp_path, tiny_models, data_dir):
     from transformers import AutoModel, AutoTokenizer
 

@@ -117,6 +117,7 @@ def test_a_grid_with_no_seeds_axis_is_refused():
         check(Namespace(initial_seeds=2, search="grid", seeds=[0, 1, 2]), no_seed)
 
 
+@pytest.mark.sweep
 def test_a_killed_seeds_by_need_sweep_resumes_and_reports_seeds_and_intervals(
     sweep_env, tiny_models, ray_session, tmp_path
 ):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.engine import runner
+from sweeps.engine import resume, runner
 from sweeps.engine.cli import ENGINE
 from trainables.core.errors import SweepInputError
 from trainables.core.method import METHODS, MethodInfo
@@ -205,9 +205,9 @@ def test_a_sweep_recorded_before_the_declarations_resumes_its_texts_read_as_the_
     args = parser.parse_args(["--models", "a,b", "--seeds", "0,1"])
     defaults = vars(parser.parse_args([]))
     old = {"models": "a,b", "seeds": "0,1", "layers": "all", "lr": "2e-05", "eval_sets": "none"}
-    runner._refuse_changed_flags(args, defaults, old, parser.settings)
+    resume.refuse_changed_flags(args, defaults, old, parser.settings)
     with pytest.raises(SweepInputError, match=r"--seeds 0,1,2 \(the sweep has 0,1\)"):
-        runner._refuse_changed_flags(parser.parse_args(["--seeds", "0-2"]), defaults, old, parser.settings)
+        resume.refuse_changed_flags(parser.parse_args(["--seeds", "0-2"]), defaults, old, parser.settings)
     tsdae = METHODS.get("tsdae")
     assert tsdae.renamed == {"method": "objectives"}
     saved = {tsdae.renamed.get(k, k): v for k, v in {"method": "tsdae,mlm", "seeds": "0"}.items()}

@@ -109,6 +109,7 @@ def test_a_method_without_a_cost_model_is_refused_before_anything_is_written(tmp
     assert not storage.exists() or not any(p.name != "_smoke_models" for p in storage.iterdir())
 
 
+@pytest.mark.sweep
 def test_simulated_sweep_end_to_end_tags_its_runs_resumes_only_simulated_and_is_marked_in_the_report(tmp_path, capsys):
     storage = tmp_path / "runs"
     common = ["--smoke-test", "--storage-path", str(storage), "--name", "sim"]

@@ -142,6 +142,7 @@ def test_the_epochs_differ_and_a_seed_repeats_its_epoch():
     assert one == again and one != other
 
 
+@pytest.mark.sweep
 def test_the_costliest_trials_start_first(sweep_env, tiny_models):
     sweep = "--layers 0,1,2 --seeds 0 --epochs 1 --max-concurrent 1 --name ordered"
     assert main(sweep_args(tiny_models["bert"], sweep, *sweep_env["flags"])) == 0
@@ -214,6 +215,7 @@ def test_a_dapt_batch_in_length_sorted_chunks_trains_as_one_batch(tiny_models, d
         torch.testing.assert_close(weights_four[name], tensor, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.sweep
 def test_tokenised_data_is_cached_across_sweeps_and_keyed_by_what_changes_it(
     tiny_models, data_dir, tmp_path, monkeypatch
 ):

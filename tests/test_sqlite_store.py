@@ -50,6 +50,7 @@ def _half_migrate(database):
         db.execute("CREATE TABLE _alembic_tmp_experiments (experiment_id INTEGER)")
 
 
+@pytest.mark.sweep
 def test_a_half_migrated_store_is_rebuilt_when_it_holds_no_runs_and_named_when_it_does(tmp_path, monkeypatch):
     monkeypatch.setattr(sqlite_store, "SETTLE_S", 0.0)
     empty = tmp_path / "empty.db"

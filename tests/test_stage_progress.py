@@ -127,6 +127,7 @@ def test_a_stage_run_written_while_the_store_is_down_is_spooled_and_replayed(tmp
     assert run.data.metrics["train_loss"] == pytest.approx(2.5)
 
 
+@pytest.mark.sweep
 def test_the_driver_prints_a_running_stages_progress(sweep_env, tiny_models, monkeypatch, capsys):
     import sweeps.engine.stages_plan as stages_plan
     from sweeps.evaluate import main

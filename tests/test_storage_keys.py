@@ -105,6 +105,7 @@ def test_an_analysis_out_with_such_a_key_is_refused_before_anything_is_read(comm
     assert s3.keys() == [] and not (tmp_path / "none.db").exists()
 
 
+@pytest.mark.sweep
 def test_a_finished_sweep_writes_the_secret_nowhere(s3, sweep_env, tiny_models, monkeypatch, capsys):
     """The secret key given as AWS does (the environment): not in the terminal, the bucket, the MLflow
     store, sweep.json or Ray's session logs of a sweep that ran to the end on the object store."""

@@ -21,7 +21,7 @@ from mlflow import MlflowClient
 from sweep_helpers import sweep_args
 
 from sweeps import electra_layers, evaluate, sed
-from sweeps.engine import presets, runner, seal, storage
+from sweeps.engine import presets, runner, seal, stops, storage
 from sweeps.engine.cli import given_flags
 from trainables.core import schema
 from trainables.core.errors import SweepInputError
@@ -118,6 +118,7 @@ def test_a_copied_sweep_resumes_in_its_copy_with_the_store_beside_it(env, tiny_m
     assert sorted(p.name for p in Path(plan.sweep_dir).iterdir()) == before
 
 
+@pytest.mark.sweep
 def test_a_copied_sweep_stopped_during_its_stages_resumes_without_touching_the_original(sweep_env, tiny_models):
     from mlflow_helpers import runs_by_role
 
@@ -234,7 +235,7 @@ def test_the_largest_seed_is_accepted(env, tiny_models):
 
 # --- 5: free space against the plan's disk figure; ENOSPC ends in one line ---------------------------------
 def test_a_storage_path_without_room_for_the_plan_is_refused_unless_forced(env, tiny_models, capsys, monkeypatch):
-    monkeypatch.setattr(runner.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9, 1000))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9, 1000))
     argv = sweep_args(tiny_models["bert"], TMFT, *env["flags"])
     err, seconds = refused(electra_layers.main, argv, capsys)
     assert "0.00 GB free at" in err and "--force to start anyway" in err and seconds < 10
@@ -256,6 +257,7 @@ class Full:
         return self.original(sweep_dir, files)
 
 
+@pytest.mark.sweep
 def test_a_full_disk_mid_sweep_ends_in_one_line_and_resume_completes(sweep_env, tiny_models, monkeypatch, capsys):
     from mlflow_helpers import runs_by_role
 
@@ -289,7 +291,7 @@ def test_enospc_when_the_sweep_begins_marks_its_run_failed_and_frees_the_name(en
     monkeypatch.setattr(seal, "record_files", full)
     with pytest.raises(OSError) as error:
         runner.begin(plan)
-    line = runner._stopped_for_space(plan, runner.no_space(error.value))
+    line = stops.stopped_for_space(plan, stops.no_space(error.value))
     assert f"no space left on the device holding {plan.sweep_dir}" in line and "--name begun is free" in line
     assert MlflowClient(env["uri"]).get_run(plan.parent_run_id).info.status == "FAILED"
     assert sorted(p.name for p in Path(plan.sweep_dir).iterdir()) == []  # no claim, no temporary seal

@@ -3,32 +3,20 @@ settings), on the session's local Ray and a fresh MLflow store: exit 0, one pare
 finished child run per planned trial carrying the method's metric contract and its primary metric."""
 
 import importlib
-import re
-from pathlib import Path
 
 import pytest
 from mlflow_helpers import runs_by_role
 
+from sweeps.engine.scripts import sweep_scripts
 from trainables.core import schema
 from trainables.methods import get_method
-
-SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
-
-
-def sweep_scripts() -> dict[str, str]:
-    """{script name: method} for every script that hands its command line to the engine."""
-    found = {}
-    for path in sorted(SWEEPS.glob("*.py")):
-        match = re.search(r'runner\.main,.*method="([^"]+)"', path.read_text())
-        if match:
-            found[path.stem] = match.group(1)
-    return found
 
 
 def test_every_script_is_found():
     assert {"electra_layers", "improvements", "evaluate"} <= set(sweep_scripts())
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("script", sorted(sweep_scripts()))
 def test_smoke_test_runs_end_to_end(script, sweep_env):
     method = get_method(sweep_scripts()[script])

@@ -19,6 +19,7 @@ F1_METRICS = {
 }
 
 
+@pytest.mark.sweep
 def test_mrpc_sweep_logs_f1_and_random_init_differs_from_pretrained(sweep_env, tiny_models, capsys):
     common = sweep_args(tiny_models["bert"], "--task mrpc --layers 2 --seeds 0 --epochs 1", *sweep_env["flags"])
     assert main([*common, "--name", "mrpc"]) == 0
@@ -40,6 +41,7 @@ def test_mrpc_sweep_logs_f1_and_random_init_differs_from_pretrained(sweep_env, t
     assert pretrained["train_loss"] != pytest.approx(random["train_loss"], abs=1e-6)
 
 
+@pytest.mark.sweep
 def test_sick_sweep_logs_macro_f1(sweep_env, tiny_models):
     sweep = "--task sick --layers 1 --seeds 0 --epochs 2 --name sick"
     assert main(sweep_args(tiny_models["electra-discriminator"], sweep, *sweep_env["flags"])) == 0

@@ -13,6 +13,7 @@ from trainables.core import schema
 from trainables.core.faults import fault_spec
 
 
+@pytest.mark.sweep
 def test_smoke_sweep_writes_one_parent_and_four_children_with_the_schema(sweep_env, tiny_models, capsys):
     code = main(
         sweep_args(tiny_models["bert"], "--layers 0,2 --seeds 0,1 --epochs 1 --name smoke", *sweep_env["flags"])
@@ -48,6 +49,7 @@ def test_smoke_sweep_writes_one_parent_and_four_children_with_the_schema(sweep_e
         assert not (checkpoint.parent / "encoder").exists()
 
 
+@pytest.mark.sweep
 def test_zero_epochs_evaluates_the_pretrained_truncated_encoder(sweep_env, tiny_models):
     sweep = "--layers 1 --seeds 0 --epochs 0 --name zeroshot"
     code = main(sweep_args(tiny_models["electra-discriminator"], sweep, *sweep_env["flags"]))
@@ -59,6 +61,7 @@ def test_zero_epochs_evaluates_the_pretrained_truncated_encoder(sweep_env, tiny_
     assert child.data.metrics["best_dev_spearman"] == child.data.metrics["dev_spearman"]
 
 
+@pytest.mark.sweep
 def test_zero_epochs_score_every_layer_from_one_forward_pass(sweep_env, tiny_models):
     """Without a dev/test subset, a zero-epoch STS-B sweep reads all layers from one `embeddings`
     stage (one forward pass per sentence) and gives the numbers of the per-layer path (forced here
@@ -82,6 +85,7 @@ def test_zero_epochs_score_every_layer_from_one_forward_pass(sweep_env, tiny_mod
             assert fast[metric] == pytest.approx(slow[metric], abs=1e-3), (layer, metric)
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("kind", ["raise", "kill"])
 def test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_duplicate_run(
     sweep_env, tiny_models, edit_trials, kind
@@ -108,6 +112,7 @@ def test_trial_failing_in_epoch_two_is_retried_from_its_checkpoint_without_a_dup
         assert faulty[0].data.metrics[key] == pytest.approx(clean[0].data.metrics[key], abs=1e-4), key
 
 
+@pytest.mark.sweep
 def test_resume_reruns_errored_trials_under_the_same_parent(sweep_env, tiny_models, edit_trials):
     marker = sweep_env["tmp"] / "fault-fired"
 
@@ -134,6 +139,7 @@ def test_resume_reruns_errored_trials_under_the_same_parent(sweep_env, tiny_mode
     assert all(c.data.tags[schema.TAG_PARENT] == saved["parent_run_id"] for c in children)
 
 
+@pytest.mark.sweep
 def test_four_half_gpu_trials_share_two_logical_gpus(sweep_env, tiny_models, edit_trials):
     """Trials are held for a few seconds so that all four overlap (otherwise one reused actor
     may run them one after another)."""
@@ -166,6 +172,7 @@ def test_tokenisation_happens_once_per_model(sweep_env, tiny_models, monkeypatch
     assert set(plan.data.tasks) == {tiny_models["bert"], tiny_models["mpnet"]}
 
 
+@pytest.mark.sweep
 def test_optuna_search_tunes_lr_batch_and_warmup(sweep_env, tiny_models):
     sweep = "--layers 2 --seeds 0 --epochs 2 --search optuna --num-samples 3 --max-concurrent 2 --name optuna"
     code = main(sweep_args(tiny_models["bert"], sweep, *sweep_env["flags"]))
@@ -177,6 +184,7 @@ def test_optuna_search_tunes_lr_batch_and_warmup(sweep_env, tiny_models):
     assert all(1e-5 <= float(c.data.params["lr"]) <= 1e-4 for c in children)
 
 
+@pytest.mark.sweep
 def test_a_sweep_saved_before_newer_flags_existed_resumes(sweep_env, tiny_models):
     """sweep.json of a sweep started by an older version lacks today's flags and the method's
     class (and its seal): --resume asks for the folder to be sealed, then fills the flags' defaults,
@@ -195,6 +203,7 @@ def test_a_sweep_saved_before_newer_flags_existed_resumes(sweep_env, tiny_models
     assert len(parents) == 1 and len(children) == 1
 
 
+@pytest.mark.sweep
 def test_deberta_sweeps_from_layer_zero_pretrained_and_random(sweep_env, tiny_models):
     """DeBERTa-v2's encoder fails with no layers in transformers; the project's layer 0 works."""
     base = sweep_args(tiny_models["deberta-v2"], "--layers 0,1 --seeds 0 --epochs 1", *sweep_env["flags"])
@@ -208,7 +217,9 @@ def test_deberta_sweeps_from_layer_zero_pretrained_and_random(sweep_env, tiny_mo
         assert child.data.metrics["best_dev_spearman"] == child.data.metrics["best_dev_spearman"]  # not NaN
 
 
-@pytest.mark.parametrize("task", ["stsb", pytest.param("sick", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "task", [pytest.param("stsb", marks=pytest.mark.sweep), pytest.param("sick", marks=pytest.mark.slow)]
+)
 def test_the_test_set_scored_once_at_the_end_equals_its_score_at_the_best_dev_epoch(sweep_env, tiny_models, task):
     """By default the test set is scored once, with the best-dev weights (and head); with
     --test-every-epoch after every epoch. The reported numbers are the same."""

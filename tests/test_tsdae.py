@@ -284,6 +284,7 @@ def test_tsdae_raises_stsb_dev_spearman_of_a_tiny_random_bert_above_the_untraine
     assert max(scores) > untrained + 3, (untrained, scores)
 
 
+@pytest.mark.sweep
 def test_tsdae_learns_to_reconstruct_held_out_sentences_through_the_tied_decoder(tmp_path, data_dir, stsb_sentences):
     """100 steps at lr 1e-3 lower the reconstruction loss of held-out sentences (fixed noise) well
     below the untrained model's."""

@@ -86,6 +86,7 @@ def _dry_run(argv, capsys) -> tuple[int, str, str]:
 FIG3_AT_128 = ["--preset", "tsdae-fig3", "--corpus", "wiki", "--max-sentences", "128", "--seeds", "0"]
 
 
+@pytest.mark.sweep
 def test_the_corpus_size_figure_runs_every_objective_at_128_sentences(sweep_env, tiny_models, capsys):
     """The figure's first point without any batch override: SimCSE trains one batch of all 128 sentences
     an epoch, and the dry run plans the same four trials the sweep runs; each run records its epochs."""
@@ -131,7 +132,9 @@ def _tsdae_presets():
     return sorted(name for name, p in all_presets().items() if p.method == "tsdae")
 
 
-@pytest.mark.parametrize("name", _tsdae_presets())
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[pytest.mark.sweep] if n == "tsdae-fig3" else []) for n in _tsdae_presets()]
+)
 def test_every_tsdae_preset_is_listed_dry_run_and_checked_alike(name, tmp_path, data_dir, capsys):
     """`--list-presets` prices a preset exactly when `--dry-run` of it passes its checks, with the same
     number of trials, and a refusal is one line naming the problem."""
@@ -285,6 +288,7 @@ def test_a_bad_appendix_setting_or_an_empty_corpus_is_one_line_exit_2_nothing_wr
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.sweep
 def test_the_appendix_presets_run_on_a_tiny_model_and_the_report_shows_tables_5_to_7(
     sweep_env, tiny_models, monkeypatch
 ):

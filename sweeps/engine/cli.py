@@ -179,6 +179,7 @@ ENGINE = (
         "training and evaluation precision: auto = tf32 on Ampere and newer GPUs, fp16 with a gradient scaler on "
         "older ones, fp32 on the CPU (table in trainables/encoders/precision.py)",
         group=RUN,
+        trial=True,
     ),
     Setting(
         "cpus_per_trial",
@@ -195,6 +196,7 @@ ENGINE = (
         "teachers read), last = also its last weights and optimiser state, all = every epoch's checkpoint, none = "
         "nothing (scores stay in MLflow); a running trial always keeps what a retry needs",
         group=RUN,
+        trial=True,
     ),
     Setting(
         "best_dtype",
@@ -203,6 +205,7 @@ ENGINE = (
         "how a finished trial stores its best-dev weights: float16 = half the disk, read back as float32; float32 = "
         "as trained",
         group=RUN,
+        trial=True,
     ),
     Setting(
         "max_concurrent", Int(low=1), None, "trials running at once (default: as many as resources allow)", group=RUN
@@ -284,6 +287,7 @@ ENGINE = (
     ),
 )
 ENGINE = tuple(setting.but(config=False) for setting in ENGINE)  # the sweep's settings, not a trial's
+TRIAL_SETTINGS = tuple(setting for setting in ENGINE if setting.trial)  # the ones every trial config carries
 
 
 class SweepParser(argparse.ArgumentParser):

@@ -1,6 +1,6 @@
 """`--dry-run`: a sweep's plan, printed without starting anything.
 
-The dry run is the real plan minus its execution: it starts from the same checks (`runner.check_sweep`:
+The dry run is the real plan minus its execution: it starts from the same checks (`plan.check_sweep`:
 the settings, the method's check, the resume folder and the flags it started with, the storage, the
 name, the MLflow store), so it refuses (exit 2) what the sweep would refuse, and describes the sweep
 that would run: `--resume` the named sweep with its own settings and the trials it has left (its
@@ -23,17 +23,21 @@ from sweeps.engine import instances, packing
 from trainables.training import retention
 
 
-def describe(checked, parser) -> str:
-    """The plan of the sweep `checked` (runner.CheckedSweep) describes, as lines to print (SweepInputError
-    where the method refuses its grid: a layer beyond a model's depth, say). `parser`: the script's parser
-    (its default models: what --smoke-test replaces with its tiny model)."""
+def describe(checked, parser=None) -> str:
+    """The plan of the sweep `checked` (plan.CheckedSweep) describes, as lines to print (SweepInputError
+    where the method refuses its grid: a layer beyond a model's depth, say). The default models (what
+    --smoke-test replaces with its tiny model): `checked.default_models`, or `parser`'s where given."""
     from trainables.core.errors import SweepInputError
     from trainables.encoders.tiny import smoke_model, smoke_models_dir
 
     args, method = Namespace(**vars(checked.args)), checked.method_cls
     with tempfile.TemporaryDirectory(prefix="embsweep-dry-run-") as scratch:
         smoke = ""
-        if args.smoke_test and getattr(args, "models", None) and args.models == parser.get_default("models"):
+        if (
+            args.smoke_test
+            and getattr(args, "models", None)
+            and args.models == (parser.get_default("models") if parser else checked.default_models)
+        ):
             args.models = [str(smoke_model(scratch, args.data_dir))]
             smoke = " the smoke test's tiny random BERT (4 layers, hidden size 32);"
         try:

@@ -311,6 +311,13 @@ def prepare_stages(plan, specs: dict) -> None:
     if missing:
         print(f"Stages computed in {time.time() - started:.1f} s", flush=True)
 
+    _start_trials_from(plan, run_ids, failures, writer)
+
+
+def _start_trials_from(plan, run_ids: dict, failures: dict, writer) -> None:
+    """Point each trial at its stages' MLflow runs (`upstream_run_id`); drop the trials of a failed stage
+    (named in `plan.failed_stages`); StageError when no trial is left."""
+    parent = plan.parent_run_id
     kept = []
     for config in plan.configs:
         if "stage_key" not in config:  # a trial that starts from no stage (e.g. --improvement none beside others)

@@ -337,7 +337,7 @@ METHODS = Registry("method", Method)
 def register_method(name: str, *aliases: str):
     """Register a method class under `name`, refusing one whose declarations are incomplete: no
     `MethodInfo`, a setting that is not a `Setting`, two settings of one name, a default its own kind
-    refuses, or a `smoke` value for no setting."""
+    refuses, a `smoke` value for no setting, or a `smoke` or preset value its setting refuses."""
     register = METHODS.register(name, *aliases)
 
     def decorate(cls):
@@ -357,6 +357,16 @@ def register_method(name: str, *aliases: str):
         unknown = [key for key in cls.smoke if key not in names]
         if unknown:
             raise ValueError(f"method {name!r}: smoke values for undeclared settings {', '.join(unknown)}")
+        declared = dict(zip(names, cls.settings))
+        values = [("smoke", key, value) for key, value in cls.smoke.items()]
+        presets = cls.__dict__.get("presets", {})
+        for preset in presets.values() if isinstance(presets, dict) else ():
+            values += [(f"preset {preset.name}", k, v) for k, v in preset.flags.items() if k in declared]
+        for where, key, value in values:  # parsed now, as --smoke-test and --preset would parse them
+            try:
+                declared[key].parse(value)
+            except SweepInputError as error:
+                raise ValueError(f"method {name!r}: its {where} value {key}={value!r} is refused: {error}") from None
         return register(cls)
 
     return decorate

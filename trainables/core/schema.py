@@ -31,7 +31,6 @@ import json
 
 PARAMS = ("method", "model", "layer", "seed", "task", "epochs", "lr", "batch_size", "params_truncated", "git_commit")
 EPOCH_METRICS = ("dev_spearman", "dev_pearson", "train_loss")
-TEST_EPOCH_METRICS = ("test_spearman", "test_pearson")  # per epoch only with test_every_epoch
 RUNNING_METRICS = (
     "best_dev_spearman",
     "wall_time_s",

@@ -14,12 +14,12 @@ trial config. Settings several methods share (models, seeds, layers, learning ra
 are declared once in `SHARED` below (evaluation sets: trainables/evaluation/sets.py `EVAL_SETS`);
 a method takes them and changes what differs (`LR.but(default=3e-5, source=...)`).
 
-Kinds parse a command-line text or an already typed value (a preset's, a resumed sweep's) to the
-typed value, or raise `ValueError` with what is wrong: `Int`, `Float`, `Choice`, `Flag`, `Text`,
-`IntList` (`0,1,2`, `0-4`, optionally a word such as `all`), `Names` (a comma-separated list,
-optionally checked against a registry), `Auto` (a word such as `auto`, or a value of another kind).
-A setting with `per` (objectives or variants) also takes `OBJECTIVE=VALUE[,...]`
-(`--batch-size simcse=512`): its typed value is then a dict, with `*` for the value of every other.
+Kinds parse a command-line text or an already typed value (a preset's, a resumed sweep's) to the typed value, or raise
+`ValueError` with what is wrong: `Int`, `Float`, `Choice`, `Flag`, `Text`, `IntList` (`0,1,2`, `0-4`, optionally a
+word such as `all`; at least `low`), `FloatList` (`1e-5,3e-5`, each within a `Float`'s bounds), `Names` (a
+comma-separated list, optionally checked against a registry), `Auto` (a word such as `auto`, or a value of another
+kind). A setting with `per` (objectives or variants) also takes `OBJECTIVE=VALUE[,...]` (`--batch-size simcse=512`):
+its typed value is then a dict, with `*` for the value of every other.
 """
 
 from __future__ import annotations
@@ -182,9 +182,10 @@ class Text(Kind):
 
 @dataclass(frozen=True)
 class IntList(Kind):
-    """'0,1,2' or '0-4' (or a mix) -> sorted unique integers >= 0; `word` (e.g. 'all') -> None."""
+    """'0,1,2' or '0-4' (or a mix) -> sorted unique integers >= `low` (0); `word` (e.g. 'all') -> None."""
 
     word: str | None = None
+    low: int = 0
     high: int = INT64_MAX
     what: str = "value"  # what one entry is, for the message on one beyond `high`
     why: str = "the largest whole number Ray and numpy hold"
@@ -218,19 +219,49 @@ class IntList(Kind):
             raise ValueError("is empty")
         if any(v < 0 for v in values):
             raise ValueError(f"{value!r} holds a negative value")
+        under = [v for v in values if v < self.low]
+        if under:
+            raise ValueError(f"holds {under[0]}: a {self.what} must be at least {self.low}")
         beyond = [v for v in values if v > self.high]
         if beyond:
             raise ValueError(f"holds {beyond[0]}: a {self.what} must be within 0..{self.high} ({self.why})")
         return sorted(set(values))
 
     def describe(self) -> str:
-        return "comma-separated integers or ranges (0,1,2 or 0-4)" + (f", or {self.word}" if self.word else "")
+        least = f", each at least {self.low}" if self.low > 0 else ""
+        return "comma-separated integers or ranges (0,1,2 or 0-4)" + least + (f", or {self.word}" if self.word else "")
 
     def bad_values(self) -> list[str]:
-        return ["x", "4-2", "-1"]
+        return ["x", "4-2", "-1", *([str(self.low - 1)] if self.low > 0 else [])]
 
     def to_config(self, value):
         return "all" if value is None else ",".join(map(str, value))
+
+
+@dataclass(frozen=True)
+class FloatList(Kind):
+    """'1e-5,3e-5' -> the numbers in the order given, once each, each within a `Float`'s bounds (`each`)."""
+
+    each: Float = Float()
+
+    def parse(self, value):
+        parts = list(value) if isinstance(value, (list, tuple)) else [p for p in str(value).split(",") if p.strip()]
+        if not parts:
+            raise ValueError("is empty")
+        try:
+            numbers = [self.each.parse(part) for part in parts]
+        except ValueError as error:
+            raise ValueError(f"{value!r}: {error}") from None
+        return list(dict.fromkeys(numbers))
+
+    def describe(self) -> str:
+        return f"comma-separated numbers, each {self.each.describe()}"
+
+    def bad_values(self) -> list[str]:
+        return ["", *(f"1,{bad}" for bad in self.each.bad_values())]
+
+    def to_config(self, value):
+        return ",".join(f"{v:g}" for v in value)
 
 
 @dataclass(frozen=True)
@@ -320,6 +351,7 @@ class Setting:
              work with a warning
     per:     objectives (or variants) a value may be given for alone: `OBJECTIVE=VALUE[,...]`
     const:   the value of a flag given without one (e.g. `--resume` alone); MISSING: a value is required
+    trial:   an engine setting every trial's config carries, as the trial reads it (sweeps/engine/plan.py)
     """
 
     name: str
@@ -335,6 +367,7 @@ class Setting:
     per: tuple[str, ...] = ()
     const: Any = field(default=None)
     metavar: str | None = None
+    trial: bool = False
 
     @property
     def option(self) -> str:

@@ -25,11 +25,6 @@ def check_model(model_path) -> None:
         )
 
 
-def _head_parameter_names(model) -> list[str]:
-    prefix = model.base_model_prefix + "."
-    return [name for name, _ in model.named_parameters() if not name.startswith(prefix)]
-
-
 def mlm_model(model_path, head: str = "auto", random_weights: bool = False, seed: int = 0):
     """(AutoModelForMaskedLM, "pretrained" | "new"): the model with its MLM head, see the module doc."""
     from transformers import AutoConfig, AutoModelForMaskedLM

@@ -5,19 +5,8 @@ Each set is found by its released files' own names anywhere under the data dir (
 included); MTEB's versions are also read from the hub (`--data-dir hub`) or from a folder in the
 hub's layout (hub_copies.py). Where a set comes from and how to fetch it: docs/data.md.
 
-| name                  | kind                | built as                                                      | main |
-|-----------------------|---------------------|---------------------------------------------------------------|------|
-| `turl`                | pair classification | Twitter URL Corpus test: `Twitter_URL_Corpus_test.txt`        | ap   |
-| `pit`                 | pair classification | PIT-2015 test: `test.data` with `test.label` beside it        | ap   |
-| `twitterpara`         | pair classification | USEB's TwitterPara: `turl` and `pit` as subsets, AP averaged  | ap   |
-| `twitterurlcorpus`    | pair classification | MTEB's TwitterURLCorpus: URL corpus train + test              | ap   |
-| `twittersemeval2015`  | pair classification | MTEB's TwitterSemEval2015: PIT train+dev+test, or the hub's   | ap   |
-| `askubuntu`           | reranking           | Lei et al. 2016 test queries, titles, their 20 candidates     | map  |
-| `askubuntudupquestions` | reranking         | MTEB's AskUbuntuDupQuestions: dev + test queries              | map  |
-| `scidocs`             | reranking           | USEB's SciDocs: cite, cocite, coread, coview; titles          | map  |
-| `scidocsrr`           | reranking           | MTEB's SciDocsRR (hub, or a folder in its layout)             | map  |
-| `cqadupstack`         | retrieval           | USEB's CQADupStack: 12 forums, titles          | useb_map_at_100 |
-| `cqadupstackretrieval` | retrieval          | MTEB's CQADupstack: 12 forums, title + body | ndcg_at_10 |
+Each set's name in reports, its paper, release files and hub copy are its `SetInfo` (the rows of
+docs/data.md's generated table); MTEB's versions are registered in mteb_sets.py.
 
 Several subsets (TwitterPara's two, SciDocs' four tasks, CQADupStack's twelve forums) are averaged
 without weights, as USEB and the TSDAE paper do; `useb_avg` is the mean of the four USEB tasks.
@@ -44,7 +33,6 @@ the pool scoring 0 (tasks.py's retrieval kind).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -54,7 +42,7 @@ import numpy as np
 from trainables.core.errors import DataFormatError, SweepInputError
 from trainables.data._io import find_under, iter_lines, parse_float
 from trainables.evaluation.hub_copies import HubCopy, is_hub
-from trainables.evaluation.sets import EvalData, EvalSet, check_data_dir, files_digest, register_eval_set
+from trainables.evaluation.sets import EvalData, EvalSet, SetInfo, check_data_dir, files_digest, register_eval_set
 from trainables.evaluation.task_kinds import Judged, Pairs, Rerank, Retrieval, task_kind
 
 
@@ -129,7 +117,7 @@ def binary_label(votes: int, yes: int, no: int) -> int | None:
     return 1 if votes >= yes else 0 if votes <= no else None
 
 
-def _check_labels(labels: list[int], where) -> np.ndarray:
+def check_labels(labels: list[int], where) -> np.ndarray:
     if len(set(labels)) < 2:
         raise DataFormatError(where, f"{len(labels)} labelled pairs, all of one class: average precision is undefined")
     return np.asarray(labels, dtype=np.int64)
@@ -168,12 +156,18 @@ def read_url_corpus(path: Path) -> Pairs:
             s1.append(fields[0].strip())
             s2.append(fields[1].strip())
             labels.append(label)
-    return Pairs(s1, s2, _check_labels(labels, path))
+    return Pairs(s1, s2, check_labels(labels, path))
 
 
 @register_eval_set("turl")
 class TwitterUrlTest(EvalSet):
     kind, description = "pair_classification", "Twitter News URL Corpus, test (USEB's TURL)"
+    info = SetInfo(
+        "TURL",
+        reference="Lan et al. 2017",
+        files="`Twitter_URL_Corpus_test.txt`: in the corpus authors' GitHub repository "
+        "`lanwuwei/Twitter-URL-Corpus`, at the commit that added it (2018-02-01; later deleted from the tip)",
+    )
 
     def load(self, data_dir) -> EvalData:
         folder = find_release(data_dir, (TURL_FILE,), self.name, TURL_HINT)
@@ -224,7 +218,7 @@ def read_pit(path: Path, rows: list | None = None) -> Pairs:
             s1.append(first)
             s2.append(second)
             labels.append(label)
-    return Pairs(s1, s2, _check_labels(labels, path))
+    return Pairs(s1, s2, check_labels(labels, path))
 
 
 def check_pit_test_labels(data: Path, label: Path) -> list:
@@ -253,6 +247,12 @@ def load_pit_test(data_dir, set_name: str) -> tuple[Pairs, list[Path]]:
 @register_eval_set("pit")
 class PitTest(EvalSet):
     kind, description = "pair_classification", "PIT-2015 (SemEval-2015 Task 1), test (USEB's PIT)"
+    info = SetInfo(
+        "PIT",
+        reference="Xu et al. 2015",
+        files="`test.data` with `test.label` beside it: `cocoxu/SemEval-PIT2015` (`data/`), or the loose "
+        "files in `cocoxu/twitterparaphrase` at its first commit (`SemEval-PIT2015/data/`)",
+    )
 
     def load(self, data_dir) -> EvalData:
         pairs, paths = load_pit_test(data_dir, self.name)
@@ -262,6 +262,7 @@ class PitTest(EvalSet):
 @register_eval_set("twitterpara")
 class TwitterPara(EvalSet):
     kind, description = "pair_classification", "USEB's TwitterPara: TURL and PIT test sets, AP averaged"
+    info = SetInfo("TwitterPara", files="both of the above")
 
     def load(self, data_dir) -> EvalData:
         turl = find_release(data_dir, (TURL_FILE,), "twitterpara (turl)", TURL_HINT) / TURL_FILE
@@ -277,68 +278,6 @@ def joined(parts: list[Pairs]) -> Pairs:
 
 
 # --- MTEB's pair-classification copies ----------------------------------------------------------------
-def hub_pairs(rows: list[dict], where: str) -> Pairs:
-    """MTEB's pair-classification layout: rows of `sent1`, `sent2`, `labels` lists (or one pair a row)."""
-    s1, s2, labels = [], [], []
-    for row in rows:
-        missing = [c for c in ("sent1", "sent2", "labels") if c not in row]
-        if missing:
-            raise DataFormatError(where, f"no column(s) {', '.join(missing)} (found {', '.join(row)})")
-        many = isinstance(row["labels"], list)
-        s1 += row["sent1"] if many else [row["sent1"]]
-        s2 += row["sent2"] if many else [row["sent2"]]
-        labels += row["labels"] if many else [row["labels"]]
-    return Pairs(s1, s2, _check_labels([int(v) for v in labels], where))
-
-
-class HubOrRelease(EvalSet):
-    """One of MTEB's sets: its hub copy (`--data-dir hub`, or a folder in the hub's layout), else,
-    where MTEB built it from released files (`release_files`, a non-empty tuple), those files
-    (`from_release(folder)` -> the subset's data); `from_rows(rows, where)` reads the hub's rows."""
-
-    hub: HubCopy
-    release_files: tuple[str, ...] = ()
-    hint = ""
-
-    def load(self, data_dir) -> EvalData:
-        if not is_hub(data_dir):
-            check_data_dir(data_dir, self.name)
-        if self.release_files and not is_hub(data_dir) and self.hub.folder(data_dir) is None:
-            folder = release_or_hub_copy(data_dir, self.release_files, self.name, self.hint, self.hub)
-            checksum = files_digest(folder / f for f in self.release_files)
-            data = EvalData(self.name, {"all": self.from_release(folder)}, checksum, self.kind)
-            return check_scorable(data, f"{folder} ({', '.join(self.release_files)})")
-        rows, checksum = self.hub.rows(data_dir)
-        data = EvalData(self.name, {"all": self.from_rows(rows, self.hub.describe())}, checksum, self.kind)
-        return check_scorable(data, self.hub.describe())
-
-    def from_release(self, folder: Path):
-        raise NotImplementedError
-
-    def from_rows(self, rows: list[dict], where: str):
-        return {"pair_classification": hub_pairs, "reranking": hub_rerank}[self.kind](rows, where)
-
-
-@register_eval_set("twitterurlcorpus")
-class TwitterUrlCorpusMteb(HubOrRelease):
-    kind, description = "pair_classification", "MTEB's TwitterURLCorpus: the URL corpus's train + test"
-    hub = HubCopy("mteb/twitterurlcorpus-pairclassification")
-    release_files = ("Twitter_URL_Corpus_train.txt", TURL_FILE)
-    hint = TURL_HINT.replace("test file", "train and test files")
-
-    def from_release(self, folder: Path) -> Pairs:
-        return joined([read_url_corpus(folder / f) for f in self.release_files])
-
-
-@register_eval_set("twittersemeval2015")
-class TwitterSemEval2015(HubOrRelease):
-    kind, description = "pair_classification", "MTEB's TwitterSemEval2015: PIT-2015 train + dev + test"
-    hub = HubCopy("mteb/twittersemeval2015-pairclassification")
-    release_files = ("train.data", "dev.data", "test.data")
-    hint = "Put PIT-2015's train.data, dev.data and test.data there (the SemEval-PIT2015 release's data/ folder)"
-
-    def from_release(self, folder: Path) -> Pairs:
-        return joined([read_pit(folder / f) for f in self.release_files])
 
 
 # --- AskUbuntu (Lei et al. 2016) ----------------------------------------------------------------------
@@ -389,6 +328,7 @@ def read_askubuntu_queries(path: Path, titles: dict[str, str]) -> Rerank:
 @register_eval_set("askubuntu")
 class AskUbuntu(EvalSet):
     kind, description = "reranking", "AskUbuntu test (Lei et al. 2016; USEB's): titles, 20 BM25 candidates each"
+    info = SetInfo("AskUbuntu", files="`text_tokenized.txt.gz` with `dev.txt` and `test.txt` (`taolei87/askubuntu`)")
 
     def load(self, data_dir) -> EvalData:
         files = ("text_tokenized.txt.gz", "test.txt")
@@ -397,33 +337,6 @@ class AskUbuntu(EvalSet):
         data = read_askubuntu_queries(folder / "test.txt", titles)
         checksum = files_digest(folder / f for f in files)
         return check_scorable(EvalData(self.name, {"test": data}, checksum, self.kind), folder / "test.txt")
-
-
-def hub_rerank(rows: list[dict], where: str) -> Rerank:
-    """MTEB's reranking layout: `query`, `positive` (list), `negative` (list) per row."""
-    for row in rows[:1]:
-        missing = [c for c in ("query", "positive", "negative") if c not in row]
-        if missing:
-            raise DataFormatError(where, f"no column(s) {', '.join(missing)} (found {', '.join(row)})")
-    return Rerank([r["query"] for r in rows], [list(r["positive"]) for r in rows], [list(r["negative"]) for r in rows])
-
-
-@register_eval_set("askubuntudupquestions")
-class AskUbuntuDupQuestions(HubOrRelease):
-    kind, description = "reranking", "MTEB's AskUbuntuDupQuestions: dev + test queries with a positive"
-    hub = HubCopy("mteb/askubuntudupquestions-reranking")
-    release_files, hint = ("text_tokenized.txt.gz", "dev.txt", "test.txt"), ASKUBUNTU_HINT
-
-    def from_release(self, folder: Path) -> Rerank:
-        titles = read_titles(folder / self.release_files[0])
-        dev, test = (read_askubuntu_queries(folder / f, titles) for f in self.release_files[1:])
-        return Rerank(dev.queries + test.queries, dev.positives + test.positives, dev.negatives + test.negatives)
-
-
-@register_eval_set("scidocsrr")
-class SciDocsRR(HubOrRelease):
-    kind, description = "reranking", "MTEB's SciDocsRR (hub copy or a folder in its layout)"
-    hub = HubCopy("mteb/scidocs-reranking")
 
 
 # --- SciDocs (Cohan et al. 2020), as USEB builds it ----------------------------------------------------
@@ -498,6 +411,12 @@ def scidocs_task(corpus: dict, qrels: dict) -> Judged:
 @register_eval_set("scidocs")
 class SciDocs(EvalSet):
     kind, description = "reranking", "SciDocs (USEB's): cite, co-cite, co-read, co-view; titles; MAP averaged"
+    info = SetInfo(
+        "SciDocs",
+        reference="Cohan et al. 2020",
+        files="USEB's `scidocs/data.json`, or SciDocs' `paper_metadata_view_cite_read.json` with "
+        "`{cite,cocite,coread,coview}/test.qrel` (the `allenai/scidocs` data download)",
+    )
 
     def load(self, data_dir) -> EvalData:
         if is_hub(data_dir):
@@ -569,6 +488,11 @@ def read_cqadupstack(corpus_path: Path, split_path: Path) -> dict[str, Retrieval
 class CQADupStack(EvalSet):
     kind, main = "retrieval", "useb_map_at_100"
     description = "CQADupStack (USEB's): 12 forums, titles, every question retrieves its duplicates; MAP@100"
+    info = SetInfo(
+        "CQADupStack",
+        reference="Hoogeveen et al. 2015",
+        files="USEB's `cqadupstack/corpus.json` with `retrieval_split.json`",
+    )
 
     def load(self, data_dir) -> EvalData:
         files = ("corpus.json", "retrieval_split.json")
@@ -583,45 +507,3 @@ class CQADupStack(EvalSet):
 
 
 # --- MTEB's CQADupstack<Forum>Retrieval (BEIR's layout: corpus, queries, qrels) --------------------------
-def hub_retrieval(corpus_rows: list[dict], query_rows: list[dict], qrel_rows: list[dict], where: str) -> Retrieval:
-    """BEIR's layout as MTEB reads it: corpus `_id`, `title`, `text` (a document is "title text");
-    queries `_id`, `text`; qrels `query-id`, `corpus-id`, `score` (> 0 relevant). Only the queries
-    with a relevant document are scored, as MTEB keeps them."""
-    for rows, columns in (
-        (corpus_rows, ("_id", "text")),
-        (query_rows, ("_id", "text")),
-        (qrel_rows, ("query-id", "corpus-id")),
-    ):
-        missing = [c for c in columns if rows and c not in rows[0]]
-        if missing:
-            raise DataFormatError(where, f"no column(s) {', '.join(missing)} (found {', '.join(rows[0])})")
-    relevant: dict[str, set[str]] = {}
-    for row in qrel_rows:
-        if float(row.get("score", 1)) > 0:
-            relevant.setdefault(str(row["query-id"]), set()).add(str(row["corpus-id"]))
-    corpus = {str(r["_id"]): f"{r.get('title') or ''} {r['text']}".strip() for r in corpus_rows}
-    queries = {str(r["_id"]): r["text"] for r in query_rows if str(r["_id"]) in relevant}
-    return Retrieval(queries, corpus, relevant)
-
-
-@register_eval_set("cqadupstackretrieval")
-class CQADupStackRetrieval(EvalSet):
-    kind = "retrieval"
-    description = "MTEB's CQADupstackRetrieval: 12 forums, title + body documents; nDCG@10 averaged (hub or its layout)"
-
-    def load(self, data_dir) -> EvalData:
-        if not is_hub(data_dir):
-            check_data_dir(data_dir, self.name)
-        subsets, checksums = {}, []
-        for forum in CQA_FORUMS:
-            repo = f"mteb/cqadupstack-{forum}"
-            parts = [
-                HubCopy(repo, "corpus", "corpus"),
-                HubCopy(repo, "queries", "queries"),
-                HubCopy(repo, None, "test"),
-            ]
-            (corpus, c1), (queries, c2), (qrels, c3) = (part.rows(data_dir) for part in parts)
-            subsets[forum] = hub_retrieval(corpus, queries, qrels, repo)
-            checksums += [c1, c2, c3]
-        data = EvalData(self.name, subsets, hashlib.sha256("".join(checksums).encode()).hexdigest()[:16], self.kind)
-        return check_scorable(data, "mteb/cqadupstack-<forum>")

@@ -67,12 +67,32 @@ class EvalData:
         return sum(len(s) for s in self.subsets.values())
 
 
+@dataclass(frozen=True)
+class SetInfo:
+    """What a set is, for people, declared once beside its loader: its name in report columns
+    (`display_name`), the paper it comes from (`reference`), the released files to put under the data dir
+    (`files`), its copy on the dataset hub (`hub`), and the section of docs/data.md whose generated table
+    holds its row (`section`: "sts" or "domain"; `python -m analysis docs` writes the tables)."""
+
+    display_name: str
+    reference: str = ""
+    files: str = "—"
+    hub: str = "—"
+    section: str = "domain"
+
+    def row(self, name: str, description: str) -> str:
+        """Its row of docs/data.md: name, shown as, what (and the paper), release files, hub copy."""
+        what = f"{description} ({self.reference})" if self.reference else description
+        return f"| `{name}` | {self.display_name} | {what} | {self.files} | {self.hub} |"
+
+
 class EvalSet:
     """A registered evaluation set: `load(data_dir)` -> EvalData; `scale`: the gold scores' range;
-    `kind`: its task kind; `main`: the metric it is ranked by when not its kind's."""
+    `kind`: its task kind; `main`: the metric it is ranked by when not its kind's; `info`: its `SetInfo`."""
 
     name = ""
     description = ""
+    info = SetInfo("")
     scale = (0.0, 5.0)
     kind = "sts"
     main = ""
@@ -282,7 +302,18 @@ for _year in range(12, 17):
         type(
             f"STS{_year}",
             (SemEvalSTS,),
-            {"year": _year, "description": f"SemEval STS 20{_year} English test set (SentEval layout)"},
+            {
+                "year": _year,
+                "description": f"SemEval STS 20{_year} English test set (SentEval layout)",
+                "info": SetInfo(
+                    f"STS{_year}",
+                    f"Agirre et al. 20{_year}",
+                    f"`STS{_year}-en-test/STS.input.<subset>.txt` with `STS.gs.<subset>.txt` (SentEval's "
+                    "`data/downstream/get_transfer_data.bash` fetches them)",
+                    f"`mteb/sts{_year}-sts` (no subsets: only the pooled score)",
+                    "sts",
+                ),
+            },
         )
     )
 
@@ -315,11 +346,13 @@ class StsbSplit(EvalSet):
 @register_eval_set("stsb")
 class StsbTest(StsbSplit):
     split, description = "test", "STS Benchmark test"
+    info = SetInfo("STS-B", "Cer et al. 2017", "`stsbenchmark/sts-test.csv`", "`sentence-transformers/stsb`", "sts")
 
 
 @register_eval_set("stsb_dev")
 class StsbDev(StsbSplit):
     split, description = "dev", "STS Benchmark dev"
+    info = SetInfo("STS-B dev", "Cer et al. 2017", "`stsbenchmark/sts-dev.csv`", "`sentence-transformers/stsb`", "sts")
 
 
 class SickRelatedness(EvalSet):
@@ -344,11 +377,15 @@ class SickRelatedness(EvalSet):
 @register_eval_set("sickr")
 class SickrTest(SickRelatedness):
     splits, description = ("test",), "SICK relatedness, test split (SentEval)"
+    info = SetInfo("SICK-R", "Marelli et al. 2014", "`sick/SICK_test_annotated.txt`", "`RobZamp/sick`", "sts")
 
 
 @register_eval_set("sickr_all")
 class SickrAll(SickRelatedness):
     splits, description = ("train", "dev", "test"), "SICK relatedness, all 9,927 pairs (MTEB)"
+    info = SetInfo(
+        "SICK-R all", "Marelli et al. 2014", "`sick/SICK_{train,trial,test_annotated}.txt`", "`RobZamp/sick`", "sts"
+    )
 
 
 # --- the suite ----------------------------------------------------------------------------------

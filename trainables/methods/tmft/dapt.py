@@ -269,21 +269,14 @@ def masked_positions_only(model):
             head.handle.remove()
 
 
-def compute(spec: dict, out_dir: Path) -> dict:
-    """Run the DAPT stage of `spec` (model_path, data_dir, config) and write `out_dir/encoder/`."""
-    from transformers import AutoTokenizer, DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
+def _tokenized_corpus(spec: dict):
+    """(sentences, their sources, the tokenizer, their token ids) of a DAPT stage's corpus."""
+    from transformers import AutoTokenizer
 
     from trainables.data.sentences import dapt_corpus
-    from trainables.encoders.precision import adamw, resolve
-    from trainables.stages.progress import StageProgress
-    from trainables.training.device import pick_device, seed_everything
-    from trainables.training.pair_training import adamw_param_groups
     from trainables.training.tokenized import subset
 
-    started = time.perf_counter()
     config = spec["config"]
-    seed = int(config["seed"])
-    seed_everything(seed)
     sentences, sources = dapt_corpus(spec["data_dir"], config["corpus"])
     sentences = subset(sentences, config.get("max_sentences"))
     tokenizer = AutoTokenizer.from_pretrained(str(spec["model_path"]))
@@ -293,12 +286,14 @@ def compute(spec: dict, out_dir: Path) -> dict:
         if limit
         else tokenizer(sentences, truncation=True)["input_ids"]
     )
-    device = pick_device()
-    precision = resolve(config.get("precision", "fp32"), device)
-    precision.apply_matmul_settings()
-    model, head_source = mlm_model(spec["model_path"], config["head"], bool(config.get("random_init")), seed)
-    model.to(device)
-    collator = DataCollatorForLanguageModeling(
+    return sentences, sources, tokenizer, ids
+
+
+def _collator(tokenizer, config: dict, seed: int):
+    """The masking of DAPT's MLM objective, as the stage's config sets it."""
+    from transformers import DataCollatorForLanguageModeling
+
+    return DataCollatorForLanguageModeling(
         tokenizer,
         mlm=True,
         mlm_probability=float(config["mlm_probability"]),
@@ -306,6 +301,28 @@ def compute(spec: dict, out_dir: Path) -> dict:
         random_replace_prob=float(config["random_replace_prob"]),
         seed=seed,
     )
+
+
+def compute(spec: dict, out_dir: Path) -> dict:
+    """Run the DAPT stage of `spec` (model_path, data_dir, config) and write `out_dir/encoder/`."""
+    from transformers import get_linear_schedule_with_warmup
+
+    from trainables.encoders.precision import adamw, resolve
+    from trainables.stages.progress import StageProgress
+    from trainables.training.device import pick_device, seed_everything
+    from trainables.training.pair_training import adamw_param_groups
+
+    started = time.perf_counter()
+    config = spec["config"]
+    seed = int(config["seed"])
+    seed_everything(seed)
+    sentences, sources, tokenizer, ids = _tokenized_corpus(spec)
+    device = pick_device()
+    precision = resolve(config.get("precision", "fp32"), device)
+    precision.apply_matmul_settings()
+    model, head_source = mlm_model(spec["model_path"], config["head"], bool(config.get("random_init")), seed)
+    model.to(device)
+    collator = _collator(tokenizer, config, seed)
     batch_size, accumulation, epochs = int(config["batch_size"]), int(config["accumulation"]), int(config["epochs"])
     batches_per_epoch = math.ceil(len(ids) / batch_size)
     steps_per_epoch = math.ceil(batches_per_epoch / accumulation)

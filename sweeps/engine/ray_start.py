@@ -1,0 +1,125 @@
+"""Starting Ray for a sweep, quietly: the environment and loggers that keep the console for the
+sweep's own lines (`QUIET_ENV`, `quiet`), a local Ray or the cluster at `--address` (`init_ray`, never
+with MLflow credentials in its runtime environment), Ray's own log lines sent to a file the sweep names,
+and the driver's cloud credentials kept off the trials' runtime environments."""
+
+from __future__ import annotations
+
+import os
+
+from trainables.core import endpoints
+from trainables.core.errors import SweepInputError
+from trainables.encoders.cost import CUDA_ALLOCATOR_ENV
+
+QUIET_ENV = {
+    "TRANSFORMERS_VERBOSITY": "error",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "RAY_AIR_NEW_OUTPUT": "0",  # with verbose=0: no Ray tables; sweeps/engine/progress.py prints progress
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    "RAY_DEDUP_LOGS": "0",
+    "PYTHONWARNINGS": "ignore",
+    "MLFLOW_LOGGING_LEVEL": "WARNING",  # read when mlflow is imported: no "Creating initial MLflow database tables"
+}
+
+
+# Loggers whose routine lines are not for the person running a sweep: MLflow's INFO (database
+# set-up), Ray's notice that token authentication is on (it stays on), Ray Tune's chatter.
+QUIET_LOGGERS = {
+    "mlflow": "WARNING",
+    "ray": "WARNING",
+    "ray.tune": "WARNING",
+    "ray.train": "WARNING",
+    "ray._private.authentication": "ERROR",
+}
+
+
+def quiet() -> None:
+    """Keep the console for the sweep's own lines (plan, progress, table, where the results are)."""
+    import logging
+
+    os.environ.update(QUIET_ENV)
+    for name, level in QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(level)
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+
+
+def init_ray(plan) -> None:
+    import logging
+
+    import ray
+
+    quiet()
+    if ray.is_initialized():
+        return
+    # Never MLflow credentials in the runtime env (Ray writes it to its logs) nor in the environment of
+    # the Ray processes started here: trials and stages never talk to the store, the driver does.
+    runtime_env = {"env_vars": {**QUIET_ENV, **CUDA_ALLOCATOR_ENV}}
+    address = plan.args.get("address")
+    if address:
+        try:
+            with endpoints.credentials_hidden():
+                ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
+        except ConnectionError as error:  # something answers there, but not a Ray head
+            raise SweepInputError(
+                f"--address {address}: no Ray cluster answers there ({str(error).strip()[:200]}); "
+                "start the Ray head there (ray start --head, or ray up cluster.yaml) or fix the "
+                "address"
+            ) from None
+    else:
+        with endpoints.credentials_hidden():
+            ray.init(
+                address="local",
+                num_gpus=plan.args.get("local_gpus"),
+                include_dashboard=False,
+                runtime_env=runtime_env,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
+    plan.ray_log = ray_logs_to_file()
+
+
+RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.data")
+
+
+def ray_logs_to_file() -> str:
+    """Ray's and Ray Tune's own log lines (a trial's traceback, warnings about syncing) go to a file in
+    Ray's session folder, not the terminal: the sweep prints what failed in its own words (the failed
+    trials and their reasons, a storage fault's one line) and names this file. Returns its path."""
+    import logging
+    import tempfile
+
+    import ray
+
+    try:
+        folder = ray._private.worker._global_node.get_logs_dir_path()  # Ray has no public name for it
+    except AttributeError:
+        folder = tempfile.gettempdir()
+    path = os.path.join(folder, f"embsweep-driver-{os.getpid()}.log")
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in RAY_LOGGERS:
+        logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if type(h) is logging.StreamHandler]:
+            logger.removeHandler(old)
+        if not any(getattr(h, "baseFilename", None) == handler.baseFilename for h in logger.handlers):
+            logger.addHandler(handler)
+        logger.propagate = False
+    return path
+
+
+CLOUD_CREDENTIAL_ENV = frozenset(
+    {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SECURITY_TOKEN", "AWS_SESSION_TOKEN"}
+)
+
+
+def credentials_stay_on_their_nodes() -> None:
+    """Ray Tune copies the driver's AWS credentials into every trial actor's runtime environment
+    (`ray.tune.execution.class_cache.ENV_VARS_TO_PROPAGATE`), which Ray's runtime_env_agent writes to its
+    log on each node. Trials upload their checkpoints with the credentials of the node they run on (its
+    instance role or environment), so the driver's are not copied."""
+    from ray.tune.execution import class_cache
+
+    class_cache.ENV_VARS_TO_PROPAGATE = frozenset(class_cache.ENV_VARS_TO_PROPAGATE) - CLOUD_CREDENTIAL_ENV
