@@ -734,6 +734,21 @@ class TrialResources:
         return "\n".join(lines)
 
 
+def _warn_sqlite_at_scale(plan: SweepPlan, resources: TrialResources) -> None:
+    from sweeps.engine import simulate, store_load
+
+    args = plan.args
+    if args.get("simulate"):
+        sim = simulate.simulation(plan, resources)
+        seconds = [sim.wait(c) for c in plan.configs]
+    else:
+        seconds = [resources.seconds(c) for c in plan.configs if resources.seconds(c) > 0]
+    at_once = min(len(plan.configs), args.get("max_concurrent") or len(plan.configs))
+    warning = store_load.sqlite_warning(plan.mlflow_uri, at_once, int(args.get("epochs") or 1), seconds)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+
+
 def resolve_resources(plan: SweepPlan) -> TrialResources:
     """Fix each trial's GPU share: the flag's number, or `auto` (sweeps/engine/packing.py) when
     the cluster has GPUs (or is a remote cluster that may scale GPU nodes up), else 0."""
@@ -811,6 +826,7 @@ def run_sweep(plan: SweepPlan):
         prepare_stages(plan, plan.stages)
     resources = resolve_resources(plan)
     print(resources.describe(plan), flush=True)
+    _warn_sqlite_at_scale(plan, resources)
     trainable = wrapped_trainable(plan, resources)
     if plan.restore_tune:
         seal.verify(plan.sweep_dir)  # again: the folder may have changed while stages ran

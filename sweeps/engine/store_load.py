@@ -1,0 +1,34 @@
+"""Whether a SQLite MLflow store keeps pace with a sweep's writes: a one-line warning, with the fix, where not.
+
+The driver writes every trial's MLflow records itself, one after another: the child run, RUNNING, one
+write per epoch, the checkpoint tag, FINISHED (`EXTRA_WRITES` + epochs a trial). On a SQLite store a write
+took `SQLITE_WRITE_S` (measured: 224 writes of 32 three-epoch trials, 65 ms each, on the 2-core shared
+development machine; docs/cluster.md, "Faults at scale"), so the store takes about 15 writes a second. A
+sweep whose trials at once need more than that finishes its trials faster than it can log them: its
+trials wait on the driver. PostgreSQL (or a tracking server in front of it) is the fix."""
+
+from __future__ import annotations
+
+from statistics import median
+
+SQLITE_WRITE_S = 0.065
+EXTRA_WRITES = 4  # the run, RUNNING, the checkpoint tag, FINISHED
+
+
+def sqlite_warning(mlflow_uri: str, at_once: int, epochs: int, trial_seconds: list[float]) -> str | None:
+    """The warning for a SQLite store that cannot take the writes of `at_once` trials of about
+    median(`trial_seconds`) s each, or None (another store, or one that keeps pace)."""
+    if not str(mlflow_uri).startswith("sqlite:") or not trial_seconds or at_once < 1:
+        return None
+    seconds = max(median(trial_seconds), 1e-3)
+    needed = at_once * (max(1, epochs) + EXTRA_WRITES) / seconds
+    takes = 1 / SQLITE_WRITE_S
+    if needed <= takes:
+        return None
+    fits = max(1, int(takes * seconds / (max(1, epochs) + EXTRA_WRITES)))
+    return (
+        f"warning: --mlflow-uri {mlflow_uri}: {at_once} trials at once of about {seconds:.3g} s need about "
+        f"{needed:.0f} MLflow writes a second and a SQLite store takes about {takes:.0f}, so trials will wait on "
+        f"their logging: use PostgreSQL (pip install -e '.[postgres]'; --mlflow-uri postgresql://user@host:5432/db) "
+        f"or --max-concurrent {fits}"
+    )
