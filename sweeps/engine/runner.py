@@ -744,6 +744,8 @@ def _warn_sqlite_at_scale(plan: SweepPlan, resources: TrialResources) -> None:
     else:
         seconds = [resources.seconds(c) for c in plan.configs if resources.seconds(c) > 0]
     at_once = min(len(plan.configs), args.get("max_concurrent") or len(plan.configs))
+    if not args.get("address") or at_once < store_load.AT_SCALE:
+        return
     warning = store_load.sqlite_warning(plan.mlflow_uri, at_once, int(args.get("epochs") or 1), seconds)
     if warning:
         print(warning, file=sys.stderr, flush=True)

@@ -13,6 +13,7 @@ from statistics import median
 
 SQLITE_WRITE_S = 0.065
 EXTRA_WRITES = 4  # the run, RUNNING, the checkpoint tag, FINISHED
+AT_SCALE = 16  # trials at once on a cluster (--address) from which the engine checks; fewer never outpace it
 
 
 def sqlite_warning(mlflow_uri: str, at_once: int, epochs: int, trial_seconds: list[float]) -> str | None:
