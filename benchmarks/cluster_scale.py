@@ -190,7 +190,7 @@ def grid_main(argv=None) -> int:
         command = [
             sys.executable, str(ROOT / script), *flags, "--simulate", "--simulate-speedup", str(args.speedup),
             "--address", address, "--storage-path", str(folder / "runs"), "--mlflow-uri", mlflow,
-            "--name", "grid", "--max-concurrent", str(args.max_concurrent),
+            "--name", "grid", *(["--max-concurrent", str(args.max_concurrent)] if args.max_concurrent else []),
         ]  # fmt: skip
         started = time.time()
         timeline = []
