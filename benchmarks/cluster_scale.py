@@ -26,10 +26,12 @@ import argparse
 import json
 import os
 import pstats
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -255,5 +257,159 @@ def main(argv=None) -> int:
     return 0
 
 
+# --- `grid`: the paper's grids at scale on the local cluster ---------------------------------------------------------
+GRIDS = {  # name -> (script, its grid's flags): the default grid; Table 1's improvements grid with its stages
+    "default": ("sweeps/electra_layers.py", []),
+    "improvements": ("sweeps/improvements.py", ["--preset", "table1"]),
+}
+
+
+def grid_main(argv=None) -> int:
+    """`python benchmarks/cluster_scale.py grid ...`: a paper grid simulated on the local cluster (autoscaling
+    from 0 GPU nodes), against its lower bound and the dry run (see GRID_DOC)."""
+    parser = argparse.ArgumentParser(prog="cluster_scale.py grid", description=GRID_DOC.split("\n\n")[0])
+    parser.add_argument("--grid", choices=sorted(GRIDS), default="default")
+    parser.add_argument("--speedup", type=float, default=10.0, help="--simulate-speedup K of the simulated sweep")
+    parser.add_argument("--workers", type=int, default=4, help="GPU worker nodes at most (cluster_local.yaml: 4)")
+    parser.add_argument("--gpus-per-worker", type=int, default=8, help="GPUs of a worker node (cluster_local.yaml: 8)")
+    parser.add_argument("--max-concurrent", type=int, default=0, help="trials at once (0: as many as fit)")
+    parser.add_argument("--keep", type=Path, help="keep the sweep's storage, MLflow store and timeline here")
+    parser.add_argument("flags", nargs=argparse.REMAINDER, help="after `--`: more flags of the sweep (e.g. --models)")
+    args = parser.parse_args(argv)
+    from sweeps import local_cluster
+
+    script, grid_flags = GRIDS[args.grid]
+    flags = [*grid_flags, *[f for f in args.flags if f != "--"]]
+    folder = Path(args.keep or tempfile.mkdtemp(prefix="cluster-grid-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    dry = subprocess.run(
+        [sys.executable, str(ROOT / script), *flags, "--dry-run", "--storage-path", str(folder / "dry")],
+        capture_output=True, text=True, env=_env(), cwd=ROOT,
+    )  # fmt: skip
+    dry_hours = _dry_run_gpu_hours(dry.stdout)
+    temp = Path(tempfile.mkdtemp(prefix="es-grid-", dir="/tmp"))  # short: Ray's socket paths
+    try:
+        address = local_cluster.up(temp, max_workers=args.workers, gpus=args.gpus_per_worker, timeout=300)
+        mlflow = f"sqlite:///{folder / 'mlflow.db'}"
+        command = [
+            sys.executable, str(ROOT / script), *flags, "--simulate", "--simulate-speedup", str(args.speedup),
+            "--address", address, "--storage-path", str(folder / "runs"), "--mlflow-uri", mlflow,
+            "--name", "grid", *(["--max-concurrent", str(args.max_concurrent)] if args.max_concurrent else []),
+        ]  # fmt: skip
+        started = time.time()
+        timeline = []
+        with open(folder / "driver.log", "w") as log:
+            driver = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env(), cwd=ROOT)
+            while driver.poll() is None:
+                timeline.append((time.time() - started, local_cluster.worker_nodes(temp)))
+                time.sleep(2)
+        ended = time.time()
+        if driver.returncode != 0:
+            raise RuntimeError((folder / "driver.log").read_text()[-3000:])
+    finally:
+        local_cluster.down(temp)
+        shutil.rmtree(temp, ignore_errors=True)
+    figures = grid_figures(mlflow, started, ended, args.speedup, args.workers * args.gpus_per_worker)
+    print_grid(args, figures, dry_hours, timeline)
+    (folder / "timeline.json").write_text(json.dumps({"timeline": timeline, "figures": figures}, default=str))
+    if not args.keep:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+def _dry_run_gpu_hours(text: str) -> float | None:
+    for line in text.splitlines():
+        if line.strip().startswith("GPU-hours:"):
+            return float(line.split()[1])
+    return None
+
+
+def grid_figures(mlflow_uri: str, started: float, ended: float, speedup: float, gpus: int) -> dict:
+    """What the grid's MLflow runs say: time to the first trial, the makespan against its lower bound, trials
+    per GPU id and the most at once on one, the simulated GPU-hours (the cost model's, undone of the speedup)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(mlflow_uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=50000)
+    trials = [r for r in runs if r.data.tags.get("embsweep.role") == "trial"]
+    stages = [r for r in runs if r.data.tags.get("embsweep.role") not in ("trial", "sweep")]
+    spans, per_gpu, held, chain = defaultdict(list), Counter(), 0.0, 0.0
+    stage_end = {s.info.run_id: (s.info.end_time or 0) / 1000 - started for s in stages}
+    for run in trials:
+        start, end = run.info.start_time / 1000 - started, (run.info.end_time or 0) / 1000 - started
+        waited = run.data.metrics.get("wall_time_s", end - start)
+        share = run.data.metrics.get("gpu_share", 0.0)
+        held += share * waited
+        upstream = run.data.params.get("upstream_run_id")
+        stage_seconds = stage_end.get(upstream, 0.0) if upstream else 0.0
+        chain = max(chain, stage_seconds + waited)
+        for gpu in run.data.tags.get("gpu_ids", "").split(","):
+            if gpu:
+                slot = (run.data.tags.get("node_id", "")[-5:], gpu)
+                per_gpu[slot] += 1
+                spans[slot].append((start, end))
+    first = min((r.info.start_time / 1000 - started for r in trials), default=float("nan"))
+    bound = max(held / gpus, chain)
+    most = max((_most_at_once(v) for v in spans.values()), default=0)
+    return {
+        "trials": len(trials),
+        "stages": len(stages),
+        "first_trial_s": first,
+        "makespan_s": ended - started,
+        "trials_makespan_s": max((r.info.end_time or 0) / 1000 - started for r in trials) - first if trials else 0.0,
+        "bound_s": bound,
+        "gpu_seconds_held": held,
+        "longest_chain_s": chain,
+        "simulated_gpu_hours": sum(r.data.metrics.get("wall_time_s", 0.0) for r in trials) * speedup / 3600,
+        "per_gpu": {f"{n}/{g}": c for (n, g), c in sorted(per_gpu.items())},
+        "most_at_once_on_a_gpu": most,
+    }
+
+
+def _most_at_once(intervals: list[tuple[float, float]]) -> int:
+    events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def print_grid(args, f: dict, dry_hours: float | None, timeline: list) -> None:
+    cluster = f"local cluster {args.workers} x {args.gpus_per_worker} GPUs from 0 nodes"
+    print(f"grid {args.grid}: {f['trials']} simulated trials, {f['stages']} stages, K = {args.speedup:g}, {cluster}")
+    print(f"  time to the first trial: {f['first_trial_s']:.1f} s (from the driver's start, plan included)")
+    changes = [(round(t), n) for i, (t, n) in enumerate(timeline) if i == 0 or n != timeline[i - 1][1]]
+    print("  worker nodes over time (s, nodes): " + ", ".join(f"{t}:{n}" for t, n in changes))
+    ratio = f["trials_makespan_s"] / f["bound_s"] if f["bound_s"] else float("nan")
+    span = f"{f['makespan_s']:.1f} s from the driver's start, {f['trials_makespan_s']:.1f} s first trial to last"
+    print(f"  makespan: {span}")
+    print(
+        f"  lower bound {f['bound_s']:.1f} s = max(GPU-seconds held {f['gpu_seconds_held']:.0f} / GPUs, longest "
+        f"stage-then-trial chain {f['longest_chain_s']:.1f} s); first trial to last / bound = {ratio:.2f}"
+    )
+    counts = ", ".join(f"{ids} ids ran {n}" for n, ids in sorted(Counter(f["per_gpu"].values()).items()))
+    most = f["most_at_once_on_a_gpu"]
+    print(f"  trials per GPU id: {len(f['per_gpu'])} GPU ids used; {counts}; at most {most} at once on one")
+    dry = "n/a" if dry_hours is None else f"{dry_hours:.2f}"
+    print(f"  GPU-hours: simulated {f['simulated_gpu_hours']:.2f} (waits x speedup) against --dry-run's {dry}")
+
+
+GRID_DOC = """A paper grid at scale on the local cluster: its trials simulated, the autoscaler adding GPU nodes from 0.
+
+    python benchmarks/cluster_scale.py grid [--grid default|improvements] [--speedup K] [-- sweep flags]
+
+It starts cluster_local.yaml's cluster (`--workers` x `--gpus-per-worker`, none up at the start), runs the
+grid's sweep there with `--simulate --simulate-speedup K`, samples the worker nodes every 2 s, and prints the
+time to the first trial, the nodes over time, the trials per GPU id (and the most at once on one), the makespan
+against its lower bound, and the simulated GPU-hours against `--dry-run`'s. The lower bound is the larger of
+the GPU-seconds the trials held (each trial's wait x its GPU share) over the GPUs, and the longest chain of a
+stage then a trial. A simulated trial waits its predicted seconds whatever shares its GPU (a real one would
+share the GPU's time), so the bound counts GPU-seconds held, not the cost model's GPU-seconds alone on a GPU.
+A simulated stage waits 0 s (stages carry no cost model at run time; `--simulate-seconds` would fix the
+trials' waits too), so in the improvements grid the chain is its stage's bookkeeping then its longest trial.
+"""
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(grid_main(sys.argv[2:]) if sys.argv[1:2] == ["grid"] else main())

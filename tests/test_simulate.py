@@ -143,3 +143,15 @@ def test_the_analysis_refuses_simulated_runs_beside_real_ones():
     assert _simulated(pd.DataFrame({"sweep": ["a"]}), "uri") is False
     with pytest.raises(AnalysisError, match="simulated sweeps \\(s\\b.*beside real runs"):
         _simulated(pd.DataFrame({"simulated": ["true", None], "sweep": ["s", "r"]}), "uri")
+
+
+def test_a_sqlite_store_that_cannot_keep_pace_is_warned_with_the_fix():
+    from sweeps.engine import store_load
+
+    # 104 trials of 4 s, 32 at once, 2 epochs: 48 writes a second against about 15
+    warning = store_load.sqlite_warning("sqlite:///m.db", 32, 2, [4.0] * 104)
+    assert warning.startswith("warning: --mlflow-uri sqlite:///m.db: 32 trials at once of about 4 s need about 48")
+    assert "postgresql://" in warning and "--max-concurrent 10" in warning and "\n" not in warning
+    assert store_load.sqlite_warning("sqlite:///m.db", 32, 3, [60.0] * 32) is None  # 3.7 a second: it holds
+    assert store_load.sqlite_warning("postgresql://u@h/db", 32, 2, [4.0] * 104) is None
+    assert store_load.sqlite_warning("http://127.0.0.1:5000", 32, 2, [4.0] * 104) is None

@@ -17,7 +17,7 @@ import sys
 import time
 from argparse import Namespace
 
-from sweeps.engine import presets, seal, simulate, startup, storage
+from sweeps.engine import presets, seal, simulate, startup, storage, store_load
 from sweeps.engine.cli import build_parser, given_flags
 from sweeps.engine.plan import CheckedSweep, SweepPlan, check_sweep, git_commit, package_versions, plan_sweep
 from sweeps.engine.ray_start import QUIET_ENV, quiet
@@ -188,6 +188,7 @@ def run_sweep(plan: SweepPlan):
         prepare_stages(plan, plan.stages)
     resources = resolve_resources(plan)
     print(resources.describe(plan), flush=True)
+    store_load.warn_if_outpaced(plan, resources)
     trainable = wrapped_trainable(plan, resources)
     if plan.restore_tune:
         seal.verify(plan.sweep_dir)  # again: the folder may have changed while stages ran

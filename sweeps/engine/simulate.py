@@ -19,6 +19,9 @@ and their retention, the MLflow parent and child runs, the seals, `--resume`, th
   so a configuration's scores rise with its epochs, differ between configurations and, a little,
   between seeds, and are the same every time it runs;
 - records its node and GPU ids (`node_id`, `gpu_ids` as a real trial), `device` = "simulated",
+  its GPU share (`gpu_share`, a metric: what Ray assigned it),
+  and, in each epoch's result (Tune's result.json, not MLflow), its `cuda_visible_devices` and
+  `epoch_span` ("start-end", Unix seconds): where and when each epoch ran, for placement checks,
   and its runs carry the tag `embsweep.simulated` = "true" (the parent run too):
   `python -m analysis report` refuses them beside real runs (analysis/loader.py).
 

@@ -18,7 +18,14 @@ STATE_FILE = "simulated.json"
 def _runtime_info() -> dict:
     import ray
 
-    return {"node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": ",".join(map(str, ray.get_gpu_ids()))}
+    context = ray.get_runtime_context()
+    assigned = context.get_assigned_resources()  # in a placement group: "GPU_group_<bundle>_<id>" and the like
+    return {
+        "node_id": context.get_node_id(),
+        "gpu_ids": ",".join(map(str, ray.get_gpu_ids())),
+        "gpu_share": max((v for k, v in assigned.items() if k == "GPU" or k.startswith("GPU_group_")), default=0.0),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+    }
 
 
 class SimulatedTrainable(tune.Trainable):
@@ -40,7 +47,7 @@ class SimulatedTrainable(tune.Trainable):
         return True
 
     def step(self) -> dict:
-        started = time.perf_counter()
+        started, began = time.perf_counter(), time.time()
         sim = self.simulation
         time.sleep(sim.wait(self.trial_config) / max(1, self.epochs))
         if self.epochs:
@@ -60,6 +67,8 @@ class SimulatedTrainable(tune.Trainable):
             "device": "simulated",
             "simulated": True,
             **_runtime_info(),
+            # where and when this epoch ran, as text (not a metric): the fault tests' placement check
+            "epoch_span": f"{began:.3f}-{time.time():.3f}",
             "progress": self.epoch / self.epochs if self.epochs else 1.0,
             "done": done,
         }

@@ -1,0 +1,49 @@
+"""benchmarks/cluster_scale.py grid: its figures from a grid's MLflow runs, against a hand count."""
+
+import importlib.util
+
+import pytest
+from mlflow import MlflowClient
+
+from trainables.core.paths import PROJECT_ROOT
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("cluster_scale", PROJECT_ROOT / "benchmarks" / "cluster_scale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.sweep  # a SQLite MLflow store is made (about 5 s)
+def test_grid_figures_count_gpu_ids_overlaps_the_bound_and_gpu_hours(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("grid")
+    started = 1_000_000.0
+    node = "f" * 51 + "00001"
+    # (gpu id, start, end) seconds after the driver started; every trial waits 10 s at 0.25 GPU
+    placed = [("0", 5, 15), ("0", 5, 15), ("0", 6, 16), ("0", 7, 17), ("0", 15, 25), ("1", 8, 18)]
+    for gpu, start, end in placed:
+        run = client.create_run(experiment, start_time=int((started + start) * 1000))
+        run_id = run.info.run_id
+        for key, value in {"embsweep.role": "trial", "node_id": node, "gpu_ids": gpu}.items():
+            client.set_tag(run_id, key, value)
+        client.log_metric(run_id, "wall_time_s", 10.0)
+        client.log_metric(run_id, "gpu_share", 0.25)
+        client.set_terminated(run_id, end_time=int((started + end) * 1000))
+    figures = _module().grid_figures(uri, started, started + 30, speedup=10.0, gpus=2)
+    assert figures["trials"] == 6 and figures["first_trial_s"] == pytest.approx(5)
+    assert figures["per_gpu"] == {"00001/0": 5, "00001/1": 1}
+    assert figures["most_at_once_on_a_gpu"] == 4  # the fifth starts as the first two end
+    assert figures["gpu_seconds_held"] == pytest.approx(6 * 0.25 * 10)
+    assert figures["longest_chain_s"] == pytest.approx(10)
+    assert figures["bound_s"] == pytest.approx(max(15 / 2, 10))
+    assert figures["trials_makespan_s"] == pytest.approx(25 - 5) and figures["makespan_s"] == pytest.approx(30)
+    assert figures["simulated_gpu_hours"] == pytest.approx(6 * 10 * 10 / 3600)
+
+
+def test_the_dry_runs_gpu_hours_are_read_from_its_line():
+    text = "Dry run of x\n  trials: 260\n  GPU-hours: 2.33 one trial after another on one GPU; tf32\n"
+    assert _module()._dry_run_gpu_hours(text) == pytest.approx(2.33)
+    assert _module()._dry_run_gpu_hours("nothing") is None
