@@ -111,10 +111,9 @@ def test_the_architecture_page_names_every_module():
 # Sizes the layout allows outside tests: a module of one purpose fits in 600 lines, a function in 100.
 MODULE_LINES, FUNCTION_LINES = 600, 100
 # Over the limits today, each at most its size now (it may shrink, never grow; a new one may not join):
-# tracking.py and object_storage.py are being reworked on other branches, build_report waits for its
-# sections to become modules of their own, and the GPU benchmark's main is one measured script.
+# object_storage.py is one client's calls, build_report waits for its sections to become modules of their
+# own, and the GPU benchmark's main is one measured script.
 OVER_THE_LIMITS = {
-    "sweeps/engine/tracking.py": 659,
     "trainables/core/object_storage.py": 641,
     "analysis/report.py:build_report": 148,
     "benchmarks/gpu.py:main": 126,

@@ -46,14 +46,14 @@ def warn_if_outpaced(plan, resources) -> None:
     from sweeps.engine import simulate
 
     args = plan.args
+    at_once = min(len(plan.configs), args.get("max_concurrent") or len(plan.configs))
+    if not args.get("address") or at_once < AT_SCALE:
+        return
     if args.get("simulate"):
         sim = simulate.simulation(plan, resources)
         seconds = [sim.wait(c) for c in plan.configs]
     else:
         seconds = [resources.seconds(c) for c in plan.configs if resources.seconds(c) > 0]
-    at_once = min(len(plan.configs), args.get("max_concurrent") or len(plan.configs))
-    if not args.get("address") or at_once < AT_SCALE:
-        return
     warning = sqlite_warning(plan.mlflow_uri, at_once, int(args.get("epochs") or 1), seconds)
     if warning:
         print(warning, file=sys.stderr, flush=True)
