@@ -8,9 +8,9 @@ split, whose test scores are MTEB's STSBenchmark), optionally only the Pareto-op
 (parameters against the run's report metric, per method and task: analysis/pareto.py).
 
 Names (trainables/evaluation/mteb_encoder.py `model_name`): a zero-shot run of a hub model at its
-last layer scored by the model's own pipeline (its sentence-transformers pooling and modules: the run's
-`pooling_from` is `model`, or, for a run recorded before it, its pooling is the one the model's config
-names) is the hub id itself, so it sits beside MTEB's published results; any other is
+last layer scored by the model's own pipeline (its sentence-transformers pooling and modules, mean pooling
+for a model without that config: the run's `pooling_from` is `model` or `default`, or, for a run recorded
+before it, its pooling is the one the model's config names) is the hub id itself, so it sits beside MTEB's published results; any other is
 `embsweep/<owner>-<name>`, with `-L<layer>` for a truncated layer and `-<pooling>` for another pooling,
 and names the hub id as the model it adapts; a trained trial is
 `embsweep/<sweep>-<method>-<model>-L<layer>-s<seed>` with its run id as the revision.
@@ -144,8 +144,8 @@ def _depth(model: str) -> int | None:
 
 @lru_cache(maxsize=None)
 def _own_pooling(model: str) -> str | None:
-    """The name of the model's own pipeline (trainables/encoders/st_folder.py) when its folder is here and
-    has a sentence-transformers config it can be computed from; else None."""
+    """The name of the model's own pipeline (trainables/encoders/st_folder.py; mean pooling for a folder
+    without a sentence-transformers config) when its folder is here; else None."""
     from trainables.encoders.loading import local_model_folder
     from trainables.encoders.st_folder import own_pipeline
 
@@ -154,7 +154,7 @@ def _own_pooling(model: str) -> str | None:
         pipeline = own_pipeline(folder) if folder is not None else None
     except SweepInputError:
         return None
-    return pipeline.name if pipeline is not None and pipeline.source == "model" else None
+    return pipeline.name if pipeline is not None else None
 
 
 def run_identity(run: pd.Series) -> tuple[str, str | None, str | None]:
@@ -165,7 +165,8 @@ def run_identity(run: pd.Series) -> tuple[str, str | None, str | None]:
     pooling = str(run.get("pooling") or "mean") if pd.notna(run.get("pooling")) else "mean"
     if run.get("method") == "evaluate":
         source = run.get("pooling_from")
-        own = source == "model" if isinstance(source, str) and source else pooling == _own_pooling(model)
+        recorded = isinstance(source, str) and source not in ("", "None")
+        own = source in ("model", "default") if recorded else pooling == _own_pooling(model)
         name = model_name(model, layer, pooling, _depth(model), own)
         return name, None, (model if name != model and is_hub_id(model) else None)
     short = re.sub(r"[^A-Za-z0-9._-]+", "-", model.rstrip("/").split("/")[-1])

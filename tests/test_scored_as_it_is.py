@@ -59,26 +59,35 @@ def test_a_pipeline_the_project_cannot_compute_is_refused_in_one_line(kept_mlp, 
         own_pipeline(folder)
 
 
+class FewSentences:
+    """A suite of a few sentences (the stage reads only its sentences and checksums)."""
+
+    sentences = SENTENCES * 3
+    checksums = {"few": "0"}
+
+
+@pytest.mark.sweep  # 3 s or more on a busy machine: three models saved and loaded
 @pytest.mark.parametrize("pooling", ["cls", "mean", "max"])
 def test_the_embeddings_stage_scores_a_kept_mlp_as_sentence_transformers_encodes_it(
-    pooling, tiny_models, tmp_path, data_dir
+    pooling, tiny_models, tmp_path, data_dir, monkeypatch
 ):
     """The stage's `<pooling>+dense` embeddings of the last layer equal the saved model's own encode; leaving
     the layer out (the bare pooling) does not."""
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from trainables.evaluation import layer_embeddings
-    from trainables.evaluation.sets import load_suite
+    from trainables.evaluation import layer_embeddings, sets
     from trainables.evaluation.zero_shot import pipelines
     from trainables.methods.tsdae.training import sentence_model, simcse_training_model
+
+    monkeypatch.setattr(sets, "load_suite", lambda names, data_dir: FewSentences())
 
     st = simcse_training_model(sentence_model(tiny_models["bert"], pooling, 64), "keep")
     torch.nn.init.normal_(st[2].linear.weight, std=0.5)
     folder = tmp_path / "best"
     st.save(str(folder))
     (own,) = pipelines(folder, ["own"])
-    suite = load_suite(["stsb"], data_dir)
+    suite = FewSentences()
     names = [own.name, pooling]
     depth = st[0].auto_model.config.num_hidden_layers
     spec = layer_embeddings.stage_spec("m", folder, [0, depth], names, ["stsb"], 64, 32, tmp_path, data_dir, suite, None,
@@ -86,15 +95,16 @@ def test_the_embeddings_stage_scores_a_kept_mlp_as_sentence_transformers_encodes
     out = tmp_path / "stage"
     out.mkdir()
     layer_embeddings.compute(spec, out)
-    sentences = suite.sentences[:200]
+    sentences = suite.sentences
     expected = SentenceTransformer(str(folder), device="cpu").encode(sentences, convert_to_numpy=True)
     with_head, _ = layer_embeddings.load(out, depth, own.name)
     without, _ = layer_embeddings.load(out, depth, pooling)
-    np.testing.assert_allclose(with_head[:200], expected, atol=1e-4)
-    assert not np.allclose(without[:200], expected, atol=1e-2)
+    np.testing.assert_allclose(with_head, expected, atol=1e-4)
+    assert not np.allclose(without, expected, atol=1e-2)
     assert layer_embeddings.load(out, 0, own.name)[0].shape == without.shape  # the head runs at every layer
 
 
+@pytest.mark.sweep  # 3 s or more: it reads the real STS-B
 def test_the_plan_scores_each_model_by_its_own_pipeline_unless_a_pooling_is_asked(
     kept_mlp, tiny_models, data_dir, tmp_path, capsys
 ):
@@ -136,6 +146,8 @@ def test_the_dry_run_counts_the_models_own_pipeline_once(kept_mlp):
     assert trials("--models", f"runs:/{'a' * 32}", "--pooling", "own,mean") == 2  # not here: as asked
 
 
+@pytest.mark.slow
+@pytest.mark.mteb
 def test_mteb_names_the_bare_hub_id_only_for_its_own_pipeline():
     from trainables.evaluation.mteb_encoder import model_name
 
@@ -152,6 +164,8 @@ def test_mteb_names_the_bare_hub_id_only_for_its_own_pipeline():
     assert len(names) == 21
 
 
+@pytest.mark.slow
+@pytest.mark.mteb
 def test_an_mteb_encoder_of_a_kept_mlp_encodes_as_the_model_and_is_named_for_it(kept_mlp):
     from sentence_transformers import SentenceTransformer
 
@@ -168,6 +182,8 @@ def test_an_mteb_encoder_of_a_kept_mlp_encodes_as_the_model_and_is_named_for_it(
     assert truncated.mteb_model_meta.name == "embsweep/best-L1"
 
 
+@pytest.mark.slow
+@pytest.mark.mteb
 def test_an_mteb_export_of_a_truncated_layer_never_carries_the_bare_hub_id():
     import pandas as pd
 
@@ -179,7 +195,40 @@ def test_an_mteb_export_of_a_truncated_layer_never_carries_the_bare_hub_id():
 
     assert name(pooling_from="model") == MINILM  # its own pipeline at its last layer
     assert name() == MINILM  # recorded before `pooling_from`: mean is all-MiniLM-L6-v2's own pooling
-    for run in ({"layer": 3, "pooling_from": "model"}, {"layer": 0}, {"pooling": "cls"}, {"pooling": "max"}):
+    runs = ({"layer": 3, "pooling_from": "model"}, {"layer": 0}, {"pooling": "cls"}, {"pooling": "mean+dense"})
+    for run in runs:
         assert MINILM not in name(**run), run
+    assert name(model="runs:/" + "c" * 32, layer=None, pooling_from="model") == "embsweep/run-" + "c" * 32
     trained = run_identity(pd.Series({"model": MINILM, "method": "tmft", "run_id": "b" * 32, "layer": 6, "seed": 0}))
     assert MINILM not in trained[0] and trained[2] == MINILM
+
+
+@pytest.mark.sweep
+def test_a_simcse_run_kept_with_its_mlp_is_rescored_by_evaluate_to_its_kept_test_score(sweep_env, tiny_models, capsys):
+    """The Done-when check on a tiny BERT: a SimCSE trial (the TSDAE paper's settings: its MLP kept at test
+    time) scores STS-B test at the end; `evaluate.py --models runs:/<id>` re-scores its kept model by the
+    model's own pipeline (CLS, then the MLP) to within 0.05, and says so; asked for mean pooling, it differs."""
+    from mlflow_helpers import runs_by_role
+
+    from sweeps import evaluate, tsdae
+
+    flags = ["--objective", "simcse", "--models", tiny_models["bert"], "--corpus", "wiki", "--max-sentences", "64"]
+    flags += ["--steps", "4", "--eval-steps", "2", "--batch-size", "8", "--seeds", "0", "--eval-sets", "stsb"]
+    assert tsdae.main([*flags, "--name", "simcse", *sweep_env["base"]]) == 0
+    (trial,) = runs_by_role(sweep_env["uri"])[1]
+    assert trial.data.params["mlp"] == "keep"
+    kept = trial.data.metrics["stsb_spearman"]
+    reference = f"runs:/{trial.info.run_id}"
+    storage = ["--storage-path", str(sweep_env["tmp"] / "evaluated")]
+    base = [f for f in sweep_env["base"] if f not in sweep_env["base"][:2]]
+    assert evaluate.main(["--models", reference, "--sets", "stsb", "--name", "again", *storage, *base]) == 0
+    assert f"{reference}: scored with its own pooling cls then its 2_Dense" in capsys.readouterr().out
+    assert evaluate.main(["--models", reference, "--sets", "stsb", "--pooling", "mean", "--name", "mean", *storage,
+                          *base]) == 0  # fmt: skip
+    scored = {
+        r.data.params["pooling"]: r.data.metrics["stsb_spearman"]
+        for r in runs_by_role(sweep_env["uri"])[1]
+        if r.data.params.get("method") == "evaluate"
+    }
+    assert scored["cls+dense"] == pytest.approx(kept, abs=0.05)
+    assert abs(scored["mean"] - kept) > 0.05

@@ -7,7 +7,8 @@ pooling)` builds one from a hub id, a model folder, a best-dev folder or `runs:/
 to `layer` and scored as the suite scores it (trainables/evaluation/zero_shot.py: `own`, the default, is
 the model's own pipeline, its kept Dense layer included, e.g. a SimCSE run's MLP), so its embeddings are
 the suite's. `model_name(model, layer, pooling, depth, own)` is the name its results go under: the bare
-hub id only for a hub model's own pipeline at its last layer; any other encoder is `embsweep/...`, with a
+hub id only for a hub model's own pipeline (mean pooling where it has no sentence-transformers config, as
+sentence-transformers and so mteb load it) at its last layer; any other encoder is `embsweep/...`, with a
 truncated layer (`-L<layer>`) and a pooling other than the model's own (`-<pooling>`) in the name, so no
 truncated, re-pooled or trained encoder sits under the hub model's name, and two layers of one model never
 share a results folder.
@@ -45,7 +46,8 @@ def model_name(
     model: str, layer: int | None = None, pooling: str = "own", depth: int | None = None, own: bool = False
 ) -> str:
     """`owner/name` of the results (see the module docstring): `own` says the pooling is the model's own
-    pipeline (from its sentence-transformers config); `depth` is the model's, None where not known (then
+    pipeline (from its sentence-transformers config; mean pooling for a model without one, as
+    sentence-transformers itself loads it); `depth` is the model's, None where not known (then
     any layer given is named)."""
     hub = is_hub_id(model)
     last = layer is None or layer == depth
@@ -120,7 +122,7 @@ def from_reference(
     path = resolve_model(model, mlflow_uri)
     mine = own_pipeline(path, model)
     pipeline = mine if pooling == OWN else mine if (pooling, ()) == (mine.pooling, mine.head) else None
-    own = pipeline is not None and pipeline.source == "model"
+    own = pipeline is not None and pipeline.source != "asked"
     base = pipeline.pooling if pipeline is not None else pooling
     head = load_head(path, pipeline.head) if pipeline is not None else []
     encoder, tokenizer = AutoModel.from_pretrained(str(path)).eval(), AutoTokenizer.from_pretrained(str(path))
