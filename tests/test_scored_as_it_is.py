@@ -232,3 +232,56 @@ def test_a_simcse_run_kept_with_its_mlp_is_rescored_by_evaluate_to_its_kept_test
     }
     assert scored["cls+dense"] == pytest.approx(kept, abs=0.05)
     assert abs(scored["mean"] - kept) > 0.05
+
+
+def adaptive_rows(seeds=(0, 1)) -> list[dict]:
+    """Finished adaptive-layer trials as they log: each layer's scores, and their mean under the contract's names."""
+    rows = []
+    for seed in seeds:
+        layers = {k: 60.0 + 3 * k + seed for k in range(7)}
+        row = {"method": "adaptive-layer", "model": MINILM, "task": "stsb", "seed": seed}
+        for k, score in layers.items():
+            row[f"layer{k}_test_spearman_at_best_dev"] = score
+            row[f"layer{k}_dev_spearman_at_best_dev"] = score + 5
+        mean = float(np.mean(list(layers.values())))
+        row.update(best_dev_spearman=mean + 5, test_spearman_at_best_dev=mean, test_pearson_at_best_dev=mean + 1)
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.sweep  # 3 s or more: it imports the sweep engine
+def test_the_adaptive_layer_sweeps_console_table_names_its_scores_as_the_mean_over_layers():
+    import pandas as pd
+
+    from sweeps.engine.runner import parser_for
+    from sweeps.engine.summary import summary_table
+    from trainables.methods.adaptive_layer.method import AdaptiveLayer
+
+    contract = AdaptiveLayer.metrics(parser_for("adaptive-layer").parse_args([]))
+    assert contract.params()["metric_averaged_over"] == "layers"
+    frame = pd.DataFrame([{f"config/{k}": r.pop(k) for k in ("model", "seed")} | r for r in adaptive_rows()])
+    header = summary_table(frame, contract).splitlines()[1]
+    assert "dev Spearman (mean over layers)" in header and "test Spearman (mean over layers)" in header, header
+    plain = summary_table(frame, type(contract)(**{**vars(contract), "averaged_over": ""}))
+    assert "mean over" not in plain
+
+
+@pytest.mark.sweep  # 3 s or more: a whole report
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "logged-before-it"])
+def test_the_reports_every_model_table_names_the_adaptive_layer_mean_as_a_mean(recorded, tmp_path):
+    from analysis_helpers import log_runs
+
+    from analysis.report import build_report
+    from sweeps.engine.runner import parser_for
+    from trainables.methods.adaptive_layer.method import AdaptiveLayer
+
+    contract = AdaptiveLayer.metrics(parser_for("adaptive-layer").parse_args([])).params()
+    if not recorded:
+        del contract["metric_averaged_over"]
+    uri = log_runs(tmp_path, contract, adaptive_rows())
+    report = build_report(uri, tmp_path / "report")
+    table = (tmp_path / "report" / "tables" / "scores_adaptive-layer_stsb.md").read_text()
+    header = table.splitlines()[0]
+    for score in ("best_dev_spearman", "test_spearman_at_best_dev", "test_pearson_at_best_dev"):
+        assert f"| {score} (mean over layers) |" in header, header
+    assert "test_spearman_at_best_dev (mean over layers)" in report.index.read_text()
