@@ -3,8 +3,8 @@
     python -m analysis report --mlflow-uri sqlite:////abs/mlflow.db [--experiment NAME]
                               [--where PARAM=VALUE ...] --out DIR|URI [--no-log-artifacts]
     python -m analysis mteb --mlflow-uri URI [--experiment NAME] [--where PARAM=VALUE ...] [--pareto] --out DIR|URI
-    python -m analysis mteb-run --models M[,M...] [--layers last|0,3] [--pooling own|mean|cls|max] --tasks T1,T2 --out DIR|URI
-                                [--data-dir D|hub] [--mlflow-uri URI]
+    python -m analysis mteb-run --models M[,M...] [--layers last|0,3] [--pooling own|mean|cls|max]
+                                --tasks T1,T2 --out DIR|URI [--data-dir D|hub] [--mlflow-uri URI]
     python -m analysis methods      (the table of every registered method: its MethodInfo)
     python -m analysis cka --models A,B [--checkpoints DIR] [--data-dir D] [--max-sentences N]
                            [--unique-sentences] --out DIR|URI [--mlflow-uri URI] [--experiment cka]

@@ -10,9 +10,9 @@ split, whose test scores are MTEB's STSBenchmark), optionally only the Pareto-op
 Names (trainables/evaluation/mteb_encoder.py `model_name`): a zero-shot run of a hub model at its
 last layer scored by the model's own pipeline (its sentence-transformers pooling and modules, mean pooling
 for a model without that config: the run's `pooling_from` is `model` or `default`, or, for a run recorded
-before it, its pooling is the one the model's config names) is the hub id itself, so it sits beside MTEB's published results; any other is
-`embsweep/<owner>-<name>`, with `-L<layer>` for a truncated layer and `-<pooling>` for another pooling,
-and names the hub id as the model it adapts; a trained trial is
+before it, its pooling is the one the model's config names) is the hub id itself, so it sits beside MTEB's
+published results; any other is `embsweep/<owner>-<name>`, with `-L<layer>` for a truncated layer and
+`-<pooling>` for another pooling, and names the hub id as the model it adapts; a trained trial is
 `embsweep/<sweep>-<method>-<model>-L<layer>-s<seed>` with its run id as the revision.
 
 Scores are mteb's fractions (the suite's x100 / 100). Each subset's scores carry

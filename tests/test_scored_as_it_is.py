@@ -90,7 +90,8 @@ def test_the_embeddings_stage_scores_a_kept_mlp_as_sentence_transformers_encodes
     suite = FewSentences()
     names = [own.name, pooling]
     depth = st[0].auto_model.config.num_hidden_layers
-    spec = layer_embeddings.stage_spec("m", folder, [0, depth], names, ["stsb"], 64, 32, tmp_path, data_dir, suite, None,
+    layers = [0, depth]
+    spec = layer_embeddings.stage_spec("m", folder, layers, names, ["stsb"], 64, 32, tmp_path, data_dir, suite, None,
                                        head=own.head)  # fmt: skip
     out = tmp_path / "stage"
     out.mkdir()

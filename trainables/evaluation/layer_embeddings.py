@@ -5,8 +5,9 @@ the stage store and read by trials that only score them: zero-shot evaluation
 
 Spec config: `layers`, `poolings`, `max_length`, `batch_size`, `sets` (the suite), and where a pooling
 is a pipeline with the model's own head (e.g. `cls+dense`: trainables/evaluation/zero_shot.py
-`pipelines`), `head` (its modules' folders) and `head_fingerprint`. The stage directory holds `layer<l>_<pooling>.npy` (float32, rows = the suite's `sentences`) and
-`params.json` (the truncated model's parameter count per layer).
+`pipelines`), `head` (its modules' folders) and `head_fingerprint`. The stage directory holds
+`layer<l>_<pooling>.npy` (float32, rows = the suite's `sentences`) and `params.json` (the truncated
+model's parameter count per layer).
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ Metrics: `<set>_spearman`, `<set>_pearson`, `<set>_spearman_mean`, `<set>_<subse
 
 Settings: `SETTINGS` (trainables/core/settings.py). Config keys: method, model, layer, pooling, sets (the
 sets found, comma-separated), max_length (the one used), evaluated_run_id (a run reference's), stage_key,
-upstream_run_id, _upstream_path, and pooling_from where the pooling was `own`. `estimate` (for `--dry-run`) counts the trials from the models'
-configs alone (`config_without_loading`), without loading any model.
+upstream_run_id, _upstream_path, and pooling_from where the pooling was `own`. `estimate` (for `--dry-run`)
+counts the trials from the models' configs alone (`config_without_loading`), without loading any model.
 """
 
 from __future__ import annotations
