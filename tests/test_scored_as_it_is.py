@@ -286,3 +286,23 @@ def test_the_reports_every_model_table_names_the_adaptive_layer_mean_as_a_mean(r
     for score in ("best_dev_spearman", "test_spearman_at_best_dev", "test_pearson_at_best_dev"):
         assert f"| {score} (mean over layers) |" in header, header
     assert "test_spearman_at_best_dev (mean over layers)" in report.index.read_text()
+
+
+@pytest.mark.parametrize("case", ["unknown pooling", "pipeline not computed"])
+def test_a_pooling_evaluate_cannot_score_is_one_line_exit_2_nothing_written(case, kept_mlp, tmp_path, data_dir, capsys):
+    import shutil
+
+    from sweeps import evaluate
+
+    folder = tmp_path / "odd"
+    shutil.copytree(kept_mlp, folder)
+    modules = json.loads((folder / "modules.json").read_text())
+    (folder / "modules.json").write_text(json.dumps([*modules, {"idx": 3, "path": "3_LN", "type": "x.LayerNorm"}]))
+    flags = ["--pooling", "avg"] if case == "unknown pooling" else []
+    runs = tmp_path / "runs"
+    argv = ["--models", str(folder), "--sets", "stsb", "--data-dir", str(data_dir), "--storage-path", str(runs)]
+    code = evaluate.main([*argv, *flags, "--mlflow-uri", f"sqlite:///{runs / 'mlflow.db'}"])
+    err = capsys.readouterr().err
+    message = "--pooling unknown 'avg'" if flags else "ends with LayerNorm"
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not runs.exists()
