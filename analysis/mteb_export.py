@@ -13,7 +13,7 @@ for a model without that config: the run's `pooling_from` is `model` or `default
 before it, its pooling is the one the model's config names) is the hub id itself, so it sits beside MTEB's
 published results; any other is `embsweep/<owner>-<name>`, with `-L<layer>` for a truncated layer and
 `-<pooling>` for another pooling, and names the hub id as the model it adapts; a trained trial is
-`embsweep/<sweep>-<method>-<model>-L<layer>-s<seed>` with its run id as the revision.
+`embsweep/<sweep>-<method>[-<objective>]-<model>[-L<layer>]-s<seed>` with its run id as the revision.
 
 Scores are mteb's fractions (the suite's x100 / 100). Each subset's scores carry
 `embsweep_main_score_definition`: which definition the main score uses. The suite computes MTEB 1's
@@ -170,7 +170,10 @@ def run_identity(run: pd.Series) -> tuple[str, str | None, str | None]:
         name = model_name(model, layer, pooling, _depth(model), own)
         return name, None, (model if name != model and is_hub_id(model) else None)
     short = re.sub(r"[^A-Za-z0-9._-]+", "-", model.rstrip("/").split("/")[-1])
-    parts = [str(run.get("sweep") or "sweep"), str(run["method"]), short, f"L{layer}"]
+    parts = [str(run.get("sweep") or "sweep"), str(run["method"])]
+    objective = run.get("objective")  # TSDAE's: one sweep trains several objectives of one model
+    parts += [str(objective)] if isinstance(objective, str) and objective not in ("", "None") else []
+    parts += [short] + ([f"L{layer}"] if layer is not None else [])
     if pd.notna(run.get("seed")):
         parts.append(f"s{int(run['seed'])}")
     name = "embsweep/" + re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(parts))

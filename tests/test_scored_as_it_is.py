@@ -202,6 +202,8 @@ def test_an_mteb_export_of_a_truncated_layer_never_carries_the_bare_hub_id():
     assert name(model="runs:/" + "c" * 32, layer=None, pooling_from="model") == "embsweep/run-" + "c" * 32
     trained = run_identity(pd.Series({"model": MINILM, "method": "tmft", "run_id": "b" * 32, "layer": 6, "seed": 0}))
     assert MINILM not in trained[0] and trained[2] == MINILM
+    simcse = {"model": MINILM, "method": "tsdae", "objective": "simcse", "run_id": "d" * 32, "seed": 0, "sweep": "w"}
+    assert run_identity(pd.Series(simcse))[:2] == ("embsweep/w-tsdae-simcse-all-MiniLM-L6-v2-s0", "d" * 32)
 
 
 @pytest.mark.sweep
