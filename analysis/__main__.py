@@ -3,8 +3,8 @@
     python -m analysis report --mlflow-uri sqlite:////abs/mlflow.db [--experiment NAME]
                               [--where PARAM=VALUE ...] --out DIR|URI [--no-log-artifacts]
     python -m analysis mteb --mlflow-uri URI [--experiment NAME] [--where PARAM=VALUE ...] [--pareto] --out DIR|URI
-    python -m analysis mteb-run --models M[,M...] [--layers last|0,3] [--pooling mean|cls] --tasks T1,T2 --out DIR|URI
-                                [--data-dir D|hub] [--mlflow-uri URI]
+    python -m analysis mteb-run --models M[,M...] [--layers last|0,3] [--pooling own|mean|cls|max]
+                                --tasks T1,T2 --out DIR|URI [--data-dir D|hub] [--mlflow-uri URI]
     python -m analysis methods      (the table of every registered method: its MethodInfo)
     python -m analysis docs [--check]   (write the docs' generated tables: methods, evaluation sets)
     python -m analysis cka --models A,B [--checkpoints DIR] [--data-dir D] [--max-sentences N]
@@ -66,7 +66,13 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("mteb-run", help="mteb's own tasks on chosen encoders (hub ids, folders, runs:/)")
     run.add_argument("--models", required=True, help="comma-separated hub ids, model folders or runs:/<run id>")
     run.add_argument("--layers", default="last", help="'last' or comma-separated layers, e.g. 0,3,last")
-    run.add_argument("--pooling", default="mean", choices=["mean", "cls"])
+    run.add_argument(
+        "--pooling",
+        default="own",
+        choices=["own", "mean", "cls", "max"],
+        help="own (default): the model's own pipeline from its sentence-transformers config, its Dense layer "
+        "included; or a pooling (the results are then named for it)",
+    )
     run.add_argument("--tasks", required=True, help="comma-separated mteb task names, e.g. STS12,SciFact")
     run.add_argument("--out", required=True, help="mteb results folder (results/...), or " + OUT_HELP.split(", or ")[1])
     run.add_argument(

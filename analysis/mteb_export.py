@@ -8,9 +8,12 @@ split, whose test scores are MTEB's STSBenchmark), optionally only the Pareto-op
 (parameters against the run's report metric, per method and task: analysis/pareto.py).
 
 Names (trainables/evaluation/mteb_encoder.py `model_name`): a zero-shot run of a hub model at its
-last layer with mean pooling is the hub id itself, so it sits beside MTEB's published results; any
-other layer adds `-L<layer>`, another pooling `-<pooling>`; a trained trial is
-`embsweep/<sweep>-<method>-<model>-L<layer>-s<seed>` with its run id as the revision.
+last layer scored by the model's own pipeline (its sentence-transformers pooling and modules, mean pooling
+for a model without that config: the run's `pooling_from` is `model` or `default`, or, for a run recorded
+before it, its pooling is the one the model's config names) is the hub id itself, so it sits beside MTEB's
+published results; any other is `embsweep/<owner>-<name>`, with `-L<layer>` for a truncated layer and
+`-<pooling>` for another pooling, and names the hub id as the model it adapts; a trained trial is
+`embsweep/<sweep>-<method>[-<objective>]-<model>[-L<layer>]-s<seed>` with its run id as the revision.
 
 Scores are mteb's fractions (the suite's x100 / 100). Each subset's scores carry
 `embsweep_main_score_definition`: which definition the main score uses. The suite computes MTEB 1's
@@ -139,16 +142,38 @@ def _depth(model: str) -> int | None:
         return None
 
 
+@lru_cache(maxsize=None)
+def _own_pooling(model: str) -> str | None:
+    """The name of the model's own pipeline (trainables/encoders/st_folder.py; mean pooling for a folder
+    without a sentence-transformers config) when its folder is here; else None."""
+    from trainables.encoders.loading import local_model_folder
+    from trainables.encoders.st_folder import own_pipeline
+
+    folder = local_model_folder(model)
+    try:
+        pipeline = own_pipeline(folder) if folder is not None else None
+    except SweepInputError:
+        return None
+    return pipeline.name if pipeline is not None else None
+
+
 def run_identity(run: pd.Series) -> tuple[str, str | None, str | None]:
     """(mteb model name, revision, base model) of a run (see the module docstring)."""
-    from trainables.evaluation.mteb_encoder import model_name
+    from trainables.evaluation.mteb_encoder import is_hub_id, model_name
 
     model, layer = str(run["model"]), int(run["layer"]) if pd.notna(run.get("layer")) else None
     pooling = str(run.get("pooling") or "mean") if pd.notna(run.get("pooling")) else "mean"
     if run.get("method") == "evaluate":
-        return model_name(model, layer, pooling, _depth(model)), None, None
+        source = run.get("pooling_from")
+        recorded = isinstance(source, str) and source not in ("", "None")
+        own = source in ("model", "default") if recorded else pooling == _own_pooling(model)
+        name = model_name(model, layer, pooling, _depth(model), own)
+        return name, None, (model if name != model and is_hub_id(model) else None)
     short = re.sub(r"[^A-Za-z0-9._-]+", "-", model.rstrip("/").split("/")[-1])
-    parts = [str(run.get("sweep") or "sweep"), str(run["method"]), short, f"L{layer}"]
+    parts = [str(run.get("sweep") or "sweep"), str(run["method"])]
+    objective = run.get("objective")  # TSDAE's: one sweep trains several objectives of one model
+    parts += [str(objective)] if isinstance(objective, str) and objective not in ("", "None") else []
+    parts += [short] + ([f"L{layer}"] if layer is not None else [])
     if pd.notna(run.get("seed")):
         parts.append(f"s{int(run['seed'])}")
     name = "embsweep/" + re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(parts))

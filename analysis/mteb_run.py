@@ -1,11 +1,13 @@
 """mteb's own tasks run on chosen encoders of the project, written as mteb results.
 
-    python -m analysis mteb-run --models M[,M...] [--layers last|0,3,last] [--pooling mean|cls]
+    python -m analysis mteb-run --models M[,M...] [--layers last|0,3,last] [--pooling own|mean|cls|max]
                                 --tasks STS12,SciFact --out DIR [--data-dir D|hub] [--mlflow-uri URI]
 
 A model is a hub id, a folder (a trial's best-dev folder among them) or `runs:/<run id>`; each
-(model, layer) becomes an mteb encoder through trainables/evaluation/mteb_encoder.py (the suite's
-pooling, so its STS scores are the suite's) and mteb's `evaluate` writes `<out>/results/<model>/...`.
+(model, layer) becomes an mteb encoder through trainables/evaluation/mteb_encoder.py (scored as the suite
+scores it, `own` by default: the model's own pipeline, its kept Dense layer included; so its STS scores are
+the suite's) and mteb's `evaluate` writes `<out>/results/<model>/...`, named by the hub id only for a hub
+model's own pipeline at its last layer (`embsweep/...-L<layer>` or `-<pooling>` otherwise).
 With `--data-dir hub` mteb fetches each task's data from the hub (online). Otherwise each task's data
 is read from a folder in the hub's layout under the data dir, named after the task's dataset repository
 (`stsbenchmark-sts` for `mteb/stsbenchmark-sts`: what `huggingface-cli download --repo-type dataset

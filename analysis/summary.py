@@ -76,6 +76,7 @@ def params_column(frame) -> str | None:
 
 
 REFERENCE = ("reference_rows", "reference_by")  # not grouping keys: runs logged before they existed have none
+AVERAGED = "metric_averaged_over"  # a contract's scores are each a mean within a run (over its layers)
 PROVENANCE = {
     "seed",
     "git_commit",
@@ -92,6 +93,7 @@ PROVENANCE = {
     "params_paper",
     *CONTRACT_KEYS,
     *REFERENCE,
+    AVERAGED,
 }
 PROVENANCE_PREFIXES = ("version_", "data_sha_")
 FINISHED = "FINISHED"
@@ -299,8 +301,21 @@ def _summarize_contract(runs: pd.DataFrame) -> pd.DataFrame:
         metric_columns=",".join(columns),
         family=contract["family"],
         **reference,
+        averaged_over=averaged_over(runs, contract),
     )
     return _mark_selection(out, keys, contract["select_axis"], contract["metric_mode"])
+
+
+def averaged_over(runs: pd.DataFrame, contract: pd.Series) -> str:
+    """What the contract's scores (primary, report, companion) are each a mean over within a run: the
+    recorded `metric_averaged_over`, or, for runs logged before it, `layers` where they log the report
+    metric of each layer too (`layer<k>_<report>`, the adaptive-layer method's); "" for a score of its own."""
+    recorded = contract.get(AVERAGED)
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    pattern = re.compile(rf"layer\d+_{re.escape(str(contract['metric_report']))}")
+    per_layer = [c for c in runs.columns if pattern.fullmatch(str(c)) and runs[c].notna().any()]
+    return "layers" if len(per_layer) > 1 else ""
 
 
 def _typed_layer(summary: pd.DataFrame) -> pd.DataFrame:

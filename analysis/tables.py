@@ -223,6 +223,10 @@ def scores_table(rows: pd.DataFrame) -> pd.DataFrame:
         table["n_seeds"] = rows["n_seeds"].to_numpy()
     if (rows["select_axis"] != "").any():
         table["is_best"] = rows["is_best"].to_numpy()
+    over = str(rows["averaged_over"].iloc[0]) if "averaged_over" in rows and rows["averaged_over"].iloc[0] else ""
+    if over and over != "nan":  # e.g. the adaptive-layer method's scores: each the mean over its layers
+        contract = rows[["metric_primary", "metric_report", "metric_companion"]].iloc[0]
+        table.attrs["averaged"] = (over, {str(c) for c in contract if isinstance(c, str) and c})
     return _beside_reference(table, rows)
 
 
@@ -261,7 +265,9 @@ def _beside_reference(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def scores_markdown(table: pd.DataFrame, axes: list[str], scores: list[str], select: str = "") -> str:
-    """`scores_table` in Markdown: display names, mean ± std, the selected value of `select` bold."""
+    """`scores_table` in Markdown: display names, mean ± std, the selected value of `select` bold; a score
+    that is a mean within each run (`averaged`, e.g. over the layers) is headed as that mean."""
+    over, means = table.attrs.get("averaged", ("", set()))
     shown = pd.DataFrame(index=table.index)
     for axis in axes:
         values = table[axis].map(lambda v: "" if pd.isna(v) else str(v))
@@ -274,7 +280,8 @@ def scores_markdown(table: pd.DataFrame, axes: list[str], scores: list[str], sel
         stds = table[f"{score}_std"] if f"{score}_std" in table else [None] * len(table)
         maxima = table[f"{score}_max"] if f"{score}_max" in table else [None] * len(table)
         deltas = table[f"{score}_vs_reference"] if f"{score}_vs_reference" in table else [None] * len(table)
-        shown[score_name(score)] = [
+        header = score_name(score) + (f" (mean over {over})" if score in means else "")
+        shown[header] = [
             _fmt(mean, std)
             + ("" if pd.isna(std) or top is None or pd.isna(top) else f" (max {top:.2f})")
             + ("" if delta is None or pd.isna(delta) else f" (Δ {delta:+.2f})")

@@ -1,6 +1,6 @@
 """Zero-shot evaluation of any encoder on STS12-16, STS-B and SICK-R, as the papers report it.
 
-    python sweeps/evaluate.py --models sentence-transformers/all-MiniLM-L6-v2              # last layer, mean pooling
+    python sweeps/evaluate.py --models sentence-transformers/all-MiniLM-L6-v2              # last layer, its own pooling
     python sweeps/evaluate.py --models M1,DIR,runs:/<run id> --layers all --pooling mean,cls \
         --sets sts12,sts13,sts14,stsb,sickr
     python sweeps/evaluate.py --smoke-test              # a tiny random model, in seconds

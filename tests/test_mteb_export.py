@@ -107,11 +107,13 @@ def test_model_names_keep_layers_and_poolings_of_one_model_apart():
     from trainables.evaluation.mteb_encoder import model_name
 
     hub = "sentence-transformers/all-MiniLM-L6-v2"
-    names = {model_name(hub, layer, pooling, 6) for layer in range(7) for pooling in ("mean", "cls")}
-    assert len(names) == 14 and model_name(hub, 6, "mean", 6) == hub
-    assert model_name(hub, 3, "cls", 6) == f"{hub}-L3-cls"
-    assert model_name("runs:/0123abcd") == "embsweep/run-0123abcd"
-    assert model_name("/some/where/best", 2, "mean", None) == "embsweep/best-L2"
+    names = {
+        model_name(hub, layer, pooling, 6, own=pooling == "mean") for layer in range(7) for pooling in ("mean", "cls")
+    }
+    assert len(names) == 14 and model_name(hub, 6, "mean", 6, own=True) == hub
+    assert model_name(hub, 3, "cls", 6) == "embsweep/sentence-transformers-all-MiniLM-L6-v2-L3-cls"
+    assert model_name("runs:/0123abcd", own=True) == "embsweep/run-0123abcd"
+    assert model_name("/some/where/best", 2, "mean", None, own=True) == "embsweep/best-L2"
 
 
 MTEB_STS = {  # MTEB's published cosine Spearman of all-MiniLM-L6-v2 (as tests/test_eval_sets.py)

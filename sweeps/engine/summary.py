@@ -2,7 +2,8 @@
 one row per group of the contract's axes (every axis but the selected one and the seed). With a
 selected axis (e.g. the layer), each row is that axis's best value by the mean primary metric
 over seeds; without one, every value is a row. Scores are mean ± sample std over seeds, the
-spread left out when there is one seed."""
+spread left out when there is one seed. Where the contract's scores are each a mean within a run
+(`averaged_over`, e.g. the adaptive-layer method's mean over its layers), their headers say so."""
 
 from __future__ import annotations
 
@@ -44,10 +45,12 @@ def summary_table(frame: pd.DataFrame, contract: MetricContract) -> str:
         if frame.empty:
             return "No finished trials."
     shown = [m for m in metrics if m in frame]
-    width = max([16, *(len(title(m)) for m in shown)])
+    means = {contract.primary, contract.report, contract.companion} if contract.averaged_over else set()
+    titles = {m: title(m) + (f" (mean over {contract.averaged_over})" if m in means else "") for m in shown}
+    width = max([16, *(len(t) for t in titles.values())])
     select = contract.select
     header = (
-        f"{'':<{LABEL_WIDTH}} " + (f"{select:>6} " if select else "") + " ".join(f"{title(m):>{width}}" for m in shown)
+        f"{'':<{LABEL_WIDTH}} " + (f"{select:>6} " if select else "") + " ".join(f"{titles[m]:>{width}}" for m in shown)
     )
     lines = ["", header + (f" {'seeds':>5}" if contract.seed else "")]
     group_columns = [config[a] for a in contract.groups]

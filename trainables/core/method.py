@@ -77,6 +77,9 @@ class MetricContract:
     seed:       the axis averaged over (None: no repeats)
     columns:    more final metrics for the end-of-sweep table (e.g. one per evaluation set)
     label:      the primary's display name
+    averaged_over: what the primary, report and companion are each the mean over within one run (e.g.
+                "layers": the adaptive-layer method's scores are the mean of its layers'); tables name them
+                as means
     reference:  (axis, value): the rows with that value of the axis are references (e.g. each
                 source encoder alone, or the untrained encoder); a table puts every row beside its own
     reference_by: the axes a row shares with its reference row (e.g. model and corpus: each
@@ -94,6 +97,7 @@ class MetricContract:
     seed: str | None = "seed"
     columns: tuple[str, ...] = ()
     label: str = ""
+    averaged_over: str = ""
     short: dict = field(default_factory=dict)  # axis -> prefix in run names, e.g. {"layer": "L", "seed": "s"}
     reference: tuple[str, str] | None = None
     reference_by: tuple[str, ...] = ()
@@ -118,6 +122,7 @@ class MetricContract:
             "metric_columns": ",".join(self.columns),
             "reference_rows": "=".join(self.reference) if self.reference else "",
             "reference_by": ",".join(self.reference_by),
+            **({"metric_averaged_over": self.averaged_over} if self.averaged_over else {}),
         }
 
     @property

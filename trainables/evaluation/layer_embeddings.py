@@ -3,9 +3,11 @@ sentences, from one forward pass per model (trainables/zero_shot.pooled_layers),
 the stage store and read by trials that only score them: zero-shot evaluation
 (trainables/methods/zero_shot/method.py) and TMFT with `--epochs 0` (trainables/methods/tmft/method.py).
 
-Spec config: `layers`, `poolings`, `max_length`, `batch_size`, `sets` (the suite). The stage
-directory holds `layer<l>_<pooling>.npy` (float32, rows = the suite's `sentences`) and
-`params.json` (the truncated model's parameter count per layer).
+Spec config: `layers`, `poolings`, `max_length`, `batch_size`, `sets` (the suite), and where a pooling
+is a pipeline with the model's own head (e.g. `cls+dense`: trainables/evaluation/zero_shot.py
+`pipelines`), `head` (its modules' folders) and `head_fingerprint`. The stage directory holds
+`layer<l>_<pooling>.npy` (float32, rows = the suite's `sentences`) and `params.json` (the truncated
+model's parameter count per layer).
 """
 
 from __future__ import annotations
@@ -39,9 +41,11 @@ def stage_spec(
     data_dir,
     suite,
     precision: dict | None = None,
+    head: tuple[str, ...] = (),
 ) -> dict:
-    """`precision`: trainables.encoders.precision.stage_precision of the sweep's flags."""
-    from trainables.stages.store import make_spec
+    """`precision`: trainables.encoders.precision.stage_precision of the sweep's flags; `head`: the folders
+    of the model's modules after its pooling that a `<pooling>+dense` pooling runs."""
+    from trainables.stages.store import make_spec, model_fingerprint
 
     config = {
         "stage": "embeddings",
@@ -52,6 +56,9 @@ def stage_spec(
         "sets": list(sets),
         **(precision or {}),
     }
+    if head:  # absent otherwise: the keys of the stages computed before heads were scored stay as they were
+        config["head"] = list(head)
+        config["head_fingerprint"] = ",".join(model_fingerprint(Path(path) / folder) for folder in head)
     checksum = ",".join(f"{k}={v}" for k, v in sorted(suite.checksums.items()))
     return make_spec("embeddings", model, path, root, data_dir, checksum, config)
 
@@ -71,7 +78,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
     from trainables.encoders.loading import count_parameters, load_pretrained, truncate
     from trainables.encoders.precision import resolve
     from trainables.evaluation.sets import load_suite
-    from trainables.evaluation.zero_shot import pooled_layers
+    from trainables.evaluation.zero_shot import apply_head, base_pooling, load_head, pooled_layers
     from trainables.stages.progress import StageProgress
 
     config = spec["config"]
@@ -87,13 +94,19 @@ def compute(spec: dict, out_dir: Path) -> dict:
             tokenizer,
             suite.sentences,
             config["layers"],
-            config["poolings"],
+            list(dict.fromkeys(base_pooling(p) for p in config["poolings"])),
             batch_size=config["batch_size"],
             max_length=config["max_length"],
             device=device,
             on_batch=progress.step,
         )
     progress.finish()
+    head = load_head(spec["model_path"], config.get("head"))
+    for layer in config["layers"]:
+        for name in config["poolings"]:
+            if name != base_pooling(name):
+                pooled[(layer, name)] = apply_head(head, pooled[(layer, base_pooling(name))])
+    pooled = {key: value for key, value in pooled.items() if key[1] in config["poolings"]}
     for (layer, pooling), embeddings in pooled.items():
         np.save(Path(out_dir) / embeddings_file(layer, pooling), np.asarray(embeddings, dtype=np.float32))
     params = {str(layer): count_parameters(truncate(model, layer)) for layer in config["layers"]}

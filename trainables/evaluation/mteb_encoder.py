@@ -4,10 +4,14 @@
 encoder, a cached embedding table) in mteb's encoder protocol (`mteb.models.AbsEncoder`: `encode`
 over mteb's data loader, cosine `similarity`, `mteb_model_meta`). `from_reference(model, layer,
 pooling)` builds one from a hub id, a model folder, a best-dev folder or `runs:/<run id>`, truncated
-to `layer` and pooled as the suite pools (trainables/evaluation/zero_shot.py), so its embeddings are
-the suite's. `model_name(model, layer, pooling, depth)` is the name its results go under: a
-truncated layer or another pooling than the model's own is part of the name, so two layers of one
-model never share a results folder.
+to `layer` and scored as the suite scores it (trainables/evaluation/zero_shot.py: `own`, the default, is
+the model's own pipeline, its kept Dense layer included, e.g. a SimCSE run's MLP), so its embeddings are
+the suite's. `model_name(model, layer, pooling, depth, own)` is the name its results go under: the bare
+hub id only for a hub model's own pipeline (mean pooling where it has no sentence-transformers config, as
+sentence-transformers and so mteb load it) at its last layer; any other encoder is `embsweep/...`, with a
+truncated layer (`-L<layer>`) and a pooling other than the model's own (`-<pooling>`) in the name, so no
+truncated, re-pooled or trained encoder sits under the hub model's name, and two layers of one model never
+share a results folder.
 
 mteb is an optional dependency (the `mteb` extra): importing this module without it fails with
 the install command.
@@ -16,6 +20,7 @@ the install command.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -32,19 +37,30 @@ Embed = Callable[[list[str]], np.ndarray]
 NO_REVISION = "no_revision_available"  # mteb's own placeholder when a model has no hub revision
 
 
-def model_name(model: str, layer: int | None = None, pooling: str = "mean", depth: int | None = None) -> str:
-    """`owner/name` of the results: the hub id, or `embsweep/<folder or run id>`; with `-L<layer>`
-    when the layer is not the model's last and `-<pooling>` when the pooling is not mean."""
+def is_hub_id(model: str) -> bool:
+    """`owner/name`: not a folder, not a run reference."""
+    return model.count("/") == 1 and not model.startswith((".", "/", "~", "runs:/"))
+
+
+def model_name(
+    model: str, layer: int | None = None, pooling: str = "own", depth: int | None = None, own: bool = False
+) -> str:
+    """`owner/name` of the results (see the module docstring): `own` says the pooling is the model's own
+    pipeline (from its sentence-transformers config; mean pooling for a model without one, as
+    sentence-transformers itself loads it); `depth` is the model's, None where not known (then
+    any layer given is named)."""
+    hub = is_hub_id(model)
+    last = layer is None or layer == depth
+    if hub and own and last:
+        return model
     if model.startswith("runs:/"):
         base = f"embsweep/run-{model[len('runs:/') :].strip('/')}"
-    elif "/" in model and not model.startswith((".", "/", "~")) and model.count("/") == 1:
-        base = model
     else:
-        base = "embsweep/" + re.sub(r"[^A-Za-z0-9._-]+", "-", model.rstrip("/").split("/")[-1])
-    if layer is not None and layer != depth:
+        base = "embsweep/" + re.sub(r"[^A-Za-z0-9._-]+", "-", model.strip("/") if hub else Path(model).name)
+    if not last:
         base += f"-L{layer}"
-    if pooling != "mean":
-        base += f"-{pooling}"
+    if not own:
+        base += "-" + re.sub(r"[^A-Za-z0-9._-]+", "-", pooling)
     return base
 
 
@@ -87,23 +103,28 @@ class MtebEncoder(AbsEncoder):
 def from_reference(
     model: str,
     layer: int | None = None,
-    pooling: str = "mean",
+    pooling: str = "own",
     *,
     mlflow_uri: str | None = None,
     batch_size: int = 64,
     max_length: int | None = None,
     revision: str | None = None,
 ) -> MtebEncoder:
-    """The encoder `model` (hub id, folder, `runs:/<id>`) at `layer` (default: its last), pooled as
-    the suite pools; its name from `model_name`."""
+    """The encoder `model` (hub id, folder, `runs:/<id>`) at `layer` (default: its last), scored by
+    `pooling` (`own`: its own pipeline); its name from `model_name`, its base model the hub id it adapts."""
     from transformers import AutoModel, AutoTokenizer
 
     from trainables.encoders.loading import count_parameters, model_depth, resolve_model, truncate
-    from trainables.evaluation.zero_shot import POOLINGS, pooled_layers
+    from trainables.evaluation.zero_shot import OWN, POOLINGS, apply_head, load_head, own_pipeline, pooled_layers
 
-    if pooling not in POOLINGS:
-        raise SweepInputError(f"pooling {pooling!r} not understood; known: {', '.join(POOLINGS)}")
+    if pooling not in (OWN, *POOLINGS):
+        raise SweepInputError(f"pooling {pooling!r} not understood; known: {', '.join((OWN, *POOLINGS))}")
     path = resolve_model(model, mlflow_uri)
+    mine = own_pipeline(path, model)
+    pipeline = mine if pooling == OWN else mine if (pooling, ()) == (mine.pooling, mine.head) else None
+    own = pipeline is not None and pipeline.source != "asked"
+    base = pipeline.pooling if pipeline is not None else pooling
+    head = load_head(path, pipeline.head) if pipeline is not None else []
     encoder, tokenizer = AutoModel.from_pretrained(str(path)).eval(), AutoTokenizer.from_pretrained(str(path))
     depth = model_depth(encoder.config)
     layer = depth if layer is None else int(layer)
@@ -113,14 +134,16 @@ def from_reference(
         encoder = truncate(encoder, layer)  # once, so the parameter count is the truncated model's
 
     def embed(texts: list[str]) -> np.ndarray:
-        return pooled_layers(
-            encoder, tokenizer, texts, [layer], [pooling], batch_size=batch_size, max_length=max_length
-        )[(layer, pooling)]
+        pooled = pooled_layers(encoder, tokenizer, texts, [layer], [base], batch_size=batch_size, max_length=max_length)
+        return apply_head(head, pooled[(layer, base)]) if head else pooled[(layer, base)]
 
+    name = model_name(model, layer, pipeline.name if pipeline is not None else pooling, depth, own)
+    hub = name != model and is_hub_id(model)
     return MtebEncoder(
         embed,
-        model_name(model, layer, pooling, depth),
+        name,
         revision,
         dim=int(encoder.config.hidden_size),
-        n_parameters=count_parameters(encoder),
+        n_parameters=count_parameters(encoder) + sum(count_parameters(m) for m in head),
+        **({"adapted_from": model} if hub else {}),
     )

@@ -4,8 +4,16 @@ forward pass (`pooled_layers`), or a single model's output (`encode_sentences`).
 Layer l is `hidden_states[l]` of the full model (0 = embedding output), the same numbers as the
 model physically truncated to l layers (trainables/encoders.truncate), which a layer sweep would
 otherwise run once per layer. Pooling: `mean` = masked mean over every non-pad token ([CLS] and
-[SEP] included, as sentence-transformers' mean pooling), `cls` = the first token. Sentences are
-batched by length (the order of the output is the input's).
+[SEP] included, as sentence-transformers' mean pooling), `cls` = the first token, `max` = the masked
+maximum (sentence-transformers' max pooling). Sentences are batched by length (the order of the output
+is the input's).
+
+`pipelines(folder, asked)` turns `--pooling` into what scores a model: `own` (the default) is the model's
+own pipeline from its sentence-transformers config (trainables/encoders/st_folder.py `own_pipeline`: its
+pooling, then its Dense layer where it keeps one, e.g. SimCSE's MLP), any other name that pooling. A
+pipeline with a head (named e.g. `cls+dense`) pools, then runs the model's own modules (`load_head`,
+`apply_head`) on the pooled vectors of every layer, as sentence-transformers' own truncation of a model
+(its AdaptiveLayerLoss) keeps the modules after the transformer.
 """
 
 from __future__ import annotations
@@ -19,8 +27,10 @@ import torch
 
 from trainables.core.errors import SweepInputError
 from trainables.encoders.loading import mean_pool, model_depth, truncate
+from trainables.encoders.st_folder import Pipeline, own_pipeline
 
-POOLINGS = ("mean", "cls")
+POOLINGS = ("mean", "cls", "max")
+OWN = "own"  # --pooling's word for the model's own pipeline
 
 
 def default_max_length(model_path, tokenizer=None) -> int:
@@ -43,6 +53,8 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
         return mean_pool(hidden, attention_mask)
     if pooling == "cls":
         return hidden[:, 0]
+    if pooling == "max":
+        return hidden.masked_fill(attention_mask.unsqueeze(-1) == 0, -1e9).max(dim=1).values
     raise ValueError(f"unknown pooling {pooling!r}; known: {', '.join(POOLINGS)}")
 
 
@@ -128,3 +140,40 @@ def encode_sentences(
     return pooled_layers(
         model, tokenizer, sentences, [layer], [pooling], batch_size=batch_size, max_length=max_length, device=device
     )[(layer, pooling)]
+
+
+def pipelines(folder, asked: list[str], name: str | None = None) -> list[Pipeline]:
+    """The pipelines `asked` (pooling names, `own` among them) of a model folder, each distinct one once (in
+    the order asked); `own` is `own_pipeline` (mean pooling where the folder has no sentence-transformers
+    config), SweepInputError where it cannot be computed."""
+    found = [own_pipeline(folder, name) if word == OWN else Pipeline(word) for word in asked]
+    unique: dict[str, Pipeline] = {}
+    for pipeline in found:  # `own` wins where it names the same pipeline as a pooling asked beside it
+        if pipeline.name not in unique or pipeline.source != "asked":
+            unique[pipeline.name] = pipeline
+    return list(unique.values())
+
+
+def base_pooling(name: str) -> str:
+    """The pooling of a pipeline's name (`cls+dense` -> `cls`)."""
+    return name.split("+", 1)[0]
+
+
+def load_head(folder, head) -> list:
+    """The model's own modules after its pooling (`Pipeline.head`: their folders), loaded on the CPU."""
+    if not head:
+        return []
+    from sentence_transformers import SentenceTransformer
+
+    listing = json.loads((Path(folder) / "modules.json").read_text())
+    loaded = list(SentenceTransformer(str(folder), device="cpu"))
+    return [loaded[i].eval() for i, module in enumerate(listing) if str(module.get("path")) in set(head)]
+
+
+@torch.inference_mode()
+def apply_head(modules: list, embeddings: np.ndarray) -> np.ndarray:
+    """Pooled vectors [n, hidden] through the head's modules (float32 on the CPU), as the model's forward."""
+    features = {"sentence_embedding": torch.from_numpy(np.asarray(embeddings, dtype=np.float32))}
+    for module in modules:
+        features = module(features)
+    return features["sentence_embedding"].float().numpy()

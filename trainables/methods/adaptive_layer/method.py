@@ -220,6 +220,7 @@ class AdaptiveLayer(Method):
             select=None,
             seed="seed",
             label=f"{primary} (mean over layers)",
+            averaged_over="layers",  # each layer's own score is logged as layer<k>_<metric>
             short={"seed": "s"},
         )
 

@@ -3,7 +3,11 @@ papers report it: cosine of the pooled embeddings against gold, Spearman and Pea
 
 Inputs: `--models` (hub ids, local folders, or `runs:/<run id>`: the best-dev checkpoint of a
 finished trial of any method, recorded as `evaluated_run_id`), `--layers` (`last`, `all`, or
-e.g. `0,3,6`; 0 = embedding output), `--pooling` (`mean`, `cls`, or both), `--sets`.
+e.g. `0,3,6`; 0 = embedding output), `--pooling` (`own`, the default: the model's own pipeline from its
+sentence-transformers config, its Dense layer included where it keeps one, e.g. a SimCSE run's MLP;
+`mean`, `cls`, `max`, or several), `--sets`. The plan prints which pipeline scores each model; a trial
+scored by its model's own pipeline records `pooling_from` (`model`, or `default`: mean pooling for a
+folder with no sentence-transformers config) and its `pooling` is that pipeline's name (e.g. `cls+dense`).
 Grid: models x poolings x layers, one trial (and one MLflow run) each; no seeds, no training.
 
 Cost: one forward pass per sentence per model, whatever the number of layers and poolings. The
@@ -16,8 +20,8 @@ Metrics: `<set>_spearman`, `<set>_pearson`, `<set>_spearman_mean`, `<set>_<subse
 
 Settings: `SETTINGS` (trainables/core/settings.py). Config keys: method, model, layer, pooling, sets (the
 sets found, comma-separated), max_length (the one used), evaluated_run_id (a run reference's), stage_key,
-upstream_run_id, _upstream_path. `estimate` (for `--dry-run`) counts the trials from the models'
-configs alone (`config_without_loading`), without loading any model.
+upstream_run_id, _upstream_path, and pooling_from where the pooling was `own`. `estimate` (for `--dry-run`)
+counts the trials from the models' configs alone (`config_without_loading`), without loading any model.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from trainables.encoders.loading import config_without_loading, model_list
 from trainables.encoders.precision import stage_precision
 from trainables.evaluation import layer_embeddings
 from trainables.evaluation.sets import PAPER_SETS, SUITE, suite_sets
-from trainables.evaluation.zero_shot import POOLINGS
+from trainables.evaluation.zero_shot import OWN, POOLINGS
 from trainables.methods.zero_shot.trainable import EvaluateData, EvaluateTrainable
 
 WHAT = "what to evaluate"
@@ -56,7 +60,12 @@ SETTINGS = (
         group=WHAT,
     ),
     shared.POOLING.but(
-        kind=Names(known=lambda: list(POOLINGS)), default=["mean"], help="mean, cls, or mean,cls", group=WHAT, axis=True
+        kind=Names(known=lambda: [OWN, *POOLINGS]),
+        default=[OWN],
+        help="own (the model's own pipeline from its sentence-transformers config; mean pooling without one), "
+        "mean, cls, max, or several, e.g. own,cls",
+        group=WHAT,
+        axis=True,
     ),
     SUITE.but(config=False),  # the trial config records the sets found (`papers` resolved), by `plan`
     shared.BATCH_SIZE.but(default=64, help="sentences per forward pass", group=WHAT, config=False),
@@ -122,7 +131,7 @@ class Evaluate(Method):
             else (1 if args.layers == "last" else len(args.layers))
             for model, config in depths.items()
         }
-        trials = len(args.pooling) * sum(counts.values())
+        trials = sum(count * len(cls._pipelines_here(args, model)) for model, count in counts.items())
         sets = "the papers' sets found in --data-dir" if args.sets == "papers" else ",".join(args.sets)
         if args.layers == "last" or args.layers is None:
             layers = {"last": "the last layer", None: "layers 0..L"}[args.layers]
@@ -142,6 +151,15 @@ class Evaluate(Method):
             costs=tuple(TrialCost(memory_bytes=0.0, seconds=0.0, gpu=False) for _ in range(trials)),
             stages=stages,
         )
+
+    @staticmethod
+    def _pipelines_here(args, model: str) -> list:
+        """The pipelines of a model found here without loading it; `--pooling` as given where it is not here."""
+        from trainables.encoders.loading import local_model_folder
+        from trainables.evaluation.zero_shot import pipelines
+
+        folder = local_model_folder(model)
+        return pipelines(folder, args.pooling, model) if folder is not None else list(args.pooling)
 
     @classmethod
     def metrics(cls, args) -> MetricContract:
@@ -170,7 +188,7 @@ class Evaluate(Method):
         from trainables.encoders.loading import load_config, model_depth, resolve_model
         from trainables.encoders.run_refs import is_run_reference, run_id_of
         from trainables.evaluation.sets import load_suite
-        from trainables.evaluation.zero_shot import default_max_length
+        from trainables.evaluation.zero_shot import default_max_length, pipelines
         from trainables.stages.store import stage_root
 
         sets, missing = suite_sets(args.sets, args.data_dir)
@@ -186,12 +204,15 @@ class Evaluate(Method):
             path = resolve_model(model, context.mlflow_uri)
             config = load_config(path)
             layers = cls.layers_of(args, model, model_depth(config))
+            scored = pipelines(path, poolings, model)
+            for pipeline in (p for p in scored if p.source != "asked"):
+                print(f"{model}: scored with {pipeline.says()}; pooling '{pipeline.name}'", flush=True)
             max_length = args.max_length or default_max_length(path)
             spec = layer_embeddings.stage_spec(
                 model,
                 path,
                 layers,
-                poolings,
+                [p.name for p in scored],
                 sets,
                 max_length,
                 args.batch_size,
@@ -199,20 +220,23 @@ class Evaluate(Method):
                 args.data_dir,
                 suite,
                 stage_precision(args),
+                head=next((p.head for p in scored if p.head), ()),
             )
             specs[spec["key"]] = spec
             extra = {"evaluated_run_id": run_id_of(model)} if is_run_reference(model) else {}
-            for pooling in poolings:
+            for pipeline in scored:
+                source = {"pooling_from": pipeline.source} if pipeline.source != "asked" else {}
                 for layer in layers:
                     configs.append(
                         {
                             **base,
                             "model": model,
                             "layer": layer,
-                            "pooling": pooling,
+                            "pooling": pipeline.name,
                             "sets": ",".join(sets),
                             "max_length": int(max_length),
                             **extra,
+                            **source,
                             "stage_key": spec["key"],
                             "upstream_run_id": None,
                             "_upstream_path": object_storage.join(root, spec["key"]),
