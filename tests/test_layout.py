@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ROOT / "trainables" / "methods"
 
@@ -83,6 +85,7 @@ def test_shared_code_imports_no_method():
     assert upward == []
 
 
+@pytest.mark.sweep
 def test_losses_models_and_the_training_loop_import_without_ray():
     modules = ray_free_modules()
     assert "trainables.methods.tsdae.training" in modules and "trainables.methods.tmft.method" not in modules

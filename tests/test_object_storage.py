@@ -197,6 +197,7 @@ def test_a_changed_checkpoint_in_the_bucket_is_refused(s3, tmp_path, monkeypatch
         resolve_run(f"runs:/{run_id}", uri)
 
 
+@pytest.mark.sweep
 def test_a_write_during_an_outage_waits_for_the_store(s3, capsys):
     """The store down for 3 s: a claim (a conditional write) is tried again until the store answers, with
     one line each way (pyarrow's writes retry inside the AWS SDK first; the slow outage test covers them)."""

@@ -202,6 +202,7 @@ def test_the_sed_report_puts_table3_beside_ours(tmp_path):
     assert "What differs" in text and "+0.78" in text
 
 
+@pytest.mark.sweep
 def test_the_unsup_report_compares_spearman_wmean_and_says_what_is_not_run(tmp_path):
     args = parser_for("meta-embeddings").parse_args(["--sets", "sts15,sts16,stsb"])
     contract = get_method("meta-embeddings").metrics(args).params()

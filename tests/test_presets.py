@@ -54,6 +54,7 @@ PAPER_PRESETS = {
 }
 
 
+@pytest.mark.sweep
 def test_every_table_and_figure_has_a_preset_listed_with_trials_and_gpu_hours(capsys, data_dir):
     assert set(PRESETS) == PAPER_PRESETS
     assert electra_layers.main(["--list-presets", "--data-dir", str(data_dir)]) == 0
