@@ -122,7 +122,9 @@ def _pm(mean, std) -> str:
     return "" if pd.isna(mean) else f"{mean:.2f}" + ("" if pd.isna(std) else f" ± {std:.2f}")
 
 
-def sections(runs: pd.DataFrame, figures: Path, tables: Path, write_csv, report) -> list[str]:
+def sections(out) -> list[str]:
+    """The report's part for these runs (`out`: analysis/report.py `ReportParts`)."""
+    runs, figures, tables, write_csv, report = out.runs, out.figures, out.tables, out.write_csv, out.report
     frame = comparison(runs)
     frame = frame[frame["tmft_seeds"] > 0] if not frame.empty else frame
     if frame.empty:

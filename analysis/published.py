@@ -142,8 +142,9 @@ def comparison_markdown(table: pd.DataFrame) -> str:
     return to_markdown(shown.astype(str))
 
 
-def sections(runs: pd.DataFrame, tables_dir, write_csv) -> list[str]:
-    """The report's lines for every preset in `runs` (CSV of each comparison into `tables_dir`)."""
+def sections(out) -> list[str]:
+    """The report's lines for every preset in `out.runs` (CSV of each comparison into `out.tables`)."""
+    runs, tables_dir, write_csv = out.runs, out.tables, out.write_csv
     from trainables.methods import find_preset
 
     lines = []

@@ -148,13 +148,49 @@ def _layer_curves(
     return lines
 
 
-def _table_family_sections(others: pd.DataFrame, figures: Path, tables: Path, write_csv, report: Report) -> list[str]:
+@dataclass
+class ReportParts:
+    """What every section of the report reads (the runs, their summaries, the Pareto points, the models'
+    colours) and where it writes (`figures/`, `tables/`, each file kept in `report.files`). A section is a
+    function of this alone that returns its Markdown lines; `SECTIONS` lists them in the report's order."""
+
+    report: Report
+    layers: pd.DataFrame  # the layer family's rows (a model's layers; `summarize` then `layer_family`)
+    others: pd.DataFrame  # every other contract's rows (e.g. zero-shot evaluation)
+    points: pd.DataFrame
+    colors: dict
+
+    @property
+    def runs(self) -> pd.DataFrame:
+        return self.report.runs
+
+    @property
+    def figures(self) -> Path:
+        return self.report.out_dir / "figures"
+
+    @property
+    def tables(self) -> Path:
+        return self.report.out_dir / "tables"
+
+    def write_csv(self, frame: pd.DataFrame, path: Path) -> None:
+        frame.to_csv(path, index=False)
+        self.report.files.append(path)
+
+    def write_table(self, frame: pd.DataFrame, markdown: str, stem: Path) -> None:
+        """`frame` as `<stem>.csv` and its Markdown as `<stem>.md`."""
+        self.write_csv(frame, stem.with_suffix(".csv"))
+        stem.with_suffix(".md").write_text(markdown)
+        self.report.files.append(stem.with_suffix(".md"))
+
+
+def _table_family_sections(out: ReportParts) -> list[str]:
     """Methods of every other contract (e.g. zero-shot evaluation): per (method, task), a table of
     every value of the contract's axes with each score (e.g. one column per evaluation set, then
     their mean), and, when the layer is an axis, layer curves per group of the other axes with
     one line per metric column (the primary where there is none)."""
+    figures, tables, write_csv, report = out.figures, out.tables, out.write_csv, out.report
     lines = []
-    for (method, task), rows in others.groupby(["method", "task"], sort=True):
+    for (method, task), rows in out.others.groupby(["method", "task"], sort=True):
         axes, scores = table_axes(rows), score_columns(rows)
         stem = slug(method, task or "all")
         heading = method_name(method) + (f" on {task_name(task)}" if task else "")
@@ -178,10 +214,10 @@ def _table_family_sections(others: pd.DataFrame, figures: Path, tables: Path, wr
     return lines
 
 
-def _methods_section(runs: pd.DataFrame) -> list[str]:
+def _methods_section(out: ReportParts) -> list[str]:
     """Each method in the report: its display name, what it is, its main metric and the paper to cite
     (the method's `MethodInfo`)."""
-    infos = {}
+    runs, infos = out.runs, {}
     for label in sorted(runs["method"].dropna().unique(), key=method_sort_key) if "method" in runs else []:
         info = method_info(label)
         if info is not None:
@@ -215,45 +251,14 @@ def select_runs(runs: pd.DataFrame, where: dict[str, str] | None) -> pd.DataFram
     return runs
 
 
-def build_report(tracking_uri: str, out_dir, experiment: str | None = None, where: dict | None = None) -> Report:
-    """Read MLflow, write every output into out_dir, return what was written. `where` keeps only
-    the runs whose params have the given values (to separate sweeps run with different settings)."""
-    if object_storage.is_uri(out_dir):  # never a local folder named "s3:"
-        raise SweepInputError(
-            f"build_report writes a local folder, not {out_dir}; write into analysis.outputs.local_folder(URI) "
-            "or run python -m analysis report --out URI"
-        )
-    out_dir = Path(out_dir)
-    check_folder_target(out_dir, "--out")  # a file there: refused before reading the store
-    figures, tables = out_dir / "figures", out_dir / "tables"
-    runs = select_runs(load_runs(tracking_uri, experiment), where)
-    for folder in (out_dir, figures, tables):
-        folder.mkdir(parents=True, exist_ok=True)
-    complete, excluded = split_runs(runs)
-    summary = summarize(runs)
-    report = Report(out_dir, out_dir / "README.md", runs, summary, excluded)
-    others = summary[summary["family"] == TABLE_FAMILY] if "family" in summary else summary.iloc[0:0]
-    summary = layer_family(summary)
-
-    def write_csv(frame, path):
-        frame.to_csv(path, index=False)
-        report.files.append(path)
-
-    write_csv(runs, out_dir / "runs.csv")
-    write_csv(excluded, out_dir / "excluded_runs.csv")
-    points = pareto_points(summary) if not summary.empty else pd.DataFrame()
-    write_csv(pd.concat([summary, others], ignore_index=True), out_dir / "summary.csv")
-    write_csv(points, out_dir / "pareto_points.csv")
-
-    source = f"`{_safe_uri(tracking_uri)}`" + (f", experiment `{experiment}`" if experiment else ", all experiments")
-    if where:
-        source += ", runs with " + ", ".join(f"`{k}={v}`" for k, v in where.items())
-    lines = [
+def _header(out: ReportParts, source: str) -> list[str]:
+    runs, complete = out.runs, split_runs(out.runs)[0]
+    return [
         "# Sweep report" + (" (SIMULATED: synthetic scores, not measurements)" if runs.attrs.get("simulated") else ""),
         "",
         f"Source: {source}; generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}.",
         "",
-        f"{len(runs)} trial runs: {len(complete)} complete and used, {len(excluded)} left out "
+        f"{len(runs)} trial runs: {len(complete)} complete and used, {len(out.report.excluded)} left out "
         "([see below](#runs-left-out)). Scores are ×100, mean ± sample std (ddof=1) over seeds; where a method "
         "selects (e.g. the best layer of each model), it selects by the highest mean **dev** (primary) score "
         "(the lowest for `metric_mode` min), and its test score is reported.",
@@ -271,7 +276,12 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
         "",
         _runs_overview(runs, complete),
     ]
-    mixed = flag_mixed_configs(report.summary)
+
+
+def _mixed_settings(out: ReportParts) -> list[str]:
+    """A warning where a row averages runs of different settings; a line where nothing is complete yet."""
+    lines = []
+    mixed = flag_mixed_configs(out.report.summary)
     if not mixed.empty:
         shown = ["method", "task", *table_axes(mixed), "n_seeds", "configs", "varying"]
         lines += [
@@ -282,19 +292,20 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
             to_markdown(mixed[shown].astype(str).replace({"<NA>": ""})),
             "",
         ]
-    if summary.empty and others.empty:
+    if out.layers.empty and out.others.empty:
         lines += ["", "No complete runs yet: nothing to plot or tabulate.", ""]
-    lines += published.sections(runs, tables, write_csv)
-    colors = model_colors(summary["model"].unique()) if not summary.empty else {}
+    return lines
 
+
+def _methods_compared(out: ReportParts) -> list[str]:
+    """Per task with more than one method: the best layer of each model and method (Table 1 layout)."""
+    summary, lines = out.layers, []
     for task in sorted(summary["task"].unique()) if not summary.empty else []:
         if summary.loc[summary["task"] == task, "method"].nunique() > 1:
             t1 = table1(summary, task)
-            stem = tables / f"table1_{slug(task)}"
+            stem = out.tables / f"table1_{slug(task)}"
             markdown = table1_markdown(t1, summary.loc[summary["task"] == task, "metric"].iloc[0])
-            write_csv(t1, stem.with_suffix(".csv"))
-            stem.with_suffix(".md").write_text(markdown)
-            report.files.append(stem.with_suffix(".md"))
+            out.write_table(t1, markdown, stem)
             lines += [
                 "",
                 f"## {task_name(task)}: methods compared (Table 1 layout)",
@@ -304,13 +315,18 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
                 "",
                 markdown,
             ]
+    return lines
 
+
+def _layer_groups(out: ReportParts) -> list[str]:
+    """Per (method, task) of the layer family: layer curves, the Pareto front, best and last layer."""
+    summary, points, figures, lines = out.layers, out.points, out.figures, []
     for method, task in _groups(summary):
         name = slug(method, task)
         rows = summary[(summary["method"] == method) & (summary["task"] == task)]
         lines += ["", f"## {method_name(method)} on {task_name(task)}", ""]
         layer_files = save_figure(
-            plot_layer_curves(summary, method, task, colors=colors), figures, f"layer_curves_{name}"
+            plot_layer_curves(summary, method, task, colors=out.colors), figures, f"layer_curves_{name}"
         )
         lines += [
             f"![layer curves](figures/{layer_files[0].name})",
@@ -318,10 +334,10 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
             f"Layer curves ([SVG](figures/{layer_files[1].name})).",
             "",
         ]
-        report.files += layer_files
+        out.report.files += layer_files
         group_points = points[(points["method"] == method) & (points["task"] == task)]
         if group_points["params_m"].notna().any():
-            pareto_files = save_figure(plot_pareto(group_points, colors=colors), figures, f"pareto_{name}")
+            pareto_files = save_figure(plot_pareto(group_points, colors=out.colors), figures, f"pareto_{name}")
             front = display_names(rows["model"].unique())
             on_front = ", ".join(
                 f"{front[r.model]} (l={r.layer})" for r in group_points[group_points["on_front"]].itertuples()
@@ -332,34 +348,78 @@ def build_report(tracking_uri: str, out_dir, experiment: str | None = None, wher
                 f"Pareto front ([SVG](figures/{pareto_files[1].name})): {on_front}.",
                 "",
             ]
-            report.files += pareto_files
+            out.report.files += pareto_files
         t2 = table2(summary, method, task)
         markdown = table2_markdown(t2, rows["metric"].iloc[0])
-        stem = tables / f"table2_{name}"
-        write_csv(t2, stem.with_suffix(".csv"))
-        stem.with_suffix(".md").write_text(markdown)
-        report.files.append(stem.with_suffix(".md"))
+        stem = out.tables / f"table2_{name}"
+        out.write_table(t2, markdown, stem)
         lines += [
             f"Best layer by mean dev, and the last layer where different (Table 2 layout; "
             f"[CSV](tables/{stem.name}.csv)):",
             "",
             markdown,
         ]
+    return lines
 
-    lines += _table_family_sections(others, figures, tables, write_csv, report)
-    lines += search_front.sections(runs, figures, tables, write_csv, report)
-    lines += seed_rounds.sections(runs, figures, tables, write_csv, report)
-    lines += one_run.sections(runs, figures, tables, write_csv, report)
-    lines += _methods_section(runs)
-    lines += [
+
+def _left_out(out: ReportParts) -> list[str]:
+    return [
         "",
         "## Runs left out",
         "",
         "Not finished, failed, missing a selection metric, or an older duplicate of a configuration; "
         "none of them is in any mean above.",
         "",
-        _excluded_markdown(excluded),
+        _excluded_markdown(out.report.excluded),
     ]
+
+
+# The report's sections after its header, in order: each takes the ReportParts and returns its lines.
+SECTIONS = (
+    _mixed_settings,
+    published.sections,
+    _methods_compared,
+    _layer_groups,
+    _table_family_sections,
+    search_front.sections,
+    seed_rounds.sections,
+    one_run.sections,
+    _methods_section,
+    _left_out,
+)
+
+
+def build_report(tracking_uri: str, out_dir, experiment: str | None = None, where: dict | None = None) -> Report:
+    """Read MLflow, write every output into out_dir, return what was written. `where` keeps only
+    the runs whose params have the given values (to separate sweeps run with different settings)."""
+    if object_storage.is_uri(out_dir):  # never a local folder named "s3:"
+        raise SweepInputError(
+            f"build_report writes a local folder, not {out_dir}; write into analysis.outputs.local_folder(URI) "
+            "or run python -m analysis report --out URI"
+        )
+    out_dir = Path(out_dir)
+    check_folder_target(out_dir, "--out")  # a file there: refused before reading the store
+    runs = select_runs(load_runs(tracking_uri, experiment), where)
+    for folder in (out_dir, out_dir / "figures", out_dir / "tables"):
+        folder.mkdir(parents=True, exist_ok=True)
+    summary = summarize(runs)
+    report = Report(out_dir, out_dir / "README.md", runs, summary, split_runs(runs)[1])
+    others = summary[summary["family"] == TABLE_FAMILY] if "family" in summary else summary.iloc[0:0]
+    layers = layer_family(summary)
+    points = pareto_points(layers) if not layers.empty else pd.DataFrame()
+    colors = model_colors(layers["model"].unique()) if not layers.empty else {}
+    out = ReportParts(report, layers, others, points, colors)
+    out.write_csv(runs, out_dir / "runs.csv")
+    out.write_csv(report.excluded, out_dir / "excluded_runs.csv")
+    out.write_csv(pd.concat([layers, others], ignore_index=True), out_dir / "summary.csv")
+    out.write_csv(points, out_dir / "pareto_points.csv")
+
+    source = f"`{_safe_uri(tracking_uri)}`" + (f", experiment `{experiment}`" if experiment else ", all experiments")
+    if where:
+        source += ", runs with " + ", ".join(f"`{k}={v}`" for k, v in where.items())
+    lines = _header(out, source)
+    for section in SECTIONS:
+        lines += section(out)
     report.index.write_text("\n".join(lines) + "\n")
     report.files.append(report.index)
     return report

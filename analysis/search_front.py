@@ -76,8 +76,9 @@ def plot_search(points: pd.DataFrame, title: str):
     return fig
 
 
-def sections(runs: pd.DataFrame, figures, tables, write_csv, report) -> list[str]:
+def sections(out) -> list[str]:
     """The report's markdown for each pareto sweep (figure, the front's table); files go into report.files."""
+    runs, figures, tables, write_csv, report = out.runs, out.figures, out.tables, out.write_csv, out.report
     points = search_points(runs)
     if points.empty:
         return []

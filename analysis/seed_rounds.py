@@ -84,8 +84,9 @@ def plot(group: pd.DataFrame, title: str):
     return fig
 
 
-def sections(runs: pd.DataFrame, figures, tables, write_csv, report) -> list[str]:
+def sections(out) -> list[str]:
     """The report's seeds-by-need section (empty when no run is of such a sweep)."""
+    runs, figures, tables, write_csv, report = out.runs, out.figures, out.tables, out.write_csv, out.report
     table = rows(runs)
     if table.empty:
         return []
