@@ -139,7 +139,8 @@ def test_the_comparison_puts_each_layer_of_the_one_run_beside_tmfts_model_of_tha
 def test_the_report_section_shows_both_curves_and_the_compute(tmp_path):
     report = SimpleNamespace(files=[])
     written = []
-    lines = sections(_runs(), tmp_path, tmp_path, lambda frame, path: written.append(path), report)
+    parts = SimpleNamespace(runs=_runs(), figures=tmp_path, tables=tmp_path, report=report)
+    lines = sections(SimpleNamespace(**vars(parts), write_csv=lambda frame, path: written.append(path)))
     text = "\n".join(lines)
     assert "Adaptive layers (one run) beside TMFT" in text
     assert "TMFT 60 s for all 3 layers (one trial each), the one run 30 s for every layer (1.97x less)" in text
@@ -147,7 +148,7 @@ def test_the_report_section_shows_both_curves_and_the_compute(tmp_path):
     assert written == [tmp_path / "one_run_vs_tmft.csv"] and any(f.suffix == ".png" for f in report.files)
     alone = _runs()
     alone = alone[alone["method"] == "adaptive-layer"].drop(columns=["layer"])  # no TMFT sweep beside it
-    assert sections(alone, tmp_path, tmp_path, lambda frame, path: None, report) == []
+    assert sections(SimpleNamespace(**{**vars(parts), "runs": alone}, write_csv=lambda frame, path: None)) == []
 
 
 def _parse(*flags):

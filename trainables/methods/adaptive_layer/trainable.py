@@ -9,10 +9,11 @@ from pathlib import Path
 
 from trainables.encoders.loading import count_parameters, paper_parameter_count
 from trainables.methods.adaptive_layer.training import AdaptiveLayerFineTuning
+from trainables.training.best_encoder import KeepsBestEncoder
 from trainables.training.trainable import EpochTrainable
 
 
-class AdaptiveLayerTrainable(AdaptiveLayerFineTuning, EpochTrainable):
+class AdaptiveLayerTrainable(KeepsBestEncoder, AdaptiveLayerFineTuning, EpochTrainable):
     primary_metric = "spearman"
     pooling = "mean"
 
@@ -26,20 +27,6 @@ class AdaptiveLayerTrainable(AdaptiveLayerFineTuning, EpochTrainable):
     def remember_best(self) -> None:
         self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
         self.best_weights_epoch = self.epoch
-
-    def save_best(self, target: Path) -> None:
-        from trainables.encoders.st_folder import write_sentence_transformer
-        from trainables.evaluation.zero_shot import default_max_length
-
-        if self.best_weights is not None:
-            self.save_encoder(target, state_dict=self.best_weights)
-            write_sentence_transformer(target, self.pooling, default_max_length(self.task.model_path))
-
-    def load_best(self, source: Path) -> None:
-        from safetensors.torch import load_file
-
-        self.best_weights = load_file(str(source / "model.safetensors"))
-        self.best_weights_epoch = self.tracker.best_epoch
 
     def final_metrics(self) -> dict:
         """Dev and test of every layer with the best-dev weights (`..._at_best_dev`); the latest weights

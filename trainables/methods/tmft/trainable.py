@@ -3,7 +3,6 @@ loop) then dev (and, at the end, test) metrics; the best-dev weights as a senten
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from trainables.core.faults import maybe_inject_fault
 from trainables.encoders.loading import count_parameters, paper_parameter_count
 from trainables.evaluation import layer_embeddings
 from trainables.methods.tmft.encoder import ZERO_SHOT_STAGE, build_encoder
+from trainables.training.best_encoder import KeepsBestEncoder
 from trainables.training.pair_tasks import get_task
 from trainables.training.pair_training import PairFineTuning
 from trainables.training.trainable import EpochTrainable
@@ -30,7 +30,7 @@ class TMFTData:
     zero_shot: object = None
 
 
-class TMFTTrainable(PairFineTuning, EpochTrainable):
+class TMFTTrainable(KeepsBestEncoder, PairFineTuning, EpochTrainable):
     primary_metric = "spearman"
     pooling = "mean"
 
@@ -78,29 +78,6 @@ class TMFTTrainable(PairFineTuning, EpochTrainable):
             self.best_head = {k: v.detach().to("cpu", copy=True) for k, v in self.head.state_dict().items()}
         outputs = getattr(self, "last_outputs", None)
         self.best_dev_outputs = None if outputs is None or "dev" not in outputs else np.array(outputs["dev"])
-
-    def save_best(self, target: Path) -> None:
-        """`best/`: a sentence-transformers folder of the best-dev weights (hard links to `encoder/`
-        when the best epoch is the one just saved)."""
-        from trainables.encoders.st_folder import write_sentence_transformer
-        from trainables.evaluation.zero_shot import default_max_length
-
-        if self.best_weights is None:
-            return
-        encoder_dir = target.parent / "encoder"
-        if self.best_weights_epoch == self.saved_epoch and encoder_dir.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-            for file in encoder_dir.iterdir():
-                os.link(file, target / file.name)
-        else:
-            self.save_encoder(target, state_dict=self.best_weights)
-        write_sentence_transformer(target, self.pooling, default_max_length(self.task.model_path))
-
-    def load_best(self, source: Path) -> None:
-        from safetensors.torch import load_file
-
-        self.best_weights = load_file(str(source / "model.safetensors"))
-        self.best_weights_epoch = self.tracker.best_epoch
 
     def final_metrics(self) -> dict:
         """With the best-dev weights: the test scores (`<metric>_at_best_dev`, unless every epoch
