@@ -40,10 +40,10 @@ class TMFTTrainable(KeepsBestEncoder, PairFineTuning, EpochTrainable):
     def build(self, config: dict, data: TMFTData) -> None:
         task = data.tasks[config["model"]]
         self.suite = data.suite if config.get("eval_sets") else None
-        self.zero_shot = data.zero_shot if config.get("upstream_method") == ZERO_SHOT_STAGE else None
+        self.one_pass_scorer = data.zero_shot if config.get("upstream_method") == ZERO_SHOT_STAGE else None
         self.best_weights, self.best_weights_epoch, self.saved_epoch, self.best_head = None, None, None, None
         self.best_dev_outputs = None  # the best epoch's dev outputs: the test score at the end needs no dev pass
-        self.test_each_epoch = bool(config.get("test_every_epoch", True)) or self.epochs == 0
+        self.test_every_epoch = bool(config.get("test_every_epoch", True)) or self.epochs == 0
         encoder = build_encoder(
             task.model_path,
             int(config["layer"]),
@@ -58,12 +58,12 @@ class TMFTTrainable(KeepsBestEncoder, PairFineTuning, EpochTrainable):
         """Dev scores each epoch, and test scores too with `test_every_epoch` or at epoch 0 (else the
         test set is scored once, with the best-dev weights, in `final_metrics`); at epoch 0 of a
         zero-epoch sweep, the task's dev/test scores from the one-pass stage."""
-        if self.zero_shot is None or self.epoch > 0:
-            return super().evaluate(("dev", "test") if self.test_each_epoch else ("dev",))
+        if self.one_pass_scorer is None or self.epoch > 0:
+            return super().evaluate(("dev", "test") if self.test_every_epoch else ("dev",))
         embeddings, _ = layer_embeddings.load(
             self.trial_config["_upstream_path"], self.trial_config["layer"], self.pooling
         )
-        scores = self.zero_shot.score(embeddings)
+        scores = self.one_pass_scorer.score(embeddings)
         return {
             f"{split}_{metric}": scores[f"{name}_{metric}"]
             for split, name in self.task_def.zero_shot_sets.items()
@@ -83,7 +83,7 @@ class TMFTTrainable(KeepsBestEncoder, PairFineTuning, EpochTrainable):
         """With the best-dev weights: the test scores (`<metric>_at_best_dev`, unless every epoch
         scored test; the best epoch's dev outputs are kept, so only the test set is run) and the
         evaluation suite's scores (`--eval-sets`). The latest weights are put back afterwards."""
-        if self.test_each_epoch and self.suite is None:
+        if self.test_every_epoch and self.suite is None:
             return {}
         swap = self.best_weights_epoch != self.epoch  # the model holds the latest epoch's weights
         if swap:
@@ -97,7 +97,7 @@ class TMFTTrainable(KeepsBestEncoder, PairFineTuning, EpochTrainable):
             if self.head is not None and self.best_head is not None:
                 self.head.load_state_dict(self.best_head)
         out = {}
-        if not self.test_each_epoch:
+        if not self.test_every_epoch:
             dev = self.best_dev_outputs if self.best_dev_outputs is not None else self.predict(self.task.splits["dev"])
             scores = self.metrics_of(
                 {"dev": np.asarray(dev), "test": np.asarray(self.predict(self.task.splits["test"]))}
