@@ -251,7 +251,9 @@ def test_driver_killed_at_100_trials_and_resumed(cluster, place):
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait()
     resumed = start_driver(
-        [str(PROJECT_ROOT / "sweeps/electra_layers.py"), "--resume", place["uri"], "--address", cluster["address"]],
+        # a simulated sweep resumes only with --simulate: its other flags come from the sweep
+        [str(PROJECT_ROOT / "sweeps/electra_layers.py"), "--resume", place["uri"], "--simulate"]
+        + ["--address", cluster["address"]],
         cluster,
         place,
     )
