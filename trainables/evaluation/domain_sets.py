@@ -27,8 +27,8 @@ forum in `corpus.json` leaves it), as STS sets with constant gold are.
 
 Scoring follows USEB's code: SciDocs as pytrec_eval scores it (every titled query; an untitled or
 unknown relevant paper stays relevant and is never retrieved; ties by paper id descending: `Judged`
-in tasks.py); CQADupStack over every test question of a forum, a question whose duplicates are not in
-the pool scoring 0 (tasks.py's retrieval kind).
+in task_kinds.py); CQADupStack over every test question of a forum, a question whose duplicates are not in
+the pool scoring 0 (task_kinds.py's retrieval kind).
 """
 
 from __future__ import annotations
