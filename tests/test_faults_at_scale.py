@@ -240,6 +240,7 @@ def test_worker_raylet_killed_with_16_trials_on_it(cluster, place):
     assert node in {n for n, _ in per_gpu}
 
 
+@pytest.mark.resume_at_scale  # not in CI yet: see the marker's text in pyproject.toml
 def test_driver_killed_at_100_trials_and_resumed(cluster, place):
     name = "driver"
     argv = sweep_argv(cluster, place, name, seeds=52, epochs=2, seconds=4)  # 104 trials
