@@ -35,6 +35,27 @@ from trainables.core import object_storage
 from trainables.core.registry import Registry
 from trainables.core.settings import Float, Setting, Text
 
+STAGE_GROUP = "upstream stages"  # the --help section of every stage setting
+
+
+def stage_settings(kind: str, settings, defaults: dict | None = None) -> tuple[Setting, ...]:
+    """The settings of the stage kind `kind` as a method's flags, each declared once by the stage under the
+    name its stage config gives it (a shared declaration such as `LR`, or the stage's own): named
+    `<kind>_<name>` (`LR` becomes `--dapt-lr`), in --help's upstream-stages section, out of the trial
+    config (a stage's settings reach its trials through the params they record), and with the stage's
+    default `defaults[name]` (its `STAGE_DEFAULTS`, written as the flag takes it) where it has one."""
+    defaults = defaults or {}
+    return tuple(
+        setting.but(
+            name=f"{kind}_{setting.name}",
+            group=STAGE_GROUP,
+            config=False,
+            **({"default": setting.kind.to_config(defaults[setting.name])} if setting.name in defaults else {}),
+        )
+        for setting in settings
+    )
+
+
 # Where and on what stages run: settings of every method that runs upstream stages.
 STORE_SETTINGS = (
     Setting(
@@ -42,7 +63,7 @@ STORE_SETTINGS = (
         Text(),
         None,
         "the stage store (default: <storage-path>/stages): a local or shared folder, or an s3:// URI",
-        group="upstream stages",
+        group=STAGE_GROUP,
         config=False,
     ),
     Setting(
@@ -50,7 +71,7 @@ STORE_SETTINGS = (
         Float(above=0),
         None,
         "CPUs per stage task (default: --cpus-per-trial)",
-        group="upstream stages",
+        group=STAGE_GROUP,
         config=False,
     ),
     Setting(
@@ -58,7 +79,7 @@ STORE_SETTINGS = (
         Float(low=0),
         None,
         "GPUs per stage task (default: 1 when trials use GPUs, else 0)",
-        group="upstream stages",
+        group=STAGE_GROUP,
         config=False,
     ),
 )
@@ -72,8 +93,9 @@ class StageKind:
     `compute(spec, out_dir) -> result` builds it, `downstream` is the method of the trials that start
     from it, `task` what its MLflow run records, `params` that run's params beyond the stage config
     (`stage_<key>`) and the common ones: by default the config values named in `recorded`.
-    `settings`: the settings (trainables/core/settings.py, each named `<kind>_...`) a method that runs
-    the stage takes, declared once here; they are flags of that method's script, checked with its own."""
+    `settings`: the settings (trainables/core/settings.py) a method that runs the stage takes, declared
+    once by the stage and named `<kind>_...` by `stage_settings`; they are flags of that method's script,
+    checked with its own."""
 
     name = ""
     downstream = ""

@@ -42,11 +42,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from trainables.core import settings as shared
 from trainables.core.errors import SweepInputError
 from trainables.core.settings import Auto, Choice, Float, Int, Names, Setting
 from trainables.data.sentences import DAPT_SOURCES
 from trainables.encoders.mlm import HEADS, MLM_PROBABILITY, mlm_model
-from trainables.stages.upstream import STAGES, StageKind
+from trainables.stages.upstream import STAGES, StageKind, stage_settings
 
 STAGE_DEFAULTS = {
     "epochs": 10,
@@ -69,7 +70,6 @@ STAGE_DEFAULTS = {
 # accumulation 8 (docs/methods.md ambiguity 8).
 SCHEDULES = ("steps", "authors")
 PAPER = "ELECTRA paper §4 (domain-adaptive pre-training)"
-_GROUP = "upstream stages"
 
 
 class Clip(Auto):
@@ -86,85 +86,45 @@ class Sources(Names):
         return super().parse(value.replace("+", ",") if isinstance(value, str) else value)
 
 
-SETTINGS = (
-    Setting(
-        "dapt_epochs",
-        Int(low=0),
-        STAGE_DEFAULTS["epochs"],
-        "DAPT stage epochs",
-        group=_GROUP,
-        source=PAPER,
-        config=False,
+SETTINGS = stage_settings(
+    "dapt",
+    (
+        shared.EPOCHS.but(help="DAPT stage epochs", source=PAPER),
+        shared.BATCH_SIZE.but(help="DAPT stage batch size", source=PAPER),
+        Setting(
+            "accumulation",
+            Int(low=1),
+            help="gradient accumulation steps (effective batch = batch x this)",
+            source=PAPER,
+        ),
+        shared.LR.but(help="DAPT stage learning rate", source=PAPER),
+        Setting(
+            "corpus",
+            Sources(known=lambda: list(DAPT_SOURCES)),
+            ["sick", "stsb-train", "wiki"],
+            "comma-separated sentence sources: sick, stsb-train, wiki, allnli (the paper's SNLI+MultiNLI), snli, "
+            "multinli",
+        ),
+        Setting("max_sentences", Int(low=1), None, "a deterministic subset of the corpus (quick runs)"),
+        Setting(
+            "head",
+            Choice(HEADS),
+            help="auto: the checkpoint's MLM head, or a new tied one if it has none; authors: always a new head, "
+            "only its tied decoder trained",
+        ),
+        Setting(
+            "schedule",
+            Choice(SCHEDULES),
+            help="steps: warm-up over 10% of the optimiser steps (the paper); authors: counted in batches, so the "
+            "rate peaks at 80% of training (the authors' code)",
+        ),
+        Setting(
+            "clip",
+            Clip(Float(above=0), word="none"),
+            help="gradient clipping norm of the DAPT stage (the paper: 1.0), or 'none' (the authors' code)",
+        ),
     ),
-    Setting(
-        "dapt_batch_size",
-        Int(low=1),
-        STAGE_DEFAULTS["batch_size"],
-        "DAPT stage batch size",
-        group=_GROUP,
-        source=PAPER,
-        config=False,
-    ),
-    Setting(
-        "dapt_accumulation",
-        Int(low=1),
-        STAGE_DEFAULTS["accumulation"],
-        "gradient accumulation steps (effective batch = batch x this)",
-        group=_GROUP,
-        source=PAPER,
-        config=False,
-    ),
-    Setting(
-        "dapt_lr",
-        Float(above=0),
-        STAGE_DEFAULTS["lr"],
-        "DAPT stage learning rate",
-        group=_GROUP,
-        source=PAPER,
-        config=False,
-    ),
-    Setting(
-        "dapt_corpus",
-        Sources(known=lambda: list(DAPT_SOURCES)),
-        ["sick", "stsb-train", "wiki"],
-        "comma-separated sentence sources: sick, stsb-train, wiki, allnli (the paper's SNLI+MultiNLI), snli, multinli",
-        group=_GROUP,
-        config=False,
-    ),
-    Setting(
-        "dapt_max_sentences",
-        Int(low=1),
-        None,
-        "a deterministic subset of the corpus (quick runs)",
-        group=_GROUP,
-        config=False,
-    ),
-    Setting(
-        "dapt_head",
-        Choice(HEADS),
-        STAGE_DEFAULTS["head"],
-        "auto: the checkpoint's MLM head, or a new tied one if it has none; authors: always a new head, only its "
-        "tied decoder trained",
-        group=_GROUP,
-        config=False,
-    ),
-    Setting(
-        "dapt_schedule",
-        Choice(SCHEDULES),
-        STAGE_DEFAULTS["schedule"],
-        "steps: warm-up over 10% of the optimiser steps (the paper); authors: counted in batches, so the rate "
-        "peaks at 80% of training (the authors' code)",
-        group=_GROUP,
-        config=False,
-    ),
-    Setting(
-        "dapt_clip",
-        Clip(Float(above=0), word="none"),
-        "1.0",
-        "gradient clipping norm of the DAPT stage (the paper: 1.0), or 'none' (the authors' code)",
-        group=_GROUP,
-        config=False,
-    ),
+    STAGE_DEFAULTS,
 )
 
 

@@ -27,7 +27,7 @@ from trainables.encoders.precision import stage_precision
 from trainables.methods.tmft import dapt, word_similarity
 from trainables.methods.tmft.method import TMFT
 from trainables.stages.store import stage_root
-from trainables.stages.upstream import STAGES, STORE_SETTINGS
+from trainables.stages.upstream import STAGE_GROUP, STAGES, STORE_SETTINGS
 
 IMPROVEMENTS = ("none", "ws", "dapt", "tsdae")  # none: plain TMFT, no stage
 ALIASES = {"both": ("ws", "dapt")}
@@ -50,7 +50,7 @@ IMPROVEMENT = Setting(
     ["both"],
     "comma-separated: ws (word-similarity TMFT at layer l, then STS TMFT), dapt (MLM pre-training, then TMFT), "
     "tsdae (TSDAE, then TMFT), none (plain TMFT beside them); both = ws,dapt",
-    group="upstream stages",
+    group=STAGE_GROUP,
     config=False,
 )
 DAPT_CLIP = by_name(dapt.SETTINGS)["dapt_clip"]

@@ -24,9 +24,10 @@ import math
 import time
 from pathlib import Path
 
-from trainables.core.settings import Choice, Float, Int, Setting
+from trainables.core import settings as shared
+from trainables.core.settings import Choice, Setting
 from trainables.data.word_similarity import SPLIT_METHODS
-from trainables.stages.upstream import STAGES, StageKind
+from trainables.stages.upstream import STAGES, StageKind, stage_settings
 
 STAGE_DEFAULTS = {
     "epochs": 50,
@@ -42,61 +43,28 @@ STAGE_DEFAULTS = {
 }
 SELECTIONS = ("cosine", "max4")
 PAPER = "ELECTRA paper §4 (word-similarity fine-tuning)"
-_GROUP = "upstream stages"
-SETTINGS = (
-    Setting(
-        "ws_epochs",
-        Int(low=0),
-        STAGE_DEFAULTS["epochs"],
-        "word-similarity stage epochs (best dev epoch kept)",
-        group=_GROUP,
-        source=PAPER,
-        config=False,
+SETTINGS = stage_settings(
+    "ws",
+    (
+        shared.EPOCHS.but(help="word-similarity stage epochs (best dev epoch kept)", source=PAPER),
+        shared.BATCH_SIZE.but(help="word-similarity stage batch size", source=PAPER),
+        shared.LR.but(help="word-similarity stage learning rate", source=PAPER),
+        Setting(
+            "selection",
+            Choice(SELECTIONS),
+            help="best-epoch rule: dev Spearman of the cosine (the paper), or the authors' max over cosine, "
+            "Euclidean, Manhattan and dot",
+        ),
+        shared.MAX_TRAIN_SAMPLES.but(help="train the WS stage on a deterministic subset of word pairs"),
+        Setting(
+            "split",
+            Choice(SPLIT_METHODS),
+            STAGE_DEFAULTS["split_method"],
+            "word-pair split: numpy (seeded, this project's), sklearn-compat (the authors' train_test_split with "
+            "np.random.seed(0))",
+        ),
     ),
-    Setting(
-        "ws_batch_size",
-        Int(low=1),
-        STAGE_DEFAULTS["batch_size"],
-        "word-similarity stage batch size",
-        group=_GROUP,
-        source=PAPER,
-        config=False,
-    ),
-    Setting(
-        "ws_lr",
-        Float(above=0),
-        STAGE_DEFAULTS["lr"],
-        "word-similarity stage learning rate",
-        group=_GROUP,
-        source=PAPER,
-        config=False,
-    ),
-    Setting(
-        "ws_selection",
-        Choice(SELECTIONS),
-        STAGE_DEFAULTS["selection"],
-        "best-epoch rule: dev Spearman of the cosine (the paper), or the authors' max over cosine, Euclidean, "
-        "Manhattan and dot",
-        group=_GROUP,
-        config=False,
-    ),
-    Setting(
-        "ws_max_train_samples",
-        Int(low=1),
-        None,
-        "train the WS stage on a deterministic subset of word pairs",
-        group=_GROUP,
-        config=False,
-    ),
-    Setting(
-        "ws_split",
-        Choice(SPLIT_METHODS),
-        STAGE_DEFAULTS["split_method"],
-        "word-pair split: numpy (seeded, this project's), sklearn-compat (the authors' train_test_split with "
-        "np.random.seed(0))",
-        group=_GROUP,
-        config=False,
-    ),
+    STAGE_DEFAULTS,
 )
 
 

@@ -11,7 +11,7 @@ from trainables.core.settings import Choice, Int, Setting, Text
 from trainables.methods.tsdae.noise import NOISES
 from trainables.methods.tsdae.settings import LAST_BATCH, PAPER
 from trainables.methods.tsdae.training import Training, check_corpus, check_decoder, read_corpus
-from trainables.stages.upstream import STAGES, StageKind
+from trainables.stages.upstream import STAGES, StageKind, stage_settings
 
 NOISE = Setting(
     "noise",
@@ -21,48 +21,40 @@ NOISE = Setting(
     "replace, add: Appendix A Table 5's other types, 0.3 of the words (noise.py)",
     source="TSDAE paper §3.2, Appendix A Tables 5-6",
 )
-_GROUP = "upstream stages"
 _TSDAE = PAPER["tsdae"]
 # The stage trains at TSDAE's settings (settings.py PAPER) but for the step budget and the length,
 # which are the project's (10,000 steps, 128 tokens).
-SETTINGS = tuple(
-    setting.but(group=_GROUP, config=False)  # they reach trials through `downstream_params`
-    for setting in (
-        Setting("tsdae_steps", Int(low=1), 10_000, "TSDAE stage: optimiser steps (project; the paper: 100K)"),
+SETTINGS = stage_settings(
+    "tsdae",
+    (
+        Setting("steps", Int(low=1), 10_000, "TSDAE stage: optimiser steps (project; the paper: 100K)"),
         shared.BATCH_SIZE.but(
-            name="tsdae_batch_size",
             default=_TSDAE["batch_size"].value,
             help="TSDAE stage: sentences a batch",
             source=_TSDAE["batch_size"].source,
         ),
         shared.LR.but(
-            name="tsdae_lr",
             default=_TSDAE["lr"].value,
             help="TSDAE stage: AdamW, constant, weight decay 0, clipping 1",
             source=_TSDAE["lr"].source,
         ),
         shared.POOLING.but(
-            name="tsdae_pooling",
             kind=Choice(("cls", "mean")),
             default=_TSDAE["pooling"].value,
             help="TSDAE stage: how token vectors become a sentence vector",
             source=_TSDAE["pooling"].source,
         ),
-        NOISE.but(name="tsdae_noise", help="TSDAE stage: " + NOISE.help),
+        NOISE.but(help="TSDAE stage: " + NOISE.help),
         shared.MAX_LENGTH.but(
-            name="tsdae_max_length",
             kind=Int(low=1),
             default=128,
             help="TSDAE stage: tokens (project; the released code truncates at the model's limit only)",
         ),
         Setting(
-            "tsdae_corpus",
-            Text(),
-            "wiki",
-            "TSDAE stage: 'wiki' (the Wikipedia sample) or a text file, one sentence a line",
+            "corpus", Text(), "wiki", "TSDAE stage: 'wiki' (the Wikipedia sample) or a text file, one sentence a line"
         ),
-        Setting("tsdae_max_sentences", Int(low=1), None, "TSDAE stage: the first N sentences of the corpus"),
-    )
+        Setting("max_sentences", Int(low=1), None, "TSDAE stage: the first N sentences of the corpus"),
+    ),
 )
 
 
