@@ -68,9 +68,10 @@ def stage_params(spec: dict, static: dict) -> dict:
             "model_identity": spec["model_identity"],
             "data_sha": spec["data_checksum"],
             "random_init": config.get("random_init", False),
-            **{k: config[k] for k in ("seed", "epochs", "lr", "batch_size") if k in config},
         }
     )
+    # the trial params its config holds (seed, epochs, lr, batch_size, ...): a stage's run reads like a trial's
+    params.update({k: config[k] for k in schema.PARAMS if k in config and k not in params})
     params.update(kind.params(config))
     return params
 
