@@ -73,27 +73,12 @@ def _stage_configs() -> dict:
 
     load()
     a = vars(parser_for("improvements").parse_args([]))
+    common = {"epochs": 1, "batch_size": 8, "lr": 1e-5, "random_init": False}
     return {
         "ws": word_similarity.stage_config(
-            3,
-            epochs=1,
-            batch_size=8,
-            lr=1e-5,
-            selection="cosine",
-            random_init=False,
-            max_train_samples=None,
-            max_eval_samples=None,
+            3, **common, selection="cosine", max_train_samples=None, max_eval_samples=None
         ),
-        "dapt": dapt.stage_config(
-            corpus="sick",
-            epochs=1,
-            batch_size=8,
-            accumulation=1,
-            lr=1e-5,
-            head="auto",
-            random_init=False,
-            max_sentences=None,
-        ),
+        "dapt": dapt.stage_config(**common, corpus="sick", accumulation=1, head="auto", max_sentences=None),
         "tsdae": STAGES.get("tsdae").config(a),
     }
 
