@@ -1,6 +1,7 @@
 """The layout's rules, checked on the code itself: a method package never imports another method's
 modules, shared code never imports a method, the shared parts import only the floors below their
-own (docs/architecture.md), and each method's losses and models (and the shared training loop)
+own (docs/architecture.md), no two modules import each other (no cycle), no module over 600 lines
+nor function over 100, and each method's losses and models (and the shared training loop)
 import without Ray."""
 
 from __future__ import annotations
@@ -130,3 +131,28 @@ def test_no_module_over_600_lines_and_no_function_over_100_outside_tests():
                 if lines > FUNCTION_LINES:
                     over[f"{name}:{node.name}"] = lines
     assert not over, f"over {MODULE_LINES} lines a module or {FUNCTION_LINES} a function: {over}"
+
+
+def module_level_imports(path: Path) -> set[str]:
+    """What a module imports when it is itself imported: its top-level `import`s (an import inside a function
+    runs later, when it is called)."""
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return found
+
+
+def test_no_import_cycles_between_the_projects_modules():
+    import graphlib
+
+    listed = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+    paths = [ROOT / n for n in listed.stdout.split() if n.split("/")[0] in ("trainables", "sweeps", "analysis")]
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p for p in paths}
+    graph = {name: module_level_imports(path) & set(modules) - {name} for name, path in modules.items()}
+    try:
+        list(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as error:
+        pytest.fail(f"modules import each other in a cycle: {' -> '.join(error.args[1])}")
