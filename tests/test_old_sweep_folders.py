@@ -58,15 +58,16 @@ def run(code_root: Path, argv: list[str], env: dict) -> subprocess.CompletedProc
 
 
 @pytest.mark.sweep
-def test_a_sweep_of_the_old_package_layout_resumes_and_reports_with_the_new_code(tmp_path, data_dir):
+def test_a_sweep_of_the_old_package_layout_resumes_and_reports_with_the_new_code(sweep_env, tmp_path, capsys):
     import mlflow
 
+    from analysis.__main__ import main as analysis_main
+    from sweeps.evaluate import main
+
     old = old_layout(tmp_path / "old-code")
-    storage, uri = tmp_path / "runs", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    storage, uri = sweep_env["storage"], sweep_env["uri"]
     env = {**os.environ, "OLD_LAYOUT_FAULT": str(tmp_path / "fault-fired")}
-    flags = ["--smoke-test", "--storage-path", str(storage), "--mlflow-uri", uri, "--experiment", "old"]
-    flags += ["--data-dir", str(data_dir), "--cpus-per-trial", "0.5", "--gpus-per-trial", "0"]
-    flags += ["--name", "old", "--max-failures", "0"]
+    flags = ["--smoke-test", *sweep_env["base"], "--experiment", "old", "--name", "old", "--max-failures", "0"]
 
     done = run(old, ["-c", "import trainables.methods.zero_shot.trainable as t; print(t.__file__)"], env)
     assert done.stdout.startswith(str(old / OLD_PACKAGE)), done.stderr[-2000:]
@@ -74,9 +75,9 @@ def test_a_sweep_of_the_old_package_layout_resumes_and_reports_with_the_new_code
     assert done.returncode == 1, "the old sweep must end with its one errored trial: " + done.stderr[-3000:]
     assert (tmp_path / "fault-fired").exists()
 
-    resumed = run(ROOT, ["sweeps/evaluate.py", "--resume", str(storage / "old")], env)
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "trials 5/5 done, 0 running, 0 pending, 0 errored" in resumed.stdout
+    capsys.readouterr()
+    assert main(["--resume", str(storage / "old")]) == 0
+    assert "trials 5/5 done, 0 running, 0 pending, 0 errored" in capsys.readouterr().out
 
     client = mlflow.MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("old").experiment_id])
@@ -87,8 +88,7 @@ def test_a_sweep_of_the_old_package_layout_resumes_and_reports_with_the_new_code
     assert all(r.info.status == "FINISHED" and "mean_spearman" in r.data.metrics for r in trials)
 
     out = tmp_path / "report"
-    report = run(ROOT, ["-m", "analysis", "report", "--mlflow-uri", uri, "--out", str(out)], env)
-    assert report.returncode == 0, report.stderr[-3000:]
-    assert "5 trial runs (0 left out)" in report.stdout
+    assert analysis_main(["report", "--mlflow-uri", uri, "--out", str(out)]) == 0
+    assert "5 trial runs (0 left out)" in capsys.readouterr().out
     table = (out / "tables" / "scores_evaluate_all.csv").read_text().splitlines()
     assert len(table) == 6  # a header and the five layers
