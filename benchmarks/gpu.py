@@ -285,7 +285,7 @@ def default_tokenizer() -> str:
     return str(models_dir() / "sentence-transformers" / "all-MiniLM-L6-v2")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="bert-base,electra-base-generator", help=f"from {', '.join(MODEL_SHAPES)}")
     parser.add_argument("--precisions", default="fp32,bf16")
@@ -314,17 +314,11 @@ def main() -> None:
         help="a real model folder instead of --models (its own tokenizer): the seeds' scores then compare precisions",
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        return worker(args.worker)
+    return parser.parse_args()
 
-    import torch
 
-    context = cuda_context_bytes()
-    from sweeps.engine.packing import trials_per_gpu
-    from trainables.core.paths import default_data_dir
-
-    data_dir = args.data_dir or str(default_data_dir())
+def prepare(args) -> str:
+    """Fill what `--smoke` and `--weights` imply into `args`; the tokenizer folder, refused when it holds none."""
     if args.smoke:
         from trainables.encoders.tiny import build_tiny_model
 
@@ -338,6 +332,21 @@ def main() -> None:
             f"no tokenizer at {tokenizer}: pass --tokenizer DIR (a BERT-uncased WordPiece tokenizer) or run "
             "`embsweep-assets install sentence-transformers/all-MiniLM-L6-v2`"
         )
+    return tokenizer
+
+
+def main() -> None:
+    args = parse_args()
+    if args.worker:
+        return worker(args.worker)
+
+    import torch
+
+    context = cuda_context_bytes()
+    from trainables.core.paths import default_data_dir
+
+    data_dir = args.data_dir or str(default_data_dir())
+    tokenizer = prepare(args)
     task = tokenised_stsb(tokenizer, data_dir, args.train_pairs, args.eval_pairs)
     from transformers import AutoTokenizer
 
@@ -345,9 +354,6 @@ def main() -> None:
     cuda = torch.cuda.is_available()
     gpu = torch.cuda.get_device_name() if cuda else "none (CPU)"
     gpu_memory_gb = args.gpu_memory_gb or (torch.cuda.get_device_properties(0).total_memory / 1024**3 if cuda else 24.0)
-    models = args.models.split(",")
-    precisions = args.precisions.split(",")
-    counts = [int(n) for n in args.concurrency.split(",")]
     print(
         f"device: {gpu}; CUDA context per process {context / 2**30 if context else 0:.2f} GiB; torch "
         f"{torch.__version__}; {len(task.splits['train'])} training pairs, "
@@ -355,62 +361,63 @@ def main() -> None:
         f"{args.batch_size}",
         flush=True,
     )
-
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         with open(folder / "task.pkl", "wb") as handle:
             pickle.dump(task, handle)
-        for n in counts:  # every configuration alone first, so a cut-short run still has them
-            for name in models:
-                depth = (
-                    weights_config(args.weights).num_hidden_layers
-                    if args.weights
-                    else MODEL_SHAPES[name]["num_hidden_layers"]
-                )
-                layer = args.layer if args.layer is not None else depth
-                for precision in precisions:
-                    spec = {
-                        "model": name,
-                        "vocab_size": vocab_size,
-                        "layer": layer,
-                        "precision": precision,
-                        "weights": args.weights,
-                        "epochs": args.epochs,
-                        "batch_size": args.batch_size,
-                        "task": str(folder / "task.pkl"),
-                    }
-                    row = run_batch(name, spec, n, folder)
-                    if context is not None:  # sampling can miss a short peak; a process holds at least this
-                        row["memory_per_trial"] = max(row["memory_per_trial"], row["peak_reserved"] + context)
-                    row.update(
-                        layer=layer,
-                        estimate=estimates(
-                            name,
-                            task,
-                            vocab_size,
-                            layer,
-                            args.batch_size,
-                            args.epochs,
-                            args.gpu_tflops,
-                            row["precision_used"],
-                            args.weights,
-                        ),
-                    )
-                    row["packing_trials_per_gpu"] = trials_per_gpu(row["estimate"]["memory"], gpu_memory_gb)
-                    rows.append(row)
-                    print(
-                        f"  {name} L{layer} {row['precision_used']} x{n}: {row['wall_s']:.1f} s, "
-                        f"{row['trials_per_hour']:.0f} trials/h, start-up {row['startup_s']:.1f} s; dev/test "
-                        "Spearman by seed "
-                        + ", ".join(f"{d:.2f}/{t:.2f}" for d, t in zip(row["dev_spearman"], row["test_spearman"])),
-                        flush=True,
-                    )
-                    if args.out:
+        for n in [int(n) for n in args.concurrency.split(",")]:  # every configuration alone first
+            for name in args.models.split(","):
+                for precision in args.precisions.split(","):
+                    rows.append(measure(args, name, precision, n, task, vocab_size, folder, context, gpu_memory_gb))
+                    if args.out:  # after each row, so that a run cut short still has them
                         Path(args.out).write_text(
                             json.dumps({"device": gpu, "cuda_context": context, "rows": rows}, indent=1)
                         )
     report(rows, gpu, args.gpu_tflops)
+
+
+def measure(args, name, precision, n, task, vocab_size, folder, context, gpu_memory_gb) -> dict:
+    """One row: `n` trials of model `name` at `precision` at once, their figures beside the cost model's."""
+    from sweeps.engine.packing import trials_per_gpu
+
+    depth = weights_config(args.weights).num_hidden_layers if args.weights else MODEL_SHAPES[name]["num_hidden_layers"]
+    layer = args.layer if args.layer is not None else depth
+    spec = {
+        "model": name,
+        "vocab_size": vocab_size,
+        "layer": layer,
+        "precision": precision,
+        "weights": args.weights,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "task": str(folder / "task.pkl"),
+    }
+    row = run_batch(name, spec, n, folder)
+    if context is not None:  # sampling can miss a short peak; a process holds at least this
+        row["memory_per_trial"] = max(row["memory_per_trial"], row["peak_reserved"] + context)
+    row.update(
+        layer=layer,
+        estimate=estimates(
+            name,
+            task,
+            vocab_size,
+            layer,
+            args.batch_size,
+            args.epochs,
+            args.gpu_tflops,
+            row["precision_used"],
+            args.weights,
+        ),
+    )
+    row["packing_trials_per_gpu"] = trials_per_gpu(row["estimate"]["memory"], gpu_memory_gb)
+    print(
+        f"  {name} L{layer} {row['precision_used']} x{n}: {row['wall_s']:.1f} s, "
+        f"{row['trials_per_hour']:.0f} trials/h, start-up {row['startup_s']:.1f} s; dev/test "
+        "Spearman by seed " + ", ".join(f"{d:.2f}/{t:.2f}" for d, t in zip(row["dev_spearman"], row["test_spearman"])),
+        flush=True,
+    )
+    return row
 
 
 def report(rows: list[dict], gpu: str, gpu_tflops: float) -> None:

@@ -42,7 +42,7 @@ def run_variant(label: str, flags: list[str], concurrency: int) -> tuple[float, 
     wall = time.perf_counter() - started
     own = sum(r.metrics["wall_time_s"] for r in results if r.metrics)
     ideal = own / concurrency
-    split = decompose(results, started_at, started_at + wall)
+    split = decompose(results, started_at)
     line = f"{label:<28} {len(results):>6} {wall:>10.1f} {own:>14.1f} {ideal:>10.1f} {100 * (wall / ideal - 1):>9.1f}%"
     if split["workers"] < len(results):  # with one worker per trial there is nothing between trials to measure
         line += f" {split['startup']:>9.1f} {split['gaps']:>9.1f} {100 * split['gaps'] / split['busy']:>11.1f}%"
@@ -50,7 +50,7 @@ def run_variant(label: str, flags: list[str], concurrency: int) -> tuple[float, 
     return wall, ideal, len(results)
 
 
-def decompose(results, fit_start: float, fit_end: float) -> dict:
+def decompose(results, fit_start: float) -> dict:
     """Where the lost time goes, from the trials' own result timestamps: `startup` = mean time
     from the start of the sweep to each worker's first trial (worker start, imports); `gaps` =
     the time workers sat between two of their trials (Tune's per-trial handling: result and

@@ -6,7 +6,7 @@
     python sweeps/evaluate.py --smoke-test              # a tiny random model, in seconds
 
 Models x poolings x layers are trials on Ray (one MLflow run each, under one parent run per
-sweep); all of a model's layers come from one forward pass (trainables/methods/zero_shot/method.py). `--help`
+sweep); all of a model's layers come from one forward pass (trainables/methods/evaluate/method.py). `--help`
 lists every flag.
 """
 

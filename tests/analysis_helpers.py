@@ -252,7 +252,7 @@ def evaluation_store(directory) -> str:
     """The zero-shot evaluation sweep described in the module docstring; returns its URI."""
     from argparse import Namespace
 
-    from trainables.methods.zero_shot.method import Evaluate
+    from trainables.methods.evaluate.method import Evaluate
 
     contract = Evaluate.metrics(Namespace(sets=list(EVAL_SETS))).params()
     rows = [

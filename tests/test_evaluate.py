@@ -15,7 +15,7 @@ from trainables.core.method import PlanContext
 from trainables.core.settings import resolve
 from trainables.encoders.loading import config_without_loading
 from trainables.evaluation.sets import PAPER_SETS
-from trainables.methods.zero_shot.method import Evaluate
+from trainables.methods.evaluate.method import Evaluate
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 KEYS = "method model layer pooling sets max_length stage_key upstream_run_id _upstream_path".split()

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainables.core.object_storage import file_manifest
+from trainables.core.verified_copies import file_manifest
 from trainables.training.trainable import BEST_DIR, BEST_FILES, EpochTrainable
 
 SENTENCES = ["A man is playing a guitar.", "Two dogs run on the beach.", "A woman slices an onion."]

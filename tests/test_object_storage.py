@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sweeps.engine import storage
-from trainables.core import object_storage
+from trainables.core import conditional_writes, object_storage, verified_copies
 from trainables.core.errors import SweepInputError
 
 
@@ -67,11 +67,11 @@ def test_two_conditional_creates_one_wins(s3):
 
     target = object_storage.join(s3.uri("locks"), "key.claim.0")
     with ThreadPoolExecutor(8) as pool:
-        tags = list(pool.map(lambda i: object_storage.create_if_absent(target, str(i).encode()), range(8)))
+        tags = list(pool.map(lambda i: conditional_writes.create_if_absent(target, str(i).encode()), range(8)))
     assert sum(tag is not None for tag in tags) == 1
-    content, tag = object_storage.read_versioned(target)
-    assert object_storage.replace_if_match(target, b"next", "stale-etag") is None
-    assert object_storage.replace_if_match(target, b"next", tag) is not None
+    content, tag = conditional_writes.read_versioned(target)
+    assert conditional_writes.replace_if_match(target, b"next", "stale-etag") is None
+    assert conditional_writes.replace_if_match(target, b"next", tag) is not None
     assert s3.read("locks/key.claim.0") == b"next"
 
 
@@ -145,7 +145,7 @@ def _checkpoint_in_bucket(s3, tmp_path, run_name="trial"):
     (local / "best").mkdir(parents=True)
     (local / "best" / "config.json").write_text('{"model_type": "bert"}')
     (local / "best" / "model.safetensors").write_bytes(b"\x00" * 4096)
-    listing = object_storage.file_manifest(local / "best")
+    listing = verified_copies.file_manifest(local / "best")
     (local / BEST_FILES).write_text(json.dumps(listing))
     checkpoint = object_storage.join(s3.uri("runs"), "sweep", run_name, "checkpoint_000001")
     object_storage.upload_dir(local, checkpoint)
@@ -209,7 +209,7 @@ def test_a_write_during_an_outage_waits_for_the_store(s3, capsys):
     s3.server.outage()
     threading.Timer(3.0, s3.server.restore).start()
     started = time.monotonic()
-    assert object_storage.create_if_absent(target, b"{}") is not None
+    assert conditional_writes.create_if_absent(target, b"{}") is not None
     assert time.monotonic() - started >= 2.5
     assert s3.read("runs/during-outage.json") == b"{}"
     err = capsys.readouterr().err
@@ -223,7 +223,7 @@ def test_a_write_gives_up_after_the_retry_time(s3, monkeypatch):
     s3.server.outage()
     try:
         with pytest.raises(object_storage.StorageUnavailable):
-            object_storage.create_if_absent(object_storage.join(s3.uri("runs"), "never.json"), b"{}")
+            conditional_writes.create_if_absent(object_storage.join(s3.uri("runs"), "never.json"), b"{}")
     finally:
         s3.server.restore()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainables.core.object_storage import file_manifest
+from trainables.core.verified_copies import file_manifest
 from trainables.training import retention
 from trainables.training.trainable import BEST_DIR, BEST_FILES, EpochTrainable
 

@@ -111,7 +111,7 @@ def test_the_plan_scores_each_model_by_its_own_pipeline_unless_a_pooling_is_aske
 ):
     from sweeps.engine.runner import parser_for
     from trainables.core.method import PlanContext
-    from trainables.methods.zero_shot.method import Evaluate
+    from trainables.methods.evaluate.method import Evaluate
 
     def plan(*flags):
         args = parser_for("evaluate").parse_args(["--sets", "stsb", "--data-dir", str(data_dir), *flags])
@@ -137,7 +137,7 @@ def test_the_plan_scores_each_model_by_its_own_pipeline_unless_a_pooling_is_aske
 
 def test_the_dry_run_counts_the_models_own_pipeline_once(kept_mlp):
     from sweeps.engine.runner import parser_for
-    from trainables.methods.zero_shot.method import Evaluate
+    from trainables.methods.evaluate.method import Evaluate
 
     def trials(*flags):
         return Evaluate.estimate(parser_for("evaluate").parse_args(list(flags))).trials

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainables.core import object_storage
+from trainables.core import object_storage, verified_copies
 from trainables.core.errors import SweepInputError
 from trainables.core.object_storage import StorageUnavailable
 from trainables.stages.manifest import MANIFEST
@@ -145,7 +145,7 @@ def test_local_stage_is_a_verified_copy_and_refuses_a_changed_stage(s3, tmp_path
     with pytest.raises(SweepInputError, match="no finished stage"):
         local_stage(object_storage.join(root, "0" * 64))
 
-    monkeypatch.setenv(object_storage.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(verified_copies.CACHE_ENV, str(tmp_path / "cache"))
     copy = local_stage(location)
     assert copy.is_relative_to(tmp_path / "cache") and local_stage(location) == copy
     assert (copy / "encoder" / "model.bin").read_bytes() == b"\x01\x02" * 512
@@ -158,7 +158,7 @@ def test_local_stage_is_a_verified_copy_and_refuses_a_changed_stage(s3, tmp_path
     ]
 
     s3.client.put_object(Bucket=s3.bucket, Key=f"stages/{KEY}/{manifest['attempt']}/params.json", Body=b'{"1": 999}')
-    monkeypatch.setenv(object_storage.CACHE_ENV, str(tmp_path / "another-node"))
+    monkeypatch.setenv(verified_copies.CACHE_ENV, str(tmp_path / "another-node"))
     with pytest.raises(SweepInputError, match="does not match"):
         local_stage(location)
 

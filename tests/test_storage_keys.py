@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainables.core import object_storage
+from trainables.core import conditional_writes, object_storage
 from trainables.core.errors import SweepInputError, redact
 
 BAD_KEYS = {"dot-dot": ("p/../../etc", ".."), "dot": ("p/./q", "."), "empty segment": ("p//q", "")}
@@ -115,7 +115,7 @@ def test_a_finished_sweep_writes_the_secret_nowhere(s3, sweep_env, tiny_models, 
 
     secret = f"planted-{uuid.uuid4().hex}"
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)  # moto takes any secret
-    object_storage._CLIENTS.clear()
+    conditional_writes._CLIENTS.clear()
     flags = list(sweep_env["flags"])
     flags[flags.index("--storage-path") + 1] = s3.uri("runs")
     code = main([*flags, "--models", tiny_models["bert"], "--layers", "1", "--seeds", "0", "--epochs", "1"])

@@ -191,7 +191,7 @@ def test_official_ct_is_two_models_groups_of_8_pairs_rmsprop_schedule_and_no_dro
     import torch
     from sentence_transformers import losses
 
-    from trainables.methods.tsdae.training import CT_RATES, ct_rate
+    from trainables.methods.tsdae.settings import CT_RATES, learning_rate
 
     training = _training(tiny_models["bert"], "ct", stsb_sentences[:200])
     assert (training.config["batch_size"], training.config["pooling"], training.config["max_length"]) == (
@@ -217,7 +217,8 @@ def test_official_ct_is_two_models_groups_of_8_pairs_rmsprop_schedule_and_no_dro
     assert not training.loss.training and not training.st.training  # dropout off while training
     assert not torch.equal(copy_before, training.loss.model1[0].auto_model.encoder.layer[0].output.dense.weight)
     assert training.optimizer.param_groups[0]["lr"] == CT_RATES[0]
-    assert [ct_rate(s) for s in (0, 499, 500, 1999, 2000, 10_000)] == [1e-5, 1e-5, 8e-6, 4e-6, 2e-6, 2e-6]
+    ct = {"lr": CT_RATES[0], "schedule": "ct-piecewise"}  # M5's piecewise-constant rate at optimiser step s
+    assert [learning_rate(ct, s) for s in (0, 499, 500, 1999, 2000, 10_000)] == [1e-5, 1e-5, 8e-6, 4e-6, 2e-6, 2e-6]
     in_batch = _training(tiny_models["bert"], "ct", stsb_sentences[:200], ct_variant="in-batch", batch_size=8)
     assert isinstance(in_batch.loss, losses.ContrastiveTensionLossInBatchNegatives)
     assert isinstance(in_batch.optimizer, torch.optim.AdamW) and in_batch.features()[0]["input_ids"].shape[0] == 8

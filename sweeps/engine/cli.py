@@ -309,7 +309,7 @@ def build_parser(prog: str, description: str, method, defaults: dict | None = No
     )
     groups: dict = {}
     add_to_parser(parser, own, groups)
-    chosen = presets.settings()
+    chosen = presets.settings(method)
     add_to_parser(parser, chosen, groups)
     add_to_parser(parser, ENGINE, groups)
     parser.settings = (*own, *chosen, *ENGINE)

@@ -3,8 +3,8 @@
 every paper (every registered method's, grouped by `Preset.paper`, the script's own paper first),
 under the display name and description of the methods that run them (`MethodInfo`), with the script
 that runs each, what it reproduces, its trial count and its GPU-hours estimate (the running method's
-`estimate`, from public configs: no model is loaded). Every sweep script takes both flags; a preset
-of another script is refused with the command that runs it.
+`estimate`, from public configs: no model is loaded). Every sweep script takes both flags; its `--help`
+names the presets it runs, and a preset of another script is refused with the command that runs it.
 
 A preset's flags become the parser's defaults, so a flag given on the command line still wins
 (e.g. `--preset table2 --seeds 0` for one seed of Table 2's grid). `--smoke-test`'s values (the
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Estimate, Method, Preset
@@ -29,13 +30,38 @@ from trainables.core.settings import Choice, Flag, Setting, shown
 from trainables.methods import all_presets, get_method
 
 
-def settings() -> tuple[Setting, ...]:
-    """`--preset` (one of every paper's presets) and `--list-presets`, as settings of every script."""
+@dataclass(frozen=True)
+class PresetName(Choice):
+    """Any paper's preset (one of another script is refused by `apply`, with the command that runs it); `--help`
+    names only the presets of the script's own method, `own`."""
+
+    own: tuple = ()
+
+    def parse(self, value):
+        try:
+            return super().parse(value)
+        except ValueError:
+            runs = ", ".join(self.own) or "none"
+            raise ValueError(
+                f"{value!r} is no paper's preset; this script runs {runs} (--list-presets names every paper's preset "
+                "and the script that runs it)"
+            ) from None
+
+    def describe(self) -> str:
+        if not self.own:
+            return "this script runs none; --list-presets names every paper's preset and its script"
+        return "one of " + ", ".join(self.own)
+
+
+def settings(method: type[Method]) -> tuple[Setting, ...]:
+    """`--preset` (a paper's preset; `--help` lists those `method` runs) and `--list-presets`, as settings of
+    every script."""
     group = "presets (the papers' tables and figures)"
+    every = tuple(sorted(all_presets(), key=_order))
     return (
         Setting(
             "preset",
-            Choice(tuple(sorted(all_presets(), key=_order))),
+            PresetName(every, own=tuple(name for name in every if all_presets()[name].method == method.name)),
             None,
             "run the grid of one table or figure of a paper; flags given beside it override it (--list-presets "
             "describes each and names the script that runs it)",

@@ -10,7 +10,7 @@ import socket
 import time
 from pathlib import Path
 
-from trainables.core import object_storage
+from trainables.core import conditional_writes, object_storage
 from trainables.core.errors import SweepInputError
 from trainables.core.object_storage import absolute, is_uri, join
 
@@ -59,19 +59,19 @@ def claim(sweep_dir: str, name: str) -> None:
     than CLAIM_STALE_S and no sweep.json followed it."""
     path = join(sweep_dir, CLAIM_FILE)
     me = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}).encode()
-    if object_storage.create_if_absent(path, me) is not None:
+    if conditional_writes.create_if_absent(path, me) is not None:
         return
-    found = object_storage.read_versioned(path)
+    found = conditional_writes.read_versioned(path)
     if found is None:  # removed meanwhile: try once more
-        if object_storage.create_if_absent(path, me) is not None:
+        if conditional_writes.create_if_absent(path, me) is not None:
             return
-        found = object_storage.read_versioned(path) or (b"", "")
+        found = conditional_writes.read_versioned(path) or (b"", "")
     text, tag = found
     host, pid, when = _claim_fields(text)
     dead_here = host == socket.gethostname() and pid is not None and not _alive(pid)
     stale = is_uri(sweep_dir) and when is not None and time.time() - when > CLAIM_STALE_S
     if (dead_here or stale) and read_json(join(sweep_dir, SWEEP_FILE)) is None:
-        if object_storage.replace_if_match(path, me, tag) is not None:
+        if conditional_writes.replace_if_match(path, me, tag) is not None:
             return
     raise SweepInputError(
         f"A sweep named {name!r} is being started by another process ({host}, pid {pid}) at {sweep_dir}; pick "

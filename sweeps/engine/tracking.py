@@ -188,7 +188,7 @@ def checkpoint_location(checkpoint, sweep_dir: str | None = None) -> str:
 def best_digest(checkpoint) -> str | None:
     """The digest of the checkpoint's best-dev folder as its trial listed it (`best.files.json`), which
     `runs:/` readers check their copies against; None when the checkpoint lists none."""
-    from trainables.core.object_storage import listing_digest
+    from trainables.core.verified_copies import listing_digest
 
     try:
         with checkpoint.filesystem.open_input_stream(f"{checkpoint.path}/{schema.BEST_FILES}") as stream:

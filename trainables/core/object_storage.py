@@ -10,10 +10,8 @@ because locations are written to sweep.json, MLflow params and logs.
 - `join`, `parent`, `basename`: path arithmetic that keeps the query at the end of a URI;
 - `filesystem(location)`: pyarrow's filesystem and the path inside it;
 - `read_bytes` / `write_bytes` / `list_dir` / `delete` / `delete_tree`, `upload_dir`, `download_dir`;
-- `create_if_absent` and `replace_if_match`: the atomic writes that locks are made of (O_EXCL
-  locally, S3's conditional writes `If-None-Match: *` / `If-Match: <etag>` on an object store);
-- `file_manifest(folder)`: every file's size and sha256, and one digest over them, which a reader
-  checks a copy against (`cached_copy`: a verified copy in this node's cache, made once);
+- the atomic writes that locks are made of are in trainables/core/conditional_writes.py, the verified
+  copies of stored folders (manifests, the node's cache) in trainables/core/verified_copies.py;
 - `check_location(location, flag)`: refuses, within seconds and before any compute, a URI pyarrow
   cannot open, a bucket that does not exist, credentials the service refuses, an endpoint that does
   not answer, credentials in the URI (`refuse_credentials`) and a key with `..`, `.` or empty segments
@@ -27,7 +25,6 @@ folder, e.g. the data sets onto each node of a cluster without a shared file sys
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -39,7 +36,6 @@ from trainables.core.errors import SweepInputError, redact
 
 CHECK_TIMEOUT_S = 4.0  # connect and read timeouts of the check before a sweep starts
 CREDENTIAL_KEYS = ("access_key", "secret_key", "session_token", "aws_access_key_id", "aws_secret_access_key")
-CACHE_ENV = "EMBSWEEP_CACHE_DIR"
 
 
 class StorageUnavailable(RuntimeError):
@@ -192,11 +188,8 @@ def s3_client(uri: str, timeout: float | None = None, attempts: int | None = Non
     return session.client("s3", endpoint_url=endpoint_url(uri), region_name=region, config=Config(**options))
 
 
-def _s3(uri: str) -> bool:
-    return split(uri)[0] == "s3"
-
-
-def _error_code(error) -> str:
+def error_code(error) -> str:
+    """The error code of a botocore ClientError ('' for any other error)."""
     return str(getattr(error, "response", {}).get("Error", {}).get("Code", ""))
 
 
@@ -368,186 +361,6 @@ def download_dir(location, local: Path) -> None:
     )
 
 
-# --- atomic writes that locks are made of ---------------------------------------------------------
-def create_if_absent(location, data: bytes) -> str | None:
-    """Create the file or object only if nothing is there; its version tag (an ETag, or the local
-    file's mtime and size) when this call created it, None when it already existed."""
-    if not is_uri(location):
-        path = Path(location)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return None
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        return _local_tag(path)
-    _needs_s3(location)
-    from botocore.exceptions import ClientError
-
-    bucket, key = bucket_key(location)
-    try:
-        return _s3_call(location, "put_object", Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")["ETag"]
-    except ClientError as error:
-        if _error_code(error) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
-            return None
-        raise
-
-
-def read_versioned(location) -> tuple[bytes, str] | None:
-    """(content, version tag) or None: the tag is what `replace_if_match` compares."""
-    if not is_uri(location):
-        path = Path(location)
-        try:
-            return path.read_bytes(), _local_tag(path)
-        except FileNotFoundError:
-            return None
-    _needs_s3(location)
-    from botocore.exceptions import ClientError
-
-    bucket, key = bucket_key(location)
-    try:
-        answer = _s3_call(location, "get_object", Bucket=bucket, Key=key)
-    except ClientError as error:
-        if _error_code(error) in ("NoSuchKey", "404"):
-            return None
-        raise
-    return answer["Body"].read(), answer["ETag"]
-
-
-def replace_if_match(location, data: bytes, tag: str) -> str | None:
-    """Overwrite only if the content is still the version `tag`; the new tag, or None when another
-    writer changed it first. (Locally, the check and the write are not one step: the local stores
-    that use this also hold a lock file, trainables/stages/store.py.)"""
-    if not is_uri(location):
-        path = Path(location)
-        try:
-            if _local_tag(path) != tag:
-                return None
-        except FileNotFoundError:
-            return None
-        write_bytes(path, data)
-        return _local_tag(path)
-    _needs_s3(location)
-    from botocore.exceptions import ClientError
-
-    bucket, key = bucket_key(location)
-    try:
-        return _s3_call(location, "put_object", Bucket=bucket, Key=key, Body=data, IfMatch=tag)["ETag"]
-    except ClientError as error:
-        if _error_code(error) in ("PreconditionFailed", "412", "NoSuchKey", "404", "ConditionalRequestConflict"):
-            return None
-        raise
-
-
-def _local_tag(path: Path) -> str:
-    stat = path.stat()
-    return f"{stat.st_mtime_ns}-{stat.st_size}-{stat.st_ino}"
-
-
-_CLIENTS: dict = {}
-
-
-def _s3_call(location: str, operation: str, **kwargs):
-    """One S3 API call through a client per endpoint; a store that does not answer raises
-    StorageUnavailable (botocore retries first)."""
-    from botocore.exceptions import ConnectionError as BotoConnectionError
-    from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
-
-    check_key(location, "storage")
-    key = (endpoint_url(location), query(location).get("region"))
-    if key not in _CLIENTS:
-        _CLIENTS[key] = s3_client(location)
-
-    def call():
-        try:
-            return getattr(_CLIENTS[key], operation)(**kwargs)
-        except (EndpointConnectionError, BotoConnectionError, ReadTimeoutError) as error:
-            where = endpoint_url(location) or "AWS"
-            raise StorageUnavailable(f"the object store at {where} did not answer: {error}") from None
-
-    return retrying(call, location, operation)
-
-
-def _needs_s3(location: str) -> None:
-    if not _s3(location):
-        raise SweepInputError(
-            f"{location}: this store needs conditional writes, which the tool makes through the S3 API; use an "
-            "s3:// URI (GCS, R2, MinIO and Ceph all offer one: pass its endpoint as ?endpoint_override=host:port)"
-        )
-
-
-# --- verified copies ------------------------------------------------------------------------------
-def file_manifest(folder) -> dict:
-    """{"files": {relative path: [size, sha256]}, "digest": sha256 of that listing} of a local folder."""
-    folder = Path(folder)
-    files = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        files[path.relative_to(folder).as_posix()] = [path.stat().st_size, digest.hexdigest()]
-    return {"files": files, "digest": listing_digest(files)}
-
-
-def listing_digest(files: dict) -> str:
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
-
-
-def cache_root() -> Path:
-    """This node's cache of copies of remote folders: $EMBSWEEP_CACHE_DIR/objects or ~/.cache/embsweep/objects."""
-    return Path(os.environ.get(CACHE_ENV) or "~/.cache/embsweep").expanduser() / "objects"
-
-
-def cached_copy(location, name: str, expected: dict | None = None, ignore=()) -> Path:
-    """A local copy of the folder at `location`, in this node's cache under `name`, made once: a fresh
-    copy goes to a temporary folder, is checked against `expected` (a `file_manifest`: every file
-    there, of that size and content; `ignore` names files the manifest does not cover), and only then
-    takes its place, so a copy cut short is never used. A copy already in the cache is used when its
-    files still have the sizes the manifest gives."""
-    root = cache_root()
-    target = root / name
-    if target.is_dir() and (expected is None or _sizes_match(target, expected, ignore)):
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".tmp-{name.replace('/', '_')}-{uuid.uuid4().hex[:8]}"
-    try:
-        download_dir(location, tmp)
-        if expected is not None:
-            found = file_manifest(tmp)["files"]
-            for skipped in ignore:
-                found.pop(skipped, None)
-            if found != expected["files"]:
-                missing = sorted(set(expected["files"]) - set(found))
-                differ = sorted(k for k in found if k in expected["files"] and found[k] != expected["files"][k])
-                raise SweepInputError(
-                    f"{location}: the copy does not match what was recorded when it was written "
-                    f"(missing: {missing[:5]}, different: {differ[:5]}, unexpected: "
-                    f"{sorted(set(found) - set(expected['files']))[:5]}); the stored folder is incomplete or was "
-                    "changed: run the trial or stage again"
-                )
-        if target.exists():
-            shutil.rmtree(target, ignore_errors=True)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.rename(tmp, target)
-        except OSError:  # another process of this node made the same copy first
-            if not target.is_dir():
-                raise
-        return target
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _sizes_match(folder: Path, expected: dict, ignore=()) -> bool:
-    for relative, (size, _) in expected["files"].items():
-        path = folder / relative
-        if not path.is_file() or path.stat().st_size != size:
-            return False
-    return True
-
-
 # --- the check before anything starts -------------------------------------------------------------
 def check_location(location, flag: str) -> None:
     """Refuse, within seconds, a storage URI that cannot work: credentials in it, a scheme pyarrow
@@ -587,7 +400,7 @@ def _check_bucket(location: str, flag: str) -> None:
             "AWS_PROFILE, or run on a machine with an instance role"
         ) from None
     except ClientError as error:
-        code = _error_code(error)
+        code = error_code(error)
         if code in ("404", "NoSuchBucket"):
             raise SweepInputError(
                 f"{flag} {location}: the bucket {bucket!r} does not exist at {where or 'AWS S3'}; create it "

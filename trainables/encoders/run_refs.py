@@ -121,17 +121,17 @@ def _local_best(reference: str, checkpoint: str, run_id: str, digest: str | None
     """The checkpoint's `best/` folder on this node: the folder itself on a local or shared file
     system; from an object store, a copy in this node's cache made once and checked file by file
     against the `best.files.json` the trial wrote, whose digest the run recorded."""
-    from trainables.core import object_storage
+    from trainables.core import object_storage, verified_copies
 
     if not object_storage.is_uri(checkpoint):
         return Path(checkpoint) / BEST_DIR
     listing = object_storage.read_json(object_storage.join(checkpoint, BEST_FILES))
     if listing is None or not isinstance(listing.get("files"), dict):
         return None
-    if digest and object_storage.listing_digest(listing["files"]) != digest:
+    if digest and verified_copies.listing_digest(listing["files"]) != digest:
         raise SweepInputError(
             f"{reference}: the file list of run {run_id}'s best-dev model ({checkpoint}/{BEST_FILES}) is not the "
             "one its trial recorded; the stored checkpoint was changed: run the trial again"
         )
-    name = f"runs/{run_id}-{object_storage.listing_digest(listing['files'])[:16]}"
-    return object_storage.cached_copy(object_storage.join(checkpoint, BEST_DIR), name, listing)
+    name = f"runs/{run_id}-{verified_copies.listing_digest(listing['files'])[:16]}"
+    return verified_copies.cached_copy(object_storage.join(checkpoint, BEST_DIR), name, listing)

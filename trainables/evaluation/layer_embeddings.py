@@ -1,7 +1,7 @@
 """The `embeddings` stage: every requested layer's pooled embeddings of an evaluation suite's
-sentences, from one forward pass per model (trainables/zero_shot.pooled_layers), computed once in
+sentences, from one forward pass per model (trainables/evaluation/zero_shot.py `pooled_layers`), computed once in
 the stage store and read by trials that only score them: zero-shot evaluation
-(trainables/methods/zero_shot/method.py) and TMFT with `--epochs 0` (trainables/methods/tmft/method.py).
+(trainables/methods/evaluate/method.py) and TMFT with `--epochs 0` (trainables/methods/tmft/method.py).
 
 Spec config: `layers`, `poolings`, `max_length`, `batch_size`, `sets` (the suite), and where a pooling
 is a pipeline with the model's own head (e.g. `cls+dense`: trainables/evaluation/zero_shot.py

@@ -414,11 +414,6 @@ class EvalSuite:
     def checksums(self) -> dict[str, str]:
         return {name: data.checksum for name, data in self.sets.items()}
 
-    @property
-    def main_metrics(self) -> dict[str, str]:
-        """set -> the metric key it is ranked by (e.g. `twitterpara_ap`)."""
-        return {name: f"{name}_{data.main}" for name, data in self.sets.items()}
-
     def score(self, embeddings: np.ndarray) -> dict[str, float]:
         embeddings = np.asarray(embeddings, dtype=np.float64)
         if len(embeddings) != len(self.sentences):

@@ -52,7 +52,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from trainables.core import object_storage
+from trainables.core import conditional_writes, object_storage, verified_copies
 from trainables.core.errors import SweepInputError
 from trainables.core.object_storage import StorageUnavailable
 from trainables.stages.manifest import MANIFEST, check_key, check_metadata, manifest_text, run_compute
@@ -174,7 +174,7 @@ class ObjectStageStore:
         mine = {"host": socket.gethostname(), "pid": os.getpid(), "attempt": attempt, "claimed": now}
         mine.update(heartbeat=now, released=False)
         location = self._claim_location(key, number + 1)
-        if object_storage.create_if_absent(location, json.dumps(mine).encode()) is None:
+        if conditional_writes.create_if_absent(location, json.dumps(mine).encode()) is None:
             return None
         self._highest[key] = number + 1
         return _Claim(location, mine, self.heartbeat_s)
@@ -204,12 +204,12 @@ class ObjectStageStore:
     # --- computing and committing -------------------------------------------------------------
     def _compute(self, key: str, attempt: str, compute_fn: Callable[[Path], Any], metadata: dict) -> None:
         prefix = object_storage.join(self.path(key), attempt)
-        object_storage.cache_root().mkdir(parents=True, exist_ok=True)  # this node's disk for large copies
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-stage-{key[:16]}-", dir=object_storage.cache_root()))
+        verified_copies.cache_root().mkdir(parents=True, exist_ok=True)  # this node's disk for large copies
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-stage-{key[:16]}-", dir=verified_copies.cache_root()))
         try:
             try:
                 manifest = run_compute(key, compute_fn, tmp, metadata)
-                manifest.update(attempt=attempt, **object_storage.file_manifest(tmp))
+                manifest.update(attempt=attempt, **verified_copies.file_manifest(tmp))
                 object_storage.upload_dir(tmp, prefix)
             except BaseException:
                 _quietly(object_storage.delete_tree, prefix)
@@ -217,7 +217,7 @@ class ObjectStageStore:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         text = manifest_text(manifest).encode()
-        object_storage.create_if_absent(object_storage.join(self.path(key), MANIFEST), text)
+        conditional_writes.create_if_absent(object_storage.join(self.path(key), MANIFEST), text)
         # The manifest, not create_if_absent's answer, says who committed: a retried create that had succeeded
         # the first time answers None.
         winner = self.read_manifest(key)
@@ -252,11 +252,11 @@ def local_copy(location) -> Path:
     if manifest is None:
         raise SweepInputError(f"{location}: no finished stage there (no complete {MANIFEST}); run the sweep again")
     name = f"stages/{key}"
-    if _local_manifest(object_storage.cache_root() / name).get("attempt") not in (None, manifest["attempt"]):
-        shutil.rmtree(object_storage.cache_root() / name, ignore_errors=True)  # a copy of a stage computed again
+    if _local_manifest(verified_copies.cache_root() / name).get("attempt") not in (None, manifest["attempt"]):
+        shutil.rmtree(verified_copies.cache_root() / name, ignore_errors=True)  # a copy of a stage computed again
     expected = {"files": manifest["files"], "digest": manifest.get("digest")}
     files = object_storage.join(location, manifest["attempt"])
-    copy = object_storage.cached_copy(files, name, expected)
+    copy = verified_copies.cached_copy(files, name, expected)
     if _local_manifest(copy) != manifest:
         object_storage.write_bytes(copy / MANIFEST, manifest_text(manifest).encode())
     return copy

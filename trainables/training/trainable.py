@@ -92,7 +92,7 @@ def _newest_sibling(filesystem, path: str) -> str | None:
 
 def _list_best(checkpoint_dir: Path) -> None:
     """Write `best.files.json` beside `best/`: what a `runs:/` reader on another node checks its copy against."""
-    from trainables.core.object_storage import file_manifest
+    from trainables.core.verified_copies import file_manifest
 
     if (checkpoint_dir / BEST_DIR).is_dir():
         listing = file_manifest(checkpoint_dir / BEST_DIR)

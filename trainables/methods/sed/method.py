@@ -70,7 +70,6 @@ from trainables.methods.sed.targets import (
 )
 from trainables.methods.sed.trainable import SEDData, SEDTrainable
 
-MEMBERS = ("teacher", "ensemble", "student")
 SMOKE_TEACHER_SEEDS = (1, 2)  # --smoke-test without --teachers: two tiny random BERTs
 WHAT = "what to distil"
 DISTIL = "distillation (the paper's printed text lost its numbers: these are choices, recorded in each run)"

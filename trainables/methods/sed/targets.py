@@ -227,7 +227,7 @@ def encode(
     on_batch=None,
 ) -> np.ndarray:
     """float32 [n, hidden]: the mean over the last `layers` layers of their mean pooling, from one
-    forward pass per batch (trainables/zero_shot.pooled_layers), rows in the order of `sentences`."""
+    forward pass per batch (trainables/evaluation/zero_shot.py `pooled_layers`), rows in the order of `sentences`."""
     from trainables.encoders.loading import model_depth
     from trainables.evaluation.zero_shot import pooled_layers
 

@@ -278,7 +278,7 @@ class TMFT(Method):
                         "_upstream_path": object_storage.join(root, spec["key"]),
                     }
                 )
-        planned.data.zero_shot = suite
+        planned.data.one_pass_scorer = suite
         planned.static_params["stage_dir"] = str(root)
 
     @classmethod

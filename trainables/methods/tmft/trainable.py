@@ -27,7 +27,7 @@ class TMFTData:
 
     tasks: dict
     suite: object = None
-    zero_shot: object = None
+    one_pass_scorer: object = None
 
 
 class TMFTTrainable(KeepsBestEncoder, PairFineTuning, EpochTrainable):
@@ -40,7 +40,7 @@ class TMFTTrainable(KeepsBestEncoder, PairFineTuning, EpochTrainable):
     def build(self, config: dict, data: TMFTData) -> None:
         task = data.tasks[config["model"]]
         self.suite = data.suite if config.get("eval_sets") else None
-        self.one_pass_scorer = data.zero_shot if config.get("upstream_method") == ZERO_SHOT_STAGE else None
+        self.one_pass_scorer = data.one_pass_scorer if config.get("upstream_method") == ZERO_SHOT_STAGE else None
         self.best_weights, self.best_weights_epoch, self.saved_epoch, self.best_head = None, None, None, None
         self.best_dev_outputs = None  # the best epoch's dev outputs: the test score at the end needs no dev pass
         self.test_every_epoch = bool(config.get("test_every_epoch", True)) or self.epochs == 0

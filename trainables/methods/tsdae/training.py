@@ -12,7 +12,7 @@ import torch
 from trainables.core.errors import SweepInputError
 from trainables.encoders.precision import adamw
 from trainables.methods.tsdae.noise import DEFAULT_RATIOS, Noise, vocabulary_words
-from trainables.methods.tsdae.settings import CT_GROUP, CT_RATES, learning_rate, resolve
+from trainables.methods.tsdae.settings import CT_GROUP, learning_rate, resolve
 
 OBJECTIVES = ("none", "tsdae", "mlm", "simcse", "ct")
 
@@ -58,11 +58,6 @@ def objective_settings(objective: str, args, corpus_size: int = 0, model_max: in
     """What `objective` trains with, recorded in every trial's params (settings.py: its paper's
     values, or TSDAE's with --shared-settings, each flag given over them)."""
     return resolve(objective, args, corpus_size, model_max)
-
-
-def ct_rate(step: int) -> float:
-    """M5's piecewise-constant learning rate at optimiser step `step` (0-based)."""
-    return learning_rate({"lr": CT_RATES[0], "schedule": "ct-piecewise"}, step)
 
 
 class Batches:

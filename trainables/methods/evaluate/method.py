@@ -37,7 +37,7 @@ from trainables.encoders.precision import stage_precision
 from trainables.evaluation import layer_embeddings
 from trainables.evaluation.sets import PAPER_SETS, SUITE, suite_sets
 from trainables.evaluation.zero_shot import OWN, POOLINGS
-from trainables.methods.zero_shot.trainable import EvaluateData, EvaluateTrainable
+from trainables.methods.evaluate.trainable import EvaluateData, EvaluateTrainable
 
 WHAT = "what to evaluate"
 
