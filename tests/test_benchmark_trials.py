@@ -1,0 +1,21 @@
+"""The layer-sweep benchmark's authors' arm (benchmarks/layer_sweep.py, its trials from
+benchmarks/truncation.py's `make_trial`, run outside Ray) runs on a tiny model and scores every
+layer: a benchmark that breaks on a change of the trial's interface is caught here, not half an
+hour into a measurement."""
+
+from __future__ import annotations
+
+from argparse import Namespace
+
+import pytest
+
+
+@pytest.mark.sweep
+def test_the_authors_arm_scores_every_layer_and_seed(tiny_models, data_dir):
+    from benchmarks.layer_sweep import authors_sweep
+
+    args = Namespace(model=tiny_models["bert"], data_dir=str(data_dir), train_samples=64, epochs=1)
+    seconds, scores = authors_sweep(args, layers=[0, 2], seeds=[0])
+    assert seconds > 0 and set(scores) == {(0, 0), (2, 0)}
+    assert all(-100 <= score <= 100 for score in scores.values())  # Spearman in points
+    assert scores[(0, 0)] != scores[(2, 0)]
