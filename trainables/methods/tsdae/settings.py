@@ -130,7 +130,6 @@ CORPUS_STEP_CAP = 100_000  # the corpus-size figure (§7.1): "10 epochs up to 10
 # CT is `ContrastiveTensionDataLoader`'s: as many batches as the corpus fills, each using 2 x batch -
 # batch / 8 sentences (a positive pair takes one).
 LAST_BATCH = {"tsdae": "drop", "mlm": "keep", "simcse": "keep"}
-SAMPLINGS = ("epochs", "replacement")
 FINAL_WEIGHTS = ("best-dev", "last")
 SCHEDULES = ("constant", "linear", "ct-piecewise")
 CT_RATES = (1e-5, 8e-6, 6e-6, 4e-6, 2e-6)
