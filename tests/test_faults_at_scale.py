@@ -225,7 +225,7 @@ def test_most_at_once_counts_overlaps_and_not_back_to_back_intervals():
     assert most_at_once([(0, 3, "a"), (1, 2, "b"), (1.5, 4, "c"), (3, 5, "d")]) == 3
 
 
-@pytest.mark.resume_at_scale  # not in CI yet: see the marker's text in pyproject.toml
+@pytest.mark.resume_at_scale  # not in CI: the step would pass 10 minutes (the marker's text in pyproject.toml)
 def test_driver_killed_at_100_trials_and_resumed(cluster, place):
     name = "driver"
     argv = sweep_argv(cluster, place, name, seeds=52, epochs=2, seconds=2)  # 104 trials
@@ -250,7 +250,7 @@ def test_driver_killed_at_100_trials_and_resumed(cluster, place):
 def test_tracking_server_restarted_mid_sweep(cluster, place):
     name = "server"
     server = place["server"]
-    driver = start_driver(sweep_argv(cluster, place, name, seeds=16, epochs=2, seconds=16), cluster, place)
+    driver = start_driver(sweep_argv(cluster, place, name, seeds=16, epochs=2, seconds=60), cluster, place)
     try:
         wait_for(lambda: len(server.runs(name)[1]) >= 16, driver, place["log"], timeout=900, what="16 trials started")
         server.kill()
