@@ -3,6 +3,7 @@ scores, refusals, the tag on every run, no torch in a trial process, the report'
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from argparse import Namespace
@@ -155,3 +156,55 @@ def test_a_sqlite_store_that_cannot_keep_pace_is_warned_with_the_fix():
     assert store_load.sqlite_warning("sqlite:///m.db", 32, 3, [60.0] * 32) is None  # 3.7 a second: it holds
     assert store_load.sqlite_warning("postgresql://u@h/db", 32, 2, [4.0] * 104) is None
     assert store_load.sqlite_warning("http://127.0.0.1:5000", 32, 2, [4.0] * 104) is None
+
+
+def _simulated_trial(monkeypatch, epochs: int = 3):
+    """A SimulatedTrainable outside Ray (its node and GPU ids fixed), 0.01 s an epoch."""
+    from sweeps.engine import simulated_trial
+
+    monkeypatch.setattr(simulated_trial, "_runtime_info", lambda: {"node_id": "n", "gpu_ids": "0"})
+    sim = simulate.Simulation({}, ("model",), 0.01 * epochs, "dev", "best", ("test",))
+
+    class Trial(simulated_trial.SimulatedTrainable):
+        def setup(self, config):
+            super().setup(config, simulation=sim)
+
+    return lambda: Trial({"model": "a", "seed": 0, "epochs": epochs})
+
+
+def test_a_simulated_trial_whose_recorded_checkpoint_was_deleted_resumes_from_its_newest(tmp_path, monkeypatch, capsys):
+    """The killed-driver case of the faults test (2 of 104 trials errored): Tune's saved state names a
+    checkpoint it deleted when the trial's next one was registered; the trial continues from its newest."""
+    new = _simulated_trial(monkeypatch)
+    trial = new()
+    for n in range(2):
+        trial.step()
+        (tmp_path / f"checkpoint_00000{n}").mkdir()
+        trial.save_checkpoint(str(tmp_path / f"checkpoint_00000{n}"))
+    shutil.rmtree(tmp_path / "checkpoint_000000")  # what Tune's num_to_keep=1 deletes
+    (tmp_path / "checkpoint_000002").mkdir()  # being written when the driver died: no state yet
+
+    restored = new()
+    restored.restore(str(tmp_path / "checkpoint_000000"))
+    assert "continues from" in capsys.readouterr().err
+    assert restored.epoch == 2 and restored.training_iteration == 2
+    assert [restored.step()["epoch"]] == [3]
+
+    fresh = new()
+    fresh.restore(str(tmp_path / "elsewhere" / "checkpoint_000000"))
+    assert "its first epoch" in capsys.readouterr().err
+    assert fresh.step()["epoch"] == 1
+
+
+def test_a_finished_simulated_trial_restored_reports_its_last_result_again_not_another_epoch(tmp_path, monkeypatch):
+    new = _simulated_trial(monkeypatch, epochs=2)
+    trial = new()
+    last = [trial.step(), trial.step()][-1]
+    assert last["done"] and last["epoch"] == 2
+    trial.save_checkpoint(str(tmp_path))
+
+    restored = new()
+    restored.restore(str(tmp_path))
+    again = restored.step()
+    assert again["done"] and again["epoch"] == 2 and again["epoch_span"] == last["epoch_span"]
+    assert again["test"] == last["test"]

@@ -17,7 +17,7 @@ import sys
 import time
 from argparse import Namespace
 
-from sweeps.engine import presets, seal, simulate, startup, storage, store_load
+from sweeps.engine import checkpoint_keeping, presets, seal, simulate, startup, storage, store_load
 from sweeps.engine.cli import build_parser, given_flags
 from sweeps.engine.plan import CheckedSweep, SweepPlan, check_sweep, git_commit, package_versions, plan_sweep
 from sweeps.engine.ray_start import QUIET_ENV, quiet
@@ -53,12 +53,14 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
+    from sweeps.engine.checkpoint_keeping import KeepLatest
     from sweeps.engine.progress import ProgressLine, planned_trials
     from sweeps.engine.store_guard import StoreGuard
     from sweeps.engine.tracking import MlflowSweepCallback
 
     args, contract = plan.args, plan.contract
     estimates = {config_hash(c): resources.seconds(c) for c in plan.configs}
+    keep = retention.checkpoints_to_keep(args["keep_checkpoints"])
     run_config = tune.RunConfig(
         name=plan.name,
         storage_path=plan.storage_path,
@@ -69,10 +71,11 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
             ),
             StoreGuard(plan.sweep_dir),
             ProgressLine(contract, estimates=estimates, total=planned_trials(args, len(plan.configs))),
+            *([KeepLatest()] if keep == 1 else []),  # not Tune's num_to_keep: checkpoint_keeping.py says why
         ],
         failure_config=tune.FailureConfig(max_failures=args["max_failures"]),
         checkpoint_config=tune.CheckpointConfig(
-            num_to_keep=retention.checkpoints_to_keep(args["keep_checkpoints"]),
+            num_to_keep=None,  # every checkpoint, or KeepLatest deletes the older ones
             checkpoint_frequency=1,
             checkpoint_at_end=True,
         ),
@@ -197,7 +200,7 @@ def run_sweep(plan: SweepPlan):
         tuner = _tuner(plan, trainable, resources)
         seal.record(plan.sweep_dir, ["tuner.pkl"])  # written by the Tuner just now
     startup.mark("fit")
-    with seal.sealing(plan.sweep_dir):  # and every state Tune saves from here on
+    with seal.sealing(plan.sweep_dir), checkpoint_keeping.deferring():  # and every state Tune saves from here on
         results = tuner.fit()
     startup.mark("fit_done")
     _finish(plan, results)

@@ -1,6 +1,9 @@
 """The trial of a `--simulate` sweep (sweeps/engine/simulate.py says what it does): it waits its
-predicted seconds and reports synthetic scores, epoch by epoch. This module and Ray Tune are all a
-simulated trial's process imports: no torch, no transformers, no data."""
+predicted seconds and reports synthetic scores, epoch by epoch. It resumes as a real trial does: from
+its newest checkpoint when the one Tune recorded is gone (trainables/training/newest_checkpoint.py),
+and a finished trial restored from its last checkpoint reports its last result again rather than an
+epoch past its last. This module and Ray Tune are all a simulated trial's process imports: no torch,
+no transformers, no data."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import time
 from ray import tune
 
 from sweeps.engine.simulate import Simulation, synthetic_score
+from trainables.training.newest_checkpoint import RestoresNewest
 
 STATE_FILE = "simulated.json"
 
@@ -28,8 +32,10 @@ def _runtime_info() -> dict:
     }
 
 
-class SimulatedTrainable(tune.Trainable):
+class SimulatedTrainable(RestoresNewest, tune.Trainable):
     """A trial that waits its predicted time and reports synthetic scores, epoch by epoch."""
+
+    STATE_FILE = STATE_FILE
 
     def setup(self, config: dict, simulation: Simulation):
         self.simulation = simulation
@@ -41,12 +47,15 @@ class SimulatedTrainable(tune.Trainable):
         self.epoch = 0
         self.elapsed = 0.0
         self.best = None
+        self.final = None  # the last result of a finished trial (what its final checkpoint keeps)
 
     def reset_config(self, new_config: dict) -> bool:
         self._start(new_config)
         return True
 
     def step(self) -> dict:
+        if self.final is not None:  # restored from a finished trial's checkpoint: report it again
+            return {**self.final, "done": True}
         started, began = time.perf_counter(), time.time()
         sim = self.simulation
         time.sleep(sim.wait(self.trial_config) / max(1, self.epochs))
@@ -74,10 +83,11 @@ class SimulatedTrainable(tune.Trainable):
         }
         if done:
             result.update({name: synthetic_score(self.trial_config, name, self.epoch) for name in sim.finals})
+            self.final = dict(result)  # Tune adds its own keys to the result it is given
         return result
 
     def save_checkpoint(self, checkpoint_dir: str):
-        state = {"epoch": self.epoch, "elapsed": self.elapsed, "best": self.best}
+        state = {"epoch": self.epoch, "elapsed": self.elapsed, "best": self.best, "final": self.final}
         path = os.path.join(checkpoint_dir, STATE_FILE)
         with open(path + ".tmp", "w") as f:
             json.dump(state, f)
@@ -89,3 +99,4 @@ class SimulatedTrainable(tune.Trainable):
         with open(os.path.join(checkpoint_dir, STATE_FILE)) as f:
             state = json.load(f)
         self.epoch, self.elapsed, self.best = state["epoch"], state["elapsed"], state["best"]
+        self.final = state.get("final")

@@ -40,7 +40,8 @@ def keeps_training_state(keep: str) -> bool:
 
 
 def checkpoints_to_keep(keep: str) -> int | None:
-    """Tune's `CheckpointConfig.num_to_keep`: every checkpoint for `all`, else the latest."""
+    """How many checkpoints a trial keeps: every one for `all` (None), else its latest (the engine's
+    KeepLatest, sweeps/engine/checkpoint_keeping.py, not Tune's `num_to_keep`)."""
     return None if keep == "all" else 1
 
 

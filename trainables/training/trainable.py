@@ -36,6 +36,7 @@ from trainables.core.faults import maybe_hold
 from trainables.evaluation.metrics import BestTracker
 from trainables.training.device import pick_device, seed_everything
 from trainables.training.divergence import CAUSES, check_converging
+from trainables.training.newest_checkpoint import RestoresNewest
 from trainables.training.retention import LEGACY, LEGACY_BEST_DTYPE, keeps_best, keeps_training_state, store_half
 
 BEST_DIR = "best"  # the best-dev model folder inside every checkpoint
@@ -64,32 +65,6 @@ def _runtime_info() -> dict:
     return {"node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids())}
 
 
-def _exists(filesystem, path: str) -> bool:
-    import pyarrow.fs
-
-    return filesystem.get_file_info(path).type != pyarrow.fs.FileType.NotFound
-
-
-def _newest_sibling(filesystem, path: str) -> str | None:
-    """The newest `checkpoint_<n>` beside `path` (in the same trial folder) that holds a state.pt."""
-    import pyarrow.fs
-
-    parent = path.rstrip("/").rsplit("/", 1)[0]
-    found = filesystem.get_file_info(pyarrow.fs.FileSelector(parent, allow_not_found=True))
-    candidates = sorted(
-        (
-            info.path
-            for info in found
-            if info.type == pyarrow.fs.FileType.Directory and info.base_name.startswith("checkpoint_")
-        ),
-        key=lambda p: int(p.rsplit("_", 1)[-1]) if p.rsplit("_", 1)[-1].isdigit() else -1,
-    )
-    for candidate in reversed(candidates):
-        if _exists(filesystem, f"{candidate}/state.pt"):
-            return candidate
-    return None
-
-
 def _list_best(checkpoint_dir: Path) -> None:
     """Write `best.files.json` beside `best/`: what a `runs:/` reader on another node checks its copy against."""
     from trainables.core.verified_copies import file_manifest
@@ -104,8 +79,9 @@ def _plain(value):
     return value.item() if hasattr(value, "item") else str(value)
 
 
-class EpochTrainable(tune.Trainable):
-    """One `step()` = one epoch of training then dev/test evaluation (epoch 0 = no training)."""
+class EpochTrainable(RestoresNewest, tune.Trainable):
+    """One `step()` = one epoch of training then dev/test evaluation (epoch 0 = no training); restored
+    from its newest checkpoint when the one Tune recorded is gone (newest_checkpoint.py)."""
 
     primary_metric = "spearman"
 
@@ -228,31 +204,6 @@ class EpochTrainable(tune.Trainable):
             _list_best(Path(checkpoint_dir))
         (Path(checkpoint_dir) / "trial.json").write_text(json.dumps(self.trial_config, indent=2, default=str))
         return None
-
-    def restore(self, checkpoint_path):
-        """Tune's restore, from the trial's newest checkpoint when the one Tune recorded is gone: a
-        driver killed between saving its experiment state and the next checkpoint leaves Tune
-        pointing at a checkpoint it deleted itself (it keeps `num_to_keep`). No checkpoint left at
-        all: the trial starts again from its first epoch."""
-        from ray.tune import Checkpoint
-
-        checkpoint = getattr(checkpoint_path, "checkpoint", checkpoint_path)
-        if isinstance(checkpoint, str):
-            checkpoint = Checkpoint.from_directory(checkpoint)
-        if isinstance(checkpoint, Checkpoint) and not _exists(checkpoint.filesystem, checkpoint.path):
-            newest = _newest_sibling(checkpoint.filesystem, checkpoint.path)
-            print(
-                f"warning: checkpoint {checkpoint.path} is gone; this trial continues from "
-                + (f"{newest}, its newest" if newest else "its first epoch (no checkpoint of it is left)"),
-                file=sys.stderr,
-                flush=True,
-            )
-            if newest is None:
-                return
-            super().restore(Checkpoint(newest, filesystem=checkpoint.filesystem))
-            self._iteration = self.epoch  # one step is one epoch; Tune's count of the newer checkpoint
-            return
-        super().restore(checkpoint_path)
 
     def load_checkpoint(self, checkpoint_dir: str):
         path = Path(checkpoint_dir) / "state.pt"
