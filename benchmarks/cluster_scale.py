@@ -3,8 +3,9 @@
     python benchmarks/cluster_scale.py --address <local cluster address> --trials 1000 --concurrent 64
 
 N trials of S seconds each (default 1,000 of 1 s) run twice on the same Ray cluster, with at most
-C at once: through bare Ray Tune (a class trainable that sleeps S and reports once,
-`max_concurrent_trials` C, actors reused as the engine's are, no callbacks, no checkpoints), then
+C at once: through bare Ray Tune (a class trainable that sleeps S and reports once, the engine's search
+setup: preset points and a BasicVariantGenerator of max_concurrent C, actors reused as the engine's are,
+no callbacks, no checkpoints), then
 through the engine (`sweeps/electra_layers.py --smoke-test --simulate --simulate-seconds S --epochs 1
 --gpus-per-trial 0 --max-concurrent C`: plan, MLflow parent and child runs on a SQLite store, a
 checkpoint per trial, seals, progress line, summary). It prints the bookkeeping ratio, engine / bare
@@ -67,9 +68,13 @@ class Trial(tune.Trainable):  # a class with actor reuse, as the engine's trials
     def step(self):
         time.sleep({seconds})
         return {{"score": self.i, "done": True}}
+from ray.tune.search.basic_variant import BasicVariantGenerator
+# the engine's own search setup (runner._tuner): preset points, the generator's max_concurrent; Tune's
+# max_concurrent_trials instead stages no trial beyond those running, so no actor is ever reused
+search = BasicVariantGenerator(points_to_evaluate=[{{"i": i}} for i in range({trials})], max_concurrent={concurrent})
 started = time.time()
-tune.Tuner(tune.with_resources(Trial, {{"cpu": {cpu}}}), param_space={{"i": tune.grid_search(list(range({trials})))}},
-           tune_config=tune.TuneConfig(max_concurrent_trials={concurrent}, reuse_actors=True),
+tune.Tuner(tune.with_resources(Trial, {{"cpu": {cpu}}}), param_space={{"i": None}},
+           tune_config=tune.TuneConfig(search_alg=search, num_samples={trials}, reuse_actors=True),
            run_config=tune.RunConfig(storage_path={storage!r}, verbose=0)).fit()
 print("BARE", time.time() - started)
 """
