@@ -3,8 +3,9 @@
     python benchmarks/cluster_scale.py --address <local cluster address> --trials 1000 --concurrent 64
 
 N trials of S seconds each (default 1,000 of 1 s) run twice on the same Ray cluster, with at most
-C at once: through bare Ray Tune (a class trainable that sleeps S and reports once,
-`max_concurrent_trials` C, actors reused as the engine's are, no callbacks, no checkpoints), then
+C at once: through bare Ray Tune (a class trainable that sleeps S and reports once, the engine's search
+setup: preset points and a BasicVariantGenerator of max_concurrent C, actors reused as the engine's are,
+an empty checkpoint at each trial's end, without which Tune reuses no actor, no callbacks), then
 through the engine (`sweeps/electra_layers.py --smoke-test --simulate --simulate-seconds S --epochs 1
 --gpus-per-trial 0 --max-concurrent C`: plan, MLflow parent and child runs on a SQLite store, a
 checkpoint per trial, seals, progress line, summary). It prints the bookkeeping ratio, engine / bare
@@ -67,10 +68,20 @@ class Trial(tune.Trainable):  # a class with actor reuse, as the engine's trials
     def step(self):
         time.sleep({seconds})
         return {{"score": self.i, "done": True}}
+    # an empty checkpoint at the trial's end, as the engine's trials save one: Tune caches a finished trial's
+    # actor for the next only if that next trial is already staged, which it is while the end checkpoint is
+    # saved; without it every bare trial started a process of its own (300 trials: 300 processes)
+    def save_checkpoint(self, checkpoint_dir):
+        open(os.path.join(checkpoint_dir, "state.json"), "w").write("{{}}")
+    def load_checkpoint(self, checkpoint_dir):
+        pass
+from ray.tune.search.basic_variant import BasicVariantGenerator
+search = BasicVariantGenerator(points_to_evaluate=[{{"i": i}} for i in range({trials})], max_concurrent={concurrent})
 started = time.time()
-tune.Tuner(tune.with_resources(Trial, {{"cpu": {cpu}}}), param_space={{"i": tune.grid_search(list(range({trials})))}},
-           tune_config=tune.TuneConfig(max_concurrent_trials={concurrent}, reuse_actors=True),
-           run_config=tune.RunConfig(storage_path={storage!r}, verbose=0)).fit()
+tune.Tuner(tune.with_resources(Trial, {{"cpu": {cpu}}}), param_space={{"i": None}},
+           tune_config=tune.TuneConfig(search_alg=search, num_samples={trials}, reuse_actors=True),
+           run_config=tune.RunConfig(storage_path={storage!r}, verbose=0,
+                                     checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=True))).fit()
 print("BARE", time.time() - started)
 """
     started = time.time()
