@@ -132,17 +132,28 @@ def _tsdae_presets():
     return sorted(name for name, p in all_presets().items() if p.method == "tsdae")
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=[pytest.mark.sweep] if n == "tsdae-fig3" else []) for n in _tsdae_presets()]
-)
-def test_every_tsdae_preset_is_listed_dry_run_and_checked_alike(name, tmp_path, data_dir, capsys):
-    """`--list-presets` prices a preset exactly when `--dry-run` of it passes its checks, with the same
-    number of trials, and a refusal is one line naming the problem."""
+@pytest.fixture(scope="module")
+def tsdae_listing(data_dir) -> list[str]:
+    """`--list-presets`' lines, priced afresh once for the module's presets."""
+    import contextlib
+    import io
+
     from sweeps.engine import presets
 
     presets._PRICED.clear()
-    assert tsdae.main(["--list-presets", "--data-dir", str(data_dir)]) == 0
-    listed = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(f"{name} "))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert tsdae.main(["--list-presets", "--data-dir", str(data_dir)]) == 0
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[pytest.mark.sweep] if n == "tsdae-fig3" else []) for n in _tsdae_presets()]
+)
+def test_every_tsdae_preset_is_listed_dry_run_and_checked_alike(name, tsdae_listing, data_dir, capsys):
+    """`--list-presets` prices a preset exactly when `--dry-run` of it passes its checks, with the same
+    number of trials, and a refusal is one line naming the problem."""
+    listed = next(line for line in tsdae_listing if line.startswith(f"{name} "))
     code, out, err = _dry_run(["--preset", name, "--data-dir", str(data_dir)], capsys)
     if "not priced" in listed:
         assert code == 2 and err.count("\n") == 1, (listed, err)
