@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from ray.tune import Checkpoint
 
-from sweeps.engine import checkpoint_keeping
+from sweeps.engine import checkpoint_keeping, state_saves
 from sweeps.engine.checkpoint_keeping import KeepLatest
 
 
@@ -74,7 +74,7 @@ def test_deferring_tells_the_controllers_keepers_of_each_save_and_deletes_the_re
         _callbacks=SimpleNamespace(_callbacks=[object(), keep]),
     )
     first, second = _checkpoints(tmp_path, 0, 1)
-    with checkpoint_keeping.deferring():
+    with state_saves.hooked(checkpoint_keeping.Deferring()):
         keep.on_checkpoint(0, [], trial, first)
         TuneController.save_to_dir(controller)
         keep.on_checkpoint(0, [], trial, second)

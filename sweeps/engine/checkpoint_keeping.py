@@ -8,15 +8,14 @@ Tune then forces a save and upload of the whole experiment state (every trial's 
 trial checkpoint, which at hundreds of trials costs the driver's loop time in proportion to trials x
 checkpoints, and still does not close it. So the engine gives Tune no `num_to_keep` and
 `KeepLatest`, a Tune callback, deletes instead: a checkpoint superseded before one of Tune's saves
-goes when the next save starts, after the upload of that one has finished (`deferring`, around
-`Tuner.fit`, wraps `TuneController.save_to_dir` to know when). A trial resumed by a new driver
+goes when the next save starts, after the upload of that one has finished (`Deferring`, a
+`state_saves` hook around `Tuner.fit`, knows when). A trial resumed by a new driver
 has its older checkpoints (the ones its folder holds below the first it writes now) deleted the
 same way. What is left when the sweep ends is deleted after Tune's last, awaited save.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
 
 from ray import tune
@@ -89,38 +88,22 @@ class KeepLatest(tune.Callback):
         self._queued = []
 
 
-def _keepers(controller) -> list[KeepLatest]:
-    return [c for c in getattr(controller._callbacks, "_callbacks", []) if isinstance(c, KeepLatest)]
+class Deferring:
+    """A `state_saves` hook: tells the controller's `KeepLatest` callbacks when Tune saves its experiment
+    state, and has them delete what they hold back once `Tuner.fit` has returned (its last save awaited)."""
 
+    def __init__(self):
+        self._seen: list[KeepLatest] = []
 
-@contextlib.contextmanager
-def deferring():
-    """While a Tuner runs: tell its `KeepLatest` callbacks when Tune saves its experiment state, and
-    delete what they hold back once `Tuner.fit` has returned (its last save was awaited)."""
-    from ray.tune.execution.tune_controller import TuneController
-
-    inner = TuneController.save_to_dir
-    seen: list[KeepLatest] = []
-
-    def save_to_dir(controller, *args, **kwargs):
-        try:
-            controller._storage.syncer.wait()
-            uploaded = True
-        except Exception:  # reported by the save itself (seal.sealing); nothing is deleted this time
-            uploaded = False
-        keepers = _keepers(controller)
-        seen[:] = keepers
-        for keeper in keepers:
+    def before(self, controller, uploaded: bool) -> None:
+        self._seen = [c for c in getattr(controller._callbacks, "_callbacks", []) if isinstance(c, KeepLatest)]
+        for keeper in self._seen:
             keeper.state_saving(uploaded)
-        result = inner(controller, *args, **kwargs)
-        for keeper in keepers:
-            keeper.state_saved()
-        return result
 
-    TuneController.save_to_dir = save_to_dir
-    try:
-        yield
-    finally:
-        TuneController.save_to_dir = inner
-    for keeper in seen:  # Tune's last save was awaited: nothing held back is named by the state any more
-        keeper.state_saving(True)
+    def after(self, controller) -> None:
+        for keeper in self._seen:
+            keeper.state_saved()
+
+    def done(self) -> None:  # nothing held back is named by the state any more
+        for keeper in self._seen:
+            keeper.state_saving(True)

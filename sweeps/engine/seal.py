@@ -12,7 +12,7 @@ is not recorded, and any `_dict_checkpoint.pkl` (this project's trials never wri
 anything is unpickled: it reads a few small files.
 
 When: `tuner.pkl` right after the Tuner is created (`record_files`); the rest inside Tune's own
-`TuneController.save_to_dir` (wrapped by `sealing()` while a sweep's Tuner runs), right after Tune
+`TuneController.save_to_dir` (by `SealingSaves`, a `state_saves` hook, while a sweep's Tuner runs), right after Tune
 writes them into its staging folder and before it copies them into the sweep folder. So a driver
 killed at any moment leaves only sealed files there. The last `KEEP` versions of each file stay
 sealed, as the copy into the sweep folder may lag behind.
@@ -28,7 +28,6 @@ before seals existed, or under another key).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
@@ -202,31 +201,24 @@ def verify(sweep_dir: str) -> None:
             )
 
 
-@contextlib.contextmanager
-def sealing(sweep_dir: str):
-    """While a sweep's Tuner runs: seal each state Tune saves, before Tune copies it into the sweep
-    folder (Tune calls `TuneController.save_to_dir`, then starts the copy from its staging folder)."""
-    from ray.tune.execution.tune_controller import TuneController
+class SealingSaves:
+    """A `state_saves` hook: seals each state Tune saves, before Tune copies it into the sweep folder
+    (Tune calls `TuneController.save_to_dir`, then starts the copy from its staging folder)."""
 
-    original = TuneController.save_to_dir
+    def __init__(self, sweep_dir: str):
+        self.sweep_dir = sweep_dir
 
-    def save_to_dir(controller, *args, **kwargs):
-        try:  # a copy still running would take files written below before they are sealed
-            controller._storage.syncer.wait()
-        except Exception as error:
-            print(f"warning: saving Ray Tune's state into {sweep_dir} failed: {error}", file=sys.stderr)
-        result = original(controller, *args, **kwargs)
+    def before(self, controller, uploaded: bool) -> None:
+        pass
+
+    def after(self, controller) -> None:
         staging = Path(controller._storage.experiment_driver_staging_path)
         record_files(
-            sweep_dir, {p.name: p.read_bytes() for p in staging.iterdir() if p.is_file() and is_tune_file(p.name)}
+            self.sweep_dir, {p.name: p.read_bytes() for p in staging.iterdir() if p.is_file() and is_tune_file(p.name)}
         )
-        return result
 
-    TuneController.save_to_dir = save_to_dir
-    try:
-        yield
-    finally:
-        TuneController.save_to_dir = original
+    def done(self) -> None:
+        pass
 
 
 def main(argv=None) -> int:
