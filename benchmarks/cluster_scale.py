@@ -307,12 +307,13 @@ def grid_main(argv=None) -> int:
             "--address", address, "--storage-path", str(folder / "runs"), "--mlflow-uri", mlflow,
             "--name", "grid", *(["--max-concurrent", str(args.max_concurrent)] if args.max_concurrent else []),
         ]  # fmt: skip
+        gcs = local_cluster.gcs_client(temp)  # sampled in this process: a `ray status` each time costs a CPU-second
         started = time.time()
         timeline = []
         with open(folder / "driver.log", "w") as log:
             driver = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env(), cwd=ROOT)
             while driver.poll() is None:
-                timeline.append((time.time() - started, local_cluster.worker_nodes(temp)))
+                timeline.append((time.time() - started, local_cluster.worker_nodes(temp, gcs)))
                 time.sleep(2)
         ended = time.time()
         if driver.returncode != 0:

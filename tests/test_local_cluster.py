@@ -78,7 +78,8 @@ def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops():
     assert started.returncode == 0, started.stderr
     address = started.stdout.strip().splitlines()[-1]
     try:
-        assert local_cluster.worker_nodes(temp_dir) == 0
+        gcs = local_cluster.gcs_client(temp_dir)  # read in this process, as the grid benchmark samples it
+        assert local_cluster.worker_nodes(temp_dir) == 0 == local_cluster.worker_nodes(temp_dir, gcs)
         client = subprocess.run(
             [sys.executable, "-c", PLACE_QUARTER_GPU_TASKS, address], capture_output=True, text=True, timeout=240
         )
@@ -87,7 +88,7 @@ def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops():
         placed = [tuple(p) for p in result["placed"]]
         assert result["head"] not in {node for node, _ in placed}
         assert set(Counter(placed).values()) == {4}  # two GPU ids of one new node, four tasks each
-        assert local_cluster.worker_nodes(temp_dir) == 1
+        assert local_cluster.worker_nodes(temp_dir) == 1 == local_cluster.worker_nodes(temp_dir, gcs)
         shown = subprocess.run([*command, "status", f"--temp-dir={temp_dir}"], capture_output=True, text=True)
         assert "1 gpu_worker" in shown.stdout
     finally:
