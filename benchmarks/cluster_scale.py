@@ -321,9 +321,11 @@ def grid_main(argv=None) -> int:
     finally:
         local_cluster.down(temp)
         shutil.rmtree(temp, ignore_errors=True)
-    figures = grid_figures(mlflow, started, ended, args.speedup, args.workers * args.gpus_per_worker)
+    stage_seconds = float(flags[flags.index("--simulate-seconds") + 1]) if "--simulate-seconds" in flags else 0.0
+    figures = grid_figures(mlflow, started, ended, args.speedup, args.workers * args.gpus_per_worker, stage_seconds)
     print_grid(args, figures, dry_hours, timeline)
-    (folder / "timeline.json").write_text(json.dumps({"timeline": timeline, "figures": figures}, default=str))
+    kept = {"timeline": timeline, "figures": figures, "started": started, "ended": ended}
+    (folder / "timeline.json").write_text(json.dumps(kept, default=str))
     if not args.keep:
         shutil.rmtree(folder, ignore_errors=True)
     return 0
@@ -336,9 +338,16 @@ def _dry_run_gpu_hours(text: str) -> float | None:
     return None
 
 
-def grid_figures(mlflow_uri: str, started: float, ended: float, speedup: float, gpus: int) -> dict:
+def grid_figures(
+    mlflow_uri: str, started: float, ended: float, speedup: float, gpus: int, stage_seconds: float = 0.0
+) -> dict:
     """What the grid's MLflow runs say: time to the first trial, the makespan against its lower bound, trials
-    per GPU id and the most at once on one, the simulated GPU-hours (the cost model's, undone of the speedup)."""
+    per GPU id and the most at once on one, the simulated GPU-hours (the cost model's, undone of the speedup).
+
+    The makespan runs from the first compute (a stage's wait, or a trial) to the last trial's end; the bound is
+    the larger of the GPU-seconds held over the GPUs and the longest chain of a stage's wait (`stage_seconds`:
+    --simulate-seconds, 0 without it) then its trial's wait. Both are durations, so neither counts the plan, the
+    autoscaler's start or a stage waiting for its node."""
     from mlflow import MlflowClient
 
     client = MlflowClient(mlflow_uri)
@@ -346,21 +355,20 @@ def grid_figures(mlflow_uri: str, started: float, ended: float, speedup: float, 
     trials = [r for r in runs if r.data.tags.get("embsweep.role") == "trial"]
     stages = [r for r in runs if r.data.tags.get("embsweep.role") not in ("trial", "sweep")]
     spans, per_gpu, held, chain = defaultdict(list), Counter(), 0.0, 0.0
-    stage_end = {s.info.run_id: (s.info.end_time or 0) / 1000 - started for s in stages}
     for run in trials:
         start, end = run.info.start_time / 1000 - started, (run.info.end_time or 0) / 1000 - started
         waited = run.data.metrics.get("wall_time_s", end - start)
         share = run.data.metrics.get("gpu_share", 0.0)
         held += share * waited
-        upstream = run.data.params.get("upstream_run_id")
-        stage_seconds = stage_end.get(upstream, 0.0) if upstream else 0.0
-        chain = max(chain, stage_seconds + waited)
+        chain = max(chain, (stage_seconds if run.data.params.get("upstream_run_id") else 0.0) + waited)
         for gpu in run.data.tags.get("gpu_ids", "").split(","):
             if gpu:
                 slot = (run.data.tags.get("node_id", "")[-5:], gpu)
                 per_gpu[slot] += 1
                 spans[slot].append((start, end))
     first = min((r.info.start_time / 1000 - started for r in trials), default=float("nan"))
+    computed = min([first, *((s.info.end_time or 0) / 1000 - started - stage_seconds for s in stages)])
+    last = max(((r.info.end_time or 0) / 1000 - started for r in trials), default=computed)
     bound = max(held / gpus, chain)
     most = max((_most_at_once(v) for v in spans.values()), default=0)
     return {
@@ -368,7 +376,7 @@ def grid_figures(mlflow_uri: str, started: float, ended: float, speedup: float, 
         "stages": len(stages),
         "first_trial_s": first,
         "makespan_s": ended - started,
-        "trials_makespan_s": max((r.info.end_time or 0) / 1000 - started for r in trials) - first if trials else 0.0,
+        "compute_makespan_s": last - computed if trials else 0.0,
         "bound_s": bound,
         "gpu_seconds_held": held,
         "longest_chain_s": chain,
@@ -393,12 +401,12 @@ def print_grid(args, f: dict, dry_hours: float | None, timeline: list) -> None:
     print(f"  time to the first trial: {f['first_trial_s']:.1f} s (from the driver's start, plan included)")
     changes = [(round(t), n) for i, (t, n) in enumerate(timeline) if i == 0 or n != timeline[i - 1][1]]
     print("  worker nodes over time (s, nodes): " + ", ".join(f"{t}:{n}" for t, n in changes))
-    ratio = f["trials_makespan_s"] / f["bound_s"] if f["bound_s"] else float("nan")
-    span = f"{f['makespan_s']:.1f} s from the driver's start, {f['trials_makespan_s']:.1f} s first trial to last"
+    ratio = f["compute_makespan_s"] / f["bound_s"] if f["bound_s"] else float("nan")
+    span = f"{f['makespan_s']:.1f} s from the driver's start, {f['compute_makespan_s']:.1f} s first compute to last"
     print(f"  makespan: {span}")
     print(
         f"  lower bound {f['bound_s']:.1f} s = max(GPU-seconds held {f['gpu_seconds_held']:.0f} / GPUs, longest "
-        f"stage-then-trial chain {f['longest_chain_s']:.1f} s); first trial to last / bound = {ratio:.2f}"
+        f"stage-then-trial chain {f['longest_chain_s']:.1f} s); first compute to last / bound = {ratio:.2f}"
     )
     counts = ", ".join(f"{ids} ids ran {n}" for n, ids in sorted(Counter(f["per_gpu"].values()).items()))
     most = f["most_at_once_on_a_gpu"]
@@ -419,7 +427,10 @@ the GPU-seconds the trials held (each trial's wait x its GPU share) over the GPU
 stage then a trial. A simulated trial waits its predicted seconds whatever shares its GPU (a real one would
 share the GPU's time), so the bound counts GPU-seconds held, not the cost model's GPU-seconds alone on a GPU.
 A simulated stage waits 0 s (stages carry no cost model at run time; `--simulate-seconds` would fix the
-trials' waits too), so in the improvements grid the chain is its stage's bookkeeping then its longest trial.
+trials' waits too), so in the improvements grid the chain is its longest trial. The makespan set against the
+bound runs from the first compute (a stage's wait, or a trial) to the last trial's end: the plan, the
+autoscaler's start and a stage waiting for its node come before it and are printed as the time to the first
+trial. With --keep, timeline.json holds the samples, the figures and the driver's start and end (Unix seconds).
 """
 
 
