@@ -73,3 +73,14 @@ def test_grid_bound_and_makespan_are_durations_from_the_first_compute_not_the_dr
     assert figures["bound_s"] == pytest.approx(23)
     assert figures["compute_makespan_s"] == pytest.approx(100 - 75)
     assert figures["first_trial_s"] == pytest.approx(80)
+
+
+def test_list_schedule_counts_by_hand_the_order_and_four_to_a_gpu():
+    schedule = _module().list_schedule
+    # one GPU, half a GPU each: 10 and 4 start at 0; the 4 s ones follow at 4 and 8
+    assert schedule([(10, 0.5), (4, 0.5), (4, 0.5), (4, 0.5)], gpus=1) == pytest.approx(12)
+    # cheapest first: 4 and 4 at 0, then 4 and 10 at 4
+    assert schedule([(4, 0.5), (4, 0.5), (4, 0.5), (10, 0.5)], gpus=1) == pytest.approx(14)
+    assert schedule([(1, 0.2)] * 5, gpus=1) == pytest.approx(2)  # a fifth 0.2 share fits, but 4 is the cap
+    assert schedule([(3, 1.0), (5, 1.0), (2, 1.0)], gpus=2) == pytest.approx(5)  # 2 follows 3 on the first GPU
+    assert schedule([], gpus=2) == 0.0
