@@ -41,6 +41,8 @@ def test_grid_figures_count_gpu_ids_overlaps_the_bound_and_gpu_hours(tmp_path):
     assert figures["bound_s"] == pytest.approx(max(15 / 2, 10))
     assert figures["compute_makespan_s"] == pytest.approx(25 - 5) and figures["makespan_s"] == pytest.approx(30)
     assert figures["simulated_gpu_hours"] == pytest.approx(6 * 10 * 10 / 3600)
+    assert figures["schedule_costliest_s"] == pytest.approx(10)  # four on one GPU, two on the other, all at 0
+    assert figures["schedule_as_placed_s"] == pytest.approx(20)  # GPU 0's fifth waits for a place there
 
 
 def test_the_dry_runs_gpu_hours_are_read_from_its_line():
