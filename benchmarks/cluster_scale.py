@@ -400,6 +400,7 @@ def list_schedule(trials: list[tuple[float, float]], gpus: int, cap: int = 4) ->
     lost from what Ray's start-up and per-trial overhead lost."""
     free, count, running, now = [1.0] * gpus, [0] * gpus, [], 0.0
     for wait, share in trials:
+        share = min(share, 1.0)  # a trial of several GPUs: one here (a bound on its own GPUs' time)
         while True:
             gpu = next((g for g in range(gpus) if free[g] >= share - 1e-9 and count[g] < cap), None)
             if gpu is not None:
@@ -459,7 +460,10 @@ A simulated stage waits 0 s (stages carry no cost model at run time; `--simulate
 trials' waits too), so in the improvements grid the chain is its longest trial. The makespan set against the
 bound runs from the first compute (a stage's wait, or a trial) to the last trial's end: the plan, the
 autoscaler's start and a stage waiting for its node come before it and are printed as the time to the first
-trial. With --keep, timeline.json holds the samples, the figures and the driver's start and end (Unix seconds).
+trial. Two list schedules of the run's own waits and shares, without any overhead, split the gap: the grid
+costliest first on all GPUs (what packing whole trials costs), and each GPU's trials replayed in the order the
+run placed them there (what the placement and Tune's order cost); the rest is Ray's start-up and per-trial
+overhead. With --keep, timeline.json holds the samples, the figures and the driver's start and end (Unix seconds).
 """
 
 

@@ -153,7 +153,7 @@ def worker_nodes(temp_dir: Path = DEFAULT_TEMP, gcs=None) -> int:
 
     raw = gcs.internal_kv_get(DEBUG_AUTOSCALING_STATUS.encode(), None)
     active = json.loads(raw).get("autoscaler_report", {}).get("active_nodes", {}) if raw else {}
-    return sum(count for node_type, count in active.items() if node_type == "gpu_worker")
+    return int(active.get("gpu_worker", 0))
 
 
 def gcs_client(temp_dir: Path = DEFAULT_TEMP):
