@@ -24,6 +24,7 @@ most 800 s, 625 s the floor) is the anchor for bare Tune's figure.
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import os
 import pstats
@@ -307,12 +308,13 @@ def grid_main(argv=None) -> int:
             "--address", address, "--storage-path", str(folder / "runs"), "--mlflow-uri", mlflow,
             "--name", "grid", *(["--max-concurrent", str(args.max_concurrent)] if args.max_concurrent else []),
         ]  # fmt: skip
+        gcs = local_cluster.gcs_client(temp)  # sampled in this process: a `ray status` each time costs a CPU-second
         started = time.time()
         timeline = []
         with open(folder / "driver.log", "w") as log:
             driver = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env(), cwd=ROOT)
             while driver.poll() is None:
-                timeline.append((time.time() - started, local_cluster.worker_nodes(temp)))
+                timeline.append((time.time() - started, local_cluster.worker_nodes(temp, gcs)))
                 time.sleep(2)
         ended = time.time()
         if driver.returncode != 0:
@@ -320,9 +322,11 @@ def grid_main(argv=None) -> int:
     finally:
         local_cluster.down(temp)
         shutil.rmtree(temp, ignore_errors=True)
-    figures = grid_figures(mlflow, started, ended, args.speedup, args.workers * args.gpus_per_worker)
+    stage_seconds = float(flags[flags.index("--simulate-seconds") + 1]) if "--simulate-seconds" in flags else 0.0
+    figures = grid_figures(mlflow, started, ended, args.speedup, args.workers * args.gpus_per_worker, stage_seconds)
     print_grid(args, figures, dry_hours, timeline)
-    (folder / "timeline.json").write_text(json.dumps({"timeline": timeline, "figures": figures}, default=str))
+    kept = {"timeline": timeline, "figures": figures, "started": started, "ended": ended}
+    (folder / "timeline.json").write_text(json.dumps(kept, default=str))
     if not args.keep:
         shutil.rmtree(folder, ignore_errors=True)
     return 0
@@ -335,46 +339,77 @@ def _dry_run_gpu_hours(text: str) -> float | None:
     return None
 
 
-def grid_figures(mlflow_uri: str, started: float, ended: float, speedup: float, gpus: int) -> dict:
+def grid_figures(
+    mlflow_uri: str, started: float, ended: float, speedup: float, gpus: int, stage_seconds: float = 0.0
+) -> dict:
     """What the grid's MLflow runs say: time to the first trial, the makespan against its lower bound, trials
-    per GPU id and the most at once on one, the simulated GPU-hours (the cost model's, undone of the speedup)."""
+    per GPU id and the most at once on one, the simulated GPU-hours (the cost model's, undone of the speedup).
+
+    The makespan runs from the first compute (a stage's wait, or a trial) to the last trial's end; the bound is
+    the larger of the GPU-seconds held over the GPUs and the longest chain of a stage's wait (`stage_seconds`:
+    --simulate-seconds, 0 without it) then its trial's wait. Both are durations, so neither counts the plan, the
+    autoscaler's start or a stage waiting for its node."""
     from mlflow import MlflowClient
 
     client = MlflowClient(mlflow_uri)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=50000)
     trials = [r for r in runs if r.data.tags.get("embsweep.role") == "trial"]
     stages = [r for r in runs if r.data.tags.get("embsweep.role") not in ("trial", "sweep")]
-    spans, per_gpu, held, chain = defaultdict(list), Counter(), 0.0, 0.0
-    stage_end = {s.info.run_id: (s.info.end_time or 0) / 1000 - started for s in stages}
-    for run in trials:
+    spans, per_gpu, held, chain, queues = defaultdict(list), Counter(), 0.0, 0.0, defaultdict(list)
+    for run in sorted(trials, key=lambda r: r.info.start_time):
         start, end = run.info.start_time / 1000 - started, (run.info.end_time or 0) / 1000 - started
         waited = run.data.metrics.get("wall_time_s", end - start)
         share = run.data.metrics.get("gpu_share", 0.0)
         held += share * waited
-        upstream = run.data.params.get("upstream_run_id")
-        stage_seconds = stage_end.get(upstream, 0.0) if upstream else 0.0
-        chain = max(chain, stage_seconds + waited)
+        chain = max(chain, (stage_seconds if run.data.params.get("upstream_run_id") else 0.0) + waited)
         for gpu in run.data.tags.get("gpu_ids", "").split(","):
             if gpu:
                 slot = (run.data.tags.get("node_id", "")[-5:], gpu)
                 per_gpu[slot] += 1
                 spans[slot].append((start, end))
+                queues[slot].append((waited, share))
     first = min((r.info.start_time / 1000 - started for r in trials), default=float("nan"))
+    computed = min([first, *((s.info.end_time or 0) / 1000 - started - stage_seconds for s in stages)])
+    last = max(((r.info.end_time or 0) / 1000 - started for r in trials), default=computed)
     bound = max(held / gpus, chain)
     most = max((_most_at_once(v) for v in spans.values()), default=0)
+    costliest = sorted(((r.data.metrics.get("wall_time_s", 0.0), r.data.metrics.get("gpu_share", 0.0)) for r in trials),
+                       key=lambda t: -t[0])  # fmt: skip
     return {
         "trials": len(trials),
         "stages": len(stages),
         "first_trial_s": first,
         "makespan_s": ended - started,
-        "trials_makespan_s": max((r.info.end_time or 0) / 1000 - started for r in trials) - first if trials else 0.0,
+        "compute_makespan_s": last - computed if trials else 0.0,
         "bound_s": bound,
         "gpu_seconds_held": held,
         "longest_chain_s": chain,
         "simulated_gpu_hours": sum(r.data.metrics.get("wall_time_s", 0.0) for r in trials) * speedup / 3600,
         "per_gpu": {f"{n}/{g}": c for (n, g), c in sorted(per_gpu.items())},
         "most_at_once_on_a_gpu": most,
+        "schedule_costliest_s": list_schedule(costliest, gpus),
+        "schedule_as_placed_s": max((list_schedule(queue, 1) for queue in queues.values()), default=0.0),
     }
+
+
+def list_schedule(trials: list[tuple[float, float]], gpus: int, cap: int = 4) -> float:
+    """The makespan of `trials` ((wait, GPU share), in this order) on `gpus` GPUs without any overhead: each
+    starts, in turn, as soon as a GPU (the first by id) has its share free and fewer than `cap` trials. The grid
+    costliest first (the engine's order) on all the GPUs, against each GPU's trials in the order they started there
+    (one GPU each: the run's placement and order, replayed without overhead), splits what the placement and order
+    lost from what Ray's start-up and per-trial overhead lost."""
+    free, count, running, now = [1.0] * gpus, [0] * gpus, [], 0.0
+    for wait, share in trials:
+        share = min(share, 1.0)  # a trial of several GPUs: one here (a bound on its own GPUs' time)
+        while True:
+            gpu = next((g for g in range(gpus) if free[g] >= share - 1e-9 and count[g] < cap), None)
+            if gpu is not None:
+                break
+            now, done, given = heapq.heappop(running)
+            free[done], count[done] = free[done] + given, count[done] - 1
+        free[gpu], count[gpu] = free[gpu] - share, count[gpu] + 1
+        heapq.heappush(running, (now + wait, gpu, share))
+    return max((end for end, _, _ in running), default=0.0)
 
 
 def _most_at_once(intervals: list[tuple[float, float]]) -> int:
@@ -392,12 +427,16 @@ def print_grid(args, f: dict, dry_hours: float | None, timeline: list) -> None:
     print(f"  time to the first trial: {f['first_trial_s']:.1f} s (from the driver's start, plan included)")
     changes = [(round(t), n) for i, (t, n) in enumerate(timeline) if i == 0 or n != timeline[i - 1][1]]
     print("  worker nodes over time (s, nodes): " + ", ".join(f"{t}:{n}" for t, n in changes))
-    ratio = f["trials_makespan_s"] / f["bound_s"] if f["bound_s"] else float("nan")
-    span = f"{f['makespan_s']:.1f} s from the driver's start, {f['trials_makespan_s']:.1f} s first trial to last"
+    ratio = f["compute_makespan_s"] / f["bound_s"] if f["bound_s"] else float("nan")
+    span = f"{f['makespan_s']:.1f} s from the driver's start, {f['compute_makespan_s']:.1f} s first compute to last"
     print(f"  makespan: {span}")
     print(
         f"  lower bound {f['bound_s']:.1f} s = max(GPU-seconds held {f['gpu_seconds_held']:.0f} / GPUs, longest "
-        f"stage-then-trial chain {f['longest_chain_s']:.1f} s); first trial to last / bound = {ratio:.2f}"
+        f"stage-then-trial chain {f['longest_chain_s']:.1f} s); first compute to last / bound = {ratio:.2f}"
+    )
+    print(
+        f"  without overhead (the same waits and shares, list-scheduled): {f['schedule_costliest_s']:.1f} s "
+        f"costliest first on all GPUs, {f['schedule_as_placed_s']:.1f} s each GPU's trials as the run placed them"
     )
     counts = ", ".join(f"{ids} ids ran {n}" for n, ids in sorted(Counter(f["per_gpu"].values()).items()))
     most = f["most_at_once_on_a_gpu"]
@@ -418,7 +457,13 @@ the GPU-seconds the trials held (each trial's wait x its GPU share) over the GPU
 stage then a trial. A simulated trial waits its predicted seconds whatever shares its GPU (a real one would
 share the GPU's time), so the bound counts GPU-seconds held, not the cost model's GPU-seconds alone on a GPU.
 A simulated stage waits 0 s (stages carry no cost model at run time; `--simulate-seconds` would fix the
-trials' waits too), so in the improvements grid the chain is its stage's bookkeeping then its longest trial.
+trials' waits too), so in the improvements grid the chain is its longest trial. The makespan set against the
+bound runs from the first compute (a stage's wait, or a trial) to the last trial's end: the plan, the
+autoscaler's start and a stage waiting for its node come before it and are printed as the time to the first
+trial. Two list schedules of the run's own waits and shares, without any overhead, split the gap: the grid
+costliest first on all GPUs (what packing whole trials costs), and each GPU's trials replayed in the order the
+run placed them there (what the placement and Tune's order cost); the rest is Ray's start-up and per-trial
+overhead. With --keep, timeline.json holds the samples, the figures and the driver's start and end (Unix seconds).
 """
 
 

@@ -141,11 +141,26 @@ def status(temp_dir: Path = DEFAULT_TEMP) -> subprocess.CompletedProcess:
     )
 
 
-def worker_nodes(temp_dir: Path = DEFAULT_TEMP) -> int:
-    """Worker nodes up now, from `ray status`."""
-    text = status(temp_dir).stdout
-    active = text.split("Active:")[1].split("Pending:")[0] if "Active:" in text else ""
-    return sum(int(line.split()[0]) for line in active.splitlines() if "gpu_worker" in line)
+def worker_nodes(temp_dir: Path = DEFAULT_TEMP, gcs=None) -> int:
+    """Worker nodes up now, as `ray status` counts them (its autoscaler's active nodes). With `gcs` (a
+    `gcs_client(temp_dir)` kept between calls) read in this process: a benchmark that samples every few
+    seconds must not start a `ray status` process each time (about a CPU-second each)."""
+    if gcs is None:
+        text = status(temp_dir).stdout
+        active = text.split("Active:")[1].split("Pending:")[0] if "Active:" in text else ""
+        return sum(int(line.split()[0]) for line in active.splitlines() if "gpu_worker" in line)
+    from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
+
+    raw = gcs.internal_kv_get(DEBUG_AUTOSCALING_STATUS.encode(), None)
+    active = json.loads(raw).get("autoscaler_report", {}).get("active_nodes", {}) if raw else {}
+    return int(active.get("gpu_worker", 0))
+
+
+def gcs_client(temp_dir: Path = DEFAULT_TEMP):
+    """A client of this cluster's GCS, for `worker_nodes` (Ray's own, as `ray status` makes it)."""
+    import ray._raylet
+
+    return ray._raylet.GcsClient(address=read_state(Path(temp_dir).resolve())["address"])
 
 
 def _cluster_processes(temp_dir: Path) -> list[psutil.Process]:

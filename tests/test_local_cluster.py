@@ -78,7 +78,8 @@ def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops():
     assert started.returncode == 0, started.stderr
     address = started.stdout.strip().splitlines()[-1]
     try:
-        assert local_cluster.worker_nodes(temp_dir) == 0
+        gcs = local_cluster.gcs_client(temp_dir)  # read in this process, as the grid benchmark samples it
+        assert local_cluster.worker_nodes(temp_dir) == 0 == local_cluster.worker_nodes(temp_dir, gcs)
         client = subprocess.run(
             [sys.executable, "-c", PLACE_QUARTER_GPU_TASKS, address], capture_output=True, text=True, timeout=240
         )
@@ -87,7 +88,7 @@ def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops():
         placed = [tuple(p) for p in result["placed"]]
         assert result["head"] not in {node for node, _ in placed}
         assert set(Counter(placed).values()) == {4}  # two GPU ids of one new node, four tasks each
-        assert local_cluster.worker_nodes(temp_dir) == 1
+        assert local_cluster.worker_nodes(temp_dir) == 1 == local_cluster.worker_nodes(temp_dir, gcs)
         shown = subprocess.run([*command, "status", f"--temp-dir={temp_dir}"], capture_output=True, text=True)
         assert "1 gpu_worker" in shown.stdout
     finally:
@@ -101,3 +102,20 @@ def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops():
 def test_up_refuses_a_temp_folder_too_long_for_rays_sockets(tmp_path):
     with pytest.raises(ValueError, match="too long for Ray's socket paths"):
         local_cluster.up(tmp_path / ("x" * 60))
+
+
+def test_worker_nodes_reads_the_autoscalers_status_through_a_kept_gcs_client(tmp_path):
+    """No `ray status` process per sample: the autoscaler's status is read from the GCS as `ray status` reads it."""
+    from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
+
+    class Gcs:
+        status = {"autoscaler_report": {"active_nodes": {"ray.head.default": 1, "gpu_worker": 3}}}
+
+        def internal_kv_get(self, key, namespace):
+            assert key == DEBUG_AUTOSCALING_STATUS.encode()
+            return json.dumps(self.status).encode() if self.status else None
+
+    gcs = Gcs()
+    assert local_cluster.worker_nodes(tmp_path, gcs) == 3
+    gcs.status = None  # the autoscaler has not reported yet
+    assert local_cluster.worker_nodes(tmp_path, gcs) == 0
