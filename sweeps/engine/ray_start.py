@@ -1,12 +1,14 @@
 """Starting Ray for a sweep, quietly: the environment and loggers that keep the console for the
 sweep's own lines (`QUIET_ENV`, `quiet`), a local Ray or the cluster at `--address` (`init_ray`, never
-with MLflow credentials in its runtime environment), Ray's own log lines sent to a file the sweep names,
-and the driver's cloud credentials kept off the trials' runtime environments."""
+with MLflow credentials in its runtime environment; a local Ray gets the trials' settings through its
+processes' environment, with the trainable's module preloaded: warm_workers.py), Ray's own log lines
+sent to a file the sweep names, and the driver's cloud credentials kept off the trials' runtime environments."""
 
 from __future__ import annotations
 
 import os
 
+from sweeps.engine import warm_workers
 from trainables.core import endpoints
 from trainables.core.errors import SweepInputError
 from trainables.encoders.cost import CUDA_ALLOCATOR_ENV
@@ -56,9 +58,10 @@ def init_ray(plan) -> None:
         return
     # Never MLflow credentials in the runtime env (Ray writes it to its logs) nor in the environment of
     # the Ray processes started here: trials and stages never talk to the store, the driver does.
-    runtime_env = {"env_vars": {**QUIET_ENV, **CUDA_ALLOCATOR_ENV}}
+    trial_env = {**QUIET_ENV, **CUDA_ALLOCATOR_ENV, **warm_workers.tune_trial_env()}
     address = plan.args.get("address")
     if address:
+        runtime_env = {"env_vars": trial_env}
         try:
             with endpoints.credentials_hidden():
                 ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
@@ -68,13 +71,12 @@ def init_ray(plan) -> None:
                 "start the Ray head there (ray start --head, or ray up cluster.yaml) or fix the "
                 "address"
             ) from None
-    else:
-        with endpoints.credentials_hidden():
+    else:  # the local Ray's processes inherit the trials' environment: warm_workers.py says why
+        with endpoints.credentials_hidden(), warm_workers.environment({**trial_env, **warm_workers.preload(plan)}):
             ray.init(
                 address="local",
                 num_gpus=plan.args.get("local_gpus"),
                 include_dashboard=False,
-                runtime_env=runtime_env,
                 log_to_driver=False,
                 logging_level=logging.WARNING,
             )
