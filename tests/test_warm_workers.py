@@ -151,3 +151,25 @@ def test_trial_actors_find_their_module_already_imported(tmp_path):
     for trial in out["trials"]:
         assert trial["imported_at"] < out["fit_started"], "the trial's module was imported after Tune started"
         assert trial["pl_disable_fork"] == "1" and trial["quiet"] == "false"  # the trials' settings still arrive
+
+
+NO_CUDA_AT_IMPORT = """
+import torch
+asked = []
+for name in ("is_available", "device_count", "init", "current_device"):
+    original = getattr(torch.cuda, name)
+    setattr(torch.cuda, name, lambda *a, _n=name, _o=original, **k: asked.append(_n) or _o(*a, **k))
+import trainables.methods
+trainables.methods.load()
+assert not asked and not torch.cuda.is_initialized(), asked
+"""
+
+
+@pytest.mark.sweep  # imports every method: about 5 s
+def test_the_preloaded_modules_leave_cuda_alone():
+    """A worker preloads the trainable before Ray gives it its GPUs (CUDA_VISIBLE_DEVICES): importing any
+    method's modules must not start CUDA, or the trial would see every GPU of the node."""
+    done = subprocess.run(
+        [sys.executable, "-c", NO_CUDA_AT_IMPORT], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

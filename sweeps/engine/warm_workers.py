@@ -14,7 +14,9 @@ adds to every trial actor's runtime environment (`ray.tune.execution.class_cache
 move to the job's environment as well (`tune_trial_env`). A sweep that joins a cluster (`--address`)
 keeps its job `runtime_env`: that cluster's nodes were started without the sweep's environment.
 
-Each idle worker holds the libraries' memory (a few hundred MB) until Ray stops at the sweep's end.
+Each idle worker holds the libraries' memory (a few hundred MB) until Ray stops at the sweep's end. A
+worker preloads before Ray gives it its GPUs (`CUDA_VISIBLE_DEVICES`), so no method's module may start CUDA
+when it is imported (tests/test_warm_workers.py checks every method's).
 """
 
 from __future__ import annotations
