@@ -45,6 +45,43 @@ def test_exit_now_runs_the_exit_handlers_and_skips_the_teardown(tmp_path):
     assert marker.read_text() == "handlers ran"
 
 
+FAKE_RAY = """
+import atexit, sys
+
+
+def is_initialized():
+    return True
+
+
+def shutdown(*, _exiting_interpreter=False):
+    with open(sys.argv[1], "a") as log:
+        log.write(f"ray.shutdown(_exiting_interpreter={_exiting_interpreter})\\n")
+
+
+atexit.register(shutdown, _exiting_interpreter=True)  # as Ray registers its own
+"""
+
+AFTER_RAY = """
+import atexit, sys
+import ray
+from sweeps.engine import quick_exit
+
+atexit.register(lambda: open(sys.argv[1], "a").write("tune clean-up, Ray still up\\n"))
+quick_exit.exit_now(0)
+"""
+
+
+def test_rays_shutdown_runs_once_after_the_other_handlers_without_its_exit_sleep(tmp_path):
+    (tmp_path / "ray.py").write_text(FAKE_RAY)
+    log = tmp_path / "order.txt"
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", AFTER_RAY, str(log)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines() == ["tune clean-up, Ray still up", "ray.shutdown(_exiting_interpreter=False)"]
+
+
 def test_every_sweep_script_exits_through_it():
     for name in scripts.sweep_scripts():
         text = (ROOT / "sweeps" / f"{name}.py").read_text()
