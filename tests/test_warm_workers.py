@@ -33,7 +33,9 @@ def tune_defaults(monkeypatch):
 def _plan(**args):
     from trainables.methods.tmft.trainable import TMFTTrainable
 
-    return SimpleNamespace(args=args, method_cls=SimpleNamespace(trainable=TMFTTrainable), ray_log=None)
+    return SimpleNamespace(
+        args=args, method_cls=SimpleNamespace(trainable=TMFTTrainable), resources={"cpu": 1.0}, ray_log=None
+    )
 
 
 def test_a_local_ray_gets_the_trial_settings_and_the_preload_through_its_environment(monkeypatch, tune_defaults):
@@ -48,11 +50,13 @@ def test_a_local_ray_gets_the_trial_settings_and_the_preload_through_its_environ
     monkeypatch.setattr(ray, "init", init)
     monkeypatch.setattr(ray_start, "ray_logs_to_file", lambda: "ray.log")
     monkeypatch.delenv(warm_workers.PRELOAD_ENV, raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     ray_start.init_ray(_plan())
     assert "runtime_env" not in seen["kwargs"]  # a job runtime_env would keep actors off the prestarted workers
     for name, value in {**ray_start.QUIET_ENV, **CUDA_ALLOCATOR_ENV, "PL_DISABLE_FORK": "1"}.items():
         assert seen["environ"][name] == value, name
     assert seen["environ"][warm_workers.PRELOAD_ENV] == "trainables.methods.tmft.trainable"
+    assert seen["environ"]["OMP_NUM_THREADS"] == "1"  # a trial's CPUs, before the preload sizes thread pools
     assert warm_workers.PRELOAD_ENV not in os.environ  # only while Ray's processes started
     assert tune_defaults.DEFAULT_ENV_VARS == {}  # Tune's trial actors now ask for the job's own environment
 
@@ -80,6 +84,17 @@ def test_the_preloaded_module_is_the_trainable_the_trials_run():
     assert warm_workers.preload(SimpleNamespace(args={}, method_cls=SimpleNamespace(trainable=None))) == {}
 
 
+def test_a_preloading_worker_gets_a_trials_threads_unless_the_user_chose(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    plan = _plan()
+    plan.resources = {"cpu": 2.5}
+    assert warm_workers.preload(plan)["OMP_NUM_THREADS"] == "2"  # Ray's rule: the floor, at least 1
+    plan.resources = {"cpu": 0.5}
+    assert warm_workers.preload(plan)["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert warm_workers.preload(plan)["OMP_NUM_THREADS"] == "3"
+
+
 def test_environment_restores_what_was_there(monkeypatch):
     monkeypatch.setenv("EMBSWEEP_WARM_A", "old")
     monkeypatch.delenv("EMBSWEEP_WARM_B", raising=False)
@@ -90,6 +105,7 @@ def test_environment_restores_what_was_there(monkeypatch):
 
 PROBE = """
 import os, time
+import numpy, torch  # noqa: F401  (their thread pools, sized at load)
 from ray import tune
 
 IMPORTED_AT = time.time()
@@ -99,7 +115,8 @@ class Probe(tune.Trainable):
     def step(self):
         return {"done": True, "imported_at": IMPORTED_AT, "pid": os.getpid(),
                 "pl_disable_fork": os.environ.get("PL_DISABLE_FORK"),
-                "quiet": os.environ.get("TOKENIZERS_PARALLELISM")}
+                "quiet": os.environ.get("TOKENIZERS_PARALLELISM"),
+                "pools": sorted({p["num_threads"] for p in __import__("threadpoolctl").threadpool_info()})}
 
     def save_checkpoint(self, checkpoint_dir):
         return None
@@ -116,7 +133,7 @@ from ray import tune
 from sweeps.engine import ray_start
 from warm_probe import Probe
 
-plan = SimpleNamespace(args={}, method_cls=SimpleNamespace(trainable=Probe), ray_log=None)
+plan = SimpleNamespace(args={}, method_cls=SimpleNamespace(trainable=Probe), resources={"cpu": 1.0}, ray_log=None)
 ray_start.init_ray(plan)
 time.sleep(8)  # the driver's own start-up work (store, parent run, Tune's experiment) takes longer
 fit_started = time.time()
@@ -151,6 +168,7 @@ def test_trial_actors_find_their_module_already_imported(tmp_path):
     for trial in out["trials"]:
         assert trial["imported_at"] < out["fit_started"], "the trial's module was imported after Tune started"
         assert trial["pl_disable_fork"] == "1" and trial["quiet"] == "false"  # the trials' settings still arrive
+        assert trial["pools"] == [1]  # OpenMP and BLAS sized for the trial's 1 CPU, as in a worker Ray starts
 
 
 NO_CUDA_AT_IMPORT = """
