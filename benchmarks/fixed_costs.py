@@ -83,6 +83,16 @@ def run_job(tree: Path, storage: Path, extra: list[str], job: list[str] = JOB) -
         "phases": json.loads(timeline.read_text()) if timeline.exists() else {},
         "load": (load, os.getloadavg()[0]),
         "scores": {int(r.data.params["layer"]): r.data.metrics.get("test_spearman_at_best_dev") for r in runs},
+        # each trial's run (seconds since the command started) and its own seconds: where the tail is
+        "trial_runs": sorted(
+            (
+                int(r.data.params["layer"]),
+                round(r.info.start_time / 1000 - started, 1),
+                round((r.info.end_time or 0) / 1000 - started, 1),
+                round(r.data.metrics["wall_time_s"], 1),
+            )
+            for r in runs
+        ),
     }
 
 
@@ -117,9 +127,11 @@ def main(argv=None) -> None:
                     flush=True,
                 )
                 if r["phases"]:
+                    done = r["phases"].get("finished")
                     print(
                         "  phases (s since the process started): "
                         + ", ".join(f"{k} {v:.1f}" for k, v in r["phases"].items())
+                        + (f"; exit {r['wall'] - done:.1f} s after finished" if done else "")
                     )
     print(json.dumps(results, indent=1))
 

@@ -9,13 +9,12 @@ puts its per-layer curve beside TMFT's, with the compute each took (docs/methods
 """
 
 import functools
-import sys
 
-from sweeps.engine import runner
+from sweeps.engine import quick_exit, runner
 
 main = functools.partial(
     runner.main, prog="adaptive_layer", description=__doc__.split("\n\n")[0], method="adaptive-layer"
 )
 
 if __name__ == "__main__":
-    sys.exit(main())
+    quick_exit.exit_now(main())

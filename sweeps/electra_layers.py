@@ -10,11 +10,10 @@ lists every flag.
 """
 
 import functools
-import sys
 
-from sweeps.engine import runner
+from sweeps.engine import quick_exit, runner
 
 main = functools.partial(runner.main, prog="electra_layers", description=__doc__.split("\n\n")[0], method="tmft")
 
 if __name__ == "__main__":
-    sys.exit(main())
+    quick_exit.exit_now(main())

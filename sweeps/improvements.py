@@ -12,11 +12,10 @@ one per model and layer, seed 0; DAPT: one per model) is computed once into the 
 """
 
 import functools
-import sys
 
-from sweeps.engine import runner
+from sweeps.engine import quick_exit, runner
 
 main = functools.partial(runner.main, prog="improvements", description=__doc__.split("\n\n")[0], method="improvements")
 
 if __name__ == "__main__":
-    sys.exit(main())
+    quick_exit.exit_now(main())

@@ -11,13 +11,12 @@ Methods x variants x seeds are trials on Ray; each source is encoded once into t
 """
 
 import functools
-import sys
 
-from sweeps.engine import runner
+from sweeps.engine import quick_exit, runner
 
 main = functools.partial(
     runner.main, prog="meta_embeddings", description=__doc__.split("\n\n")[0], method="meta-embeddings"
 )
 
 if __name__ == "__main__":
-    sys.exit(main())
+    quick_exit.exit_now(main())

@@ -12,11 +12,10 @@ stability table. `--help` lists every flag.
 """
 
 import functools
-import sys
 
-from sweeps.engine import runner
+from sweeps.engine import quick_exit, runner
 
 main = functools.partial(runner.main, prog="sed", description=__doc__.split("\n\n")[0], method="sed")
 
 if __name__ == "__main__":
-    sys.exit(main())
+    quick_exit.exit_now(main())

@@ -9,11 +9,10 @@ the best kept, the evaluation suite on it at the end (trainables/methods/tsdae/m
 """
 
 import functools
-import sys
 
-from sweeps.engine import runner
+from sweeps.engine import quick_exit, runner
 
 main = functools.partial(runner.main, prog="tsdae", description=__doc__.split("\n\n")[0], method="tsdae")
 
 if __name__ == "__main__":
-    sys.exit(main())
+    quick_exit.exit_now(main())

@@ -108,14 +108,13 @@ class Toy(Method):
 TOY_SCRIPT = '''\
 """Toy sweeps: learning rates x seeds of a toy regression."""
 import functools
-import sys
 
-from sweeps.engine import runner
+from sweeps.engine import quick_exit, runner
 
 main = functools.partial(runner.main, prog="toy", description=__doc__, method="toy")
 
 if __name__ == "__main__":
-    sys.exit(main())
+    quick_exit.exit_now(main())
 '''
 
 
