@@ -152,15 +152,19 @@ def test_the_queued_file_holds_exactly_the_writes_not_yet_sent(tmp_path):
 
 def test_writes_queued_by_a_killed_driver_are_sent_first_by_the_next_writer(tmp_path):
     spool = tmp_path / tracking.SPOOL_FILE
-    gate = threading.Event()
+    gate, stuck = threading.Event(), threading.Event()
 
     class Stuck(Recording):  # a driver killed before its thread sent anything
         def apply(self, op):
+            stuck.set()
             gate.wait(10)
 
     killed = tracking.BackgroundWriter(Stuck(spool=spool))
     for n in range(4):
         killed.submit(status(n))
+    # A killed driver's thread does nothing more; this one must be held inside its first write before the
+    # next writer starts, or it could still see that writer's spool and add its own write to it.
+    assert stuck.wait(10)
     resumed = Recording(spool=spool)
     writer = tracking.BackgroundWriter(resumed)
     writer.submit(status(4))
