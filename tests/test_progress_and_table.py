@@ -36,6 +36,7 @@ def test_time_left_scales_the_cost_model_by_the_finished_trials(monkeypatch):
     monkeypatch.setattr("sweeps.engine.progress.time.time", lambda: clock[0])
     line.setup()
     line.on_trial_start(0, trials, trials[2])
+    line.on_trial_result(0, trials, trials[2], trials[2].last_result)
     line.on_trial_complete(0, trials, trials[0])
     clock[0] += 30  # the running trial is half done after 30 s: 30 s left; the pending one: 12 x 10 s
     text = line.line(trials)
@@ -124,13 +125,19 @@ class CountingTrial(FakeTrial):
 
 def test_the_line_reads_an_ended_trials_result_once_and_no_waiting_trials_result():
     """The line is printed after every trial that ends: at 1,000 trials, reading every trial's last result each
-    time (Ray builds it anew, and asks Ray for a default one for a trial that has not reported) took 15 s."""
-    trials = [CountingTrial(i, "TERMINATED") for i in range(50)] + [CountingTrial(50 + i, "PENDING") for i in range(50)]
-    line = ProgressLine(CONTRACT, stream=open("/dev/null", "w"), total=100)
+    time (Ray builds it anew, and waits for a default one from the actor of a trial that has not reported) took
+    15 s. A running trial's progress comes from its reported results."""
+    ended = [CountingTrial(i, "TERMINATED") for i in range(50)]
+    waiting = [CountingTrial(50 + i, "RUNNING" if i < 10 else "PENDING") for i in range(50)]
+    trials = ended + waiting
+    line = ProgressLine(CONTRACT, estimates={config_hash(t.config): 1.0 for t in trials}, stream=open("/dev/null", "w"))
+    line.on_trial_complete(0, trials, ended[0])  # a finished trial: the time left is shown
+    for trial in waiting[:10]:
+        line.on_trial_start(0, trials, trial)
     for _ in range(20):
         text = line.line(trials)
-    assert "trials 50/100 done, 0 running, 50 pending" in text, text
-    assert [t.reads for t in trials] == [1] * 50 + [0] * 50
+    assert "left" in text and "trials 50/100 done, 10 running, 40 pending" in text, text
+    assert [t.reads for t in trials] == [2] + [1] * 49 + [0] * 50  # the first: also its wall time, once
 
 
 def test_an_ended_trial_that_starts_again_is_read_anew():
