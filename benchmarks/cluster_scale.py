@@ -95,7 +95,7 @@ print("BARE", time.time() - started)
 
 
 ENGINE_WRAPPER = """
-import cProfile, json, runpy, sys, time
+import atexit, cProfile, json, runpy, sys, time
 from ray import tune
 from sweeps.engine import tracking
 script, report, profile = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -132,21 +132,16 @@ def timed_work(self):  # the writer thread: its CPU time, and its own profile
 tune.Tuner.fit, tracking.BackgroundWriter.close, tracking.BackgroundWriter._work = timed_fit, timed_close, timed_work
 tracking.MlflowWriter.submit = counted_submit
 main_profile = cProfile.Profile() if profile else None
-if main_profile:
-    main_profile.enable()
-try:
-    runpy.run_path(script, run_name="__main__")
-except SystemExit as end:
-    code = end.code
-else:
-    code = 0
-finally:
+def write_report():  # at exit: a sweep script ends in quick_exit.exit_now (exit handlers, then os._exit)
     if main_profile:
         main_profile.disable()
         main_profile.dump_stats(profile)
     tracking.BackgroundWriter.close_all()
     open(report, "w").write(json.dumps(facts))
-sys.exit(code)
+atexit.register(write_report)
+if main_profile:
+    main_profile.enable()
+runpy.run_path(script, run_name="__main__")
 """
 
 
@@ -217,13 +212,18 @@ def overhead(args, folder: str) -> float:
         where = os.path.join(folder, "engine")
         return engine(trials, args.seconds, args.concurrent, args.address, where, args.cpus_per_trial, args.profile)
 
+    def bare_done():
+        print(f"bare Ray Tune: {bare_fit:.1f} s in Tuner.fit ({bare_wall:.1f} s its whole process)", flush=True)
+
     if args.engine_first:  # the other order, to see how much the machine's load drifting between runs moves the ratio
         wall, facts, profile = run_engine()
-        (bare_fit, bare_wall) = run_bare()
+        print(f"engine (--simulate): {facts['fit_s']:.1f} s in Tuner.fit ({wall:.1f} s its whole process)", flush=True)
+        bare_fit, bare_wall = run_bare()
+        bare_done()
     else:
-        (bare_fit, bare_wall) = run_bare()
+        bare_fit, bare_wall = run_bare()
+        bare_done()  # printed at once: a failure of the engine's side leaves this figure
         wall, facts, profile = run_engine()
-    print(f"bare Ray Tune: {bare_fit:.1f} s in Tuner.fit ({bare_wall:.1f} s its whole process)", flush=True)
     ratio = facts["fit_s"] / bare_fit
     print(
         f"engine (--simulate): {facts['fit_s']:.1f} s in Tuner.fit ({wall:.1f} s its whole process: plan, MLflow "

@@ -2,6 +2,8 @@
 cheap trials that finish first), the best is named by the method's contract, and the end table
 shows no spread for a single seed."""
 
+import pickle
+
 import pandas as pd
 
 from sweeps.engine.progress import ProgressLine
@@ -34,6 +36,7 @@ def test_time_left_scales_the_cost_model_by_the_finished_trials(monkeypatch):
     monkeypatch.setattr("sweeps.engine.progress.time.time", lambda: clock[0])
     line.setup()
     line.on_trial_start(0, trials, trials[2])
+    line.on_trial_result(0, trials, trials[2], trials[2].last_result)
     line.on_trial_complete(0, trials, trials[0])
     clock[0] += 30  # the running trial is half done after 30 s: 30 s left; the pending one: 12 x 10 s
     text = line.line(trials)
@@ -101,3 +104,51 @@ def test_seeds_by_need_counts_the_trials_its_rounds_suggested_not_the_maximum():
     assert "trials 14/14 done, 0 running, 0 pending" in text, text
     assert planned_trials({"search": "grid"}, 35) == 35
     assert planned_trials({"search": "optuna", "num_samples": 20}, 1) == 20
+
+
+class CountingTrial(FakeTrial):
+    """A trial whose `last_result` counts its reads, as Ray's property builds its answer anew on each."""
+
+    def __init__(self, layer, status, done=True):
+        super().__init__(layer, status, wall=1.0)
+        self._result, self.reads = {"wall_time_s": 1.0, "done": done}, 0
+
+    @property
+    def last_result(self):
+        self.reads += 1
+        return self._result
+
+    @last_result.setter
+    def last_result(self, value):
+        self._result = value
+
+
+def test_the_line_reads_an_ended_trials_result_once_and_no_waiting_trials_result():
+    """The line is printed after every trial that ends: at 1,000 trials, reading every trial's last result each
+    time (Ray builds it anew, and waits for a default one from the actor of a trial that has not reported) took
+    15 s. A running trial's progress comes from its reported results."""
+    ended = [CountingTrial(i, "TERMINATED") for i in range(50)]
+    waiting = [CountingTrial(50 + i, "RUNNING" if i < 10 else "PENDING") for i in range(50)]
+    trials = ended + waiting
+    line = ProgressLine(CONTRACT, estimates={config_hash(t.config): 1.0 for t in trials}, stream=open("/dev/null", "w"))
+    line.on_trial_complete(0, trials, ended[0])  # a finished trial: the time left is shown
+    for trial in waiting[:10]:
+        line.on_trial_start(0, trials, trial)
+    for _ in range(20):
+        text = line.line(trials)
+    assert "left" in text and "trials 50/100 done, 10 running, 40 pending" in text, text
+    assert [t.reads for t in trials] == [2] + [1] * 49 + [0] * 50  # the first: also its wall time, once
+
+
+def test_an_ended_trial_that_starts_again_is_read_anew():
+    """A trial Tune ended unfinished (a lost store) and started again (--resume, a retry) is counted by its new end."""
+    trial = CountingTrial(0, "TERMINATED", done=False)
+    line = ProgressLine(CONTRACT, stream=open("/dev/null", "w"), total=1)
+    assert "0/1 done" in line.line([trial]) and "1 stopped unfinished" in line.line([trial])
+    trial.status = "RUNNING"
+    line.on_trial_start(0, [trial], trial)
+    assert "1 running" in line.line([trial])
+    trial.status, trial.last_result = "TERMINATED", {"wall_time_s": 1.0, "done": True}
+    assert "1/1 done" in line.line([trial])
+    restored = pickle.loads(pickle.dumps(line))
+    assert restored._ended == {} and "1/1 done" in restored.line([trial])
