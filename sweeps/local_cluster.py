@@ -164,20 +164,23 @@ def gcs_client(temp_dir: Path = DEFAULT_TEMP):
 
 
 def _cluster_processes(temp_dir: Path) -> list[psutil.Process]:
-    """The processes naming this cluster's temp folder, and everything they started."""
+    """The processes naming this cluster's temp folder, and everything they started; never this process or
+    the ones that started it (a `timeout` or a shell whose command line names the folder too)."""
     needle = str(Path(temp_dir).resolve())
+    me = psutil.Process()
+    ours = {me.pid, *(ancestor.pid for ancestor in me.parents())}
     roots = []
     for process in psutil.process_iter(["cmdline"]):
         try:
             parts = process.info["cmdline"] or ()
-            if process.pid != os.getpid() and any(part.endswith(needle) or needle + os.sep in part for part in parts):
+            if process.pid not in ours and any(part.endswith(needle) or needle + os.sep in part for part in parts):
                 roots.append(process)
         except psutil.Error:
             continue
     found = {p.pid: p for p in roots}
     for root in roots:
         try:
-            found.update({child.pid: child for child in root.children(recursive=True)})
+            found.update({child.pid: child for child in root.children(recursive=True) if child.pid not in ours})
         except psutil.Error:
             continue
     return list(found.values())

@@ -46,6 +46,22 @@ def test_down_stops_only_the_processes_naming_its_temp_folder(tmp_path):
             process.wait()
 
 
+def test_down_spares_the_processes_that_started_it(tmp_path):
+    """`timeout 60 python -m sweeps.local_cluster down --temp-dir X`: the wrapper names X too, and lives."""
+    ours = tmp_path / "cluster"
+    ours.mkdir()
+    stopper = f"from sweeps import local_cluster; print(local_cluster.down({str(ours)!r}, grace=5))"
+    wrapper = f"import subprocess, sys; sys.exit(subprocess.run([sys.executable, '-c', {stopper!r}]).returncode)"
+    done = subprocess.run(
+        [sys.executable, "-c", wrapper, f"--temp-dir={ours}"],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "0", (done.returncode, done.stdout, done.stderr)
+
+
 # The client runs in its own process: this test process may hold the session's local Ray already.
 PLACE_QUARTER_GPU_TASKS = """
 import json, os, sys, time
