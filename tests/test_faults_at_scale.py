@@ -71,6 +71,9 @@ def cluster(s3_server, tmp_path_factory):
     finally:
         server.kill()
         local_cluster.down(temp, grace=3)
+        monitor = temp / "session_latest/logs/monitor.log"  # what the autoscaler did, kept for a failed run
+        if monitor.is_file():
+            shutil.copy(monitor, tmp_path_factory.getbasetemp() / "monitor.log")
         os.environ.clear()
         os.environ.update(saved)
         shutil.rmtree(temp, ignore_errors=True)
