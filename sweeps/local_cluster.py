@@ -10,7 +10,10 @@ own free ports (GCS, client server, agents, metrics, the autoscaler's metrics) a
 off (`RAY_AUTH_MODE=disabled`), so it neither meets nor disturbs another Ray on the machine. The
 head gets the head node type's resources; the autoscaler then adds GPU worker nodes (real raylets
 advertising the node type's GPUs) for the demand of what runs on it. `--max-workers N` and
-`--gpus-per-worker G` start a smaller copy of the file (tests, a small machine).
+`--gpus-per-worker G` start a smaller copy of the file (tests, a small machine);
+`--idle-timeout-minutes M` (a fraction is honoured: Ray's autoscaler waits `60 * M` seconds) reaps
+idle nodes sooner than the file's minute. A worker whose raylet died is reaped the same way, as idle
+since its last report, and replaced then if trials are still waiting.
 
 `down` ends every process whose command line names the cluster's temp folder (head, workers'
 raylets, autoscaler, GCS) and everything they started, by process id: never a blanket `ray stop`.
@@ -66,9 +69,13 @@ def read_state(temp_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _config_for(temp_dir: Path, address: str, max_workers: int | None, gpus: int | None) -> tuple[Path, dict]:
+def _config_for(
+    temp_dir: Path, address: str, max_workers: int | None, gpus: int | None, idle_timeout_minutes: float | None = None
+) -> tuple[Path, dict]:
     config = yaml.safe_load(CLUSTER_FILE.read_text())
     config["provider"]["gcs_address"] = address
+    if idle_timeout_minutes is not None:
+        config["idle_timeout_minutes"] = idle_timeout_minutes
     workers = [t for name, t in config["available_node_types"].items() if name != config["head_node_type"]]
     if max_workers is not None:
         config["max_workers"] = max_workers
@@ -85,7 +92,11 @@ def _config_for(temp_dir: Path, address: str, max_workers: int | None, gpus: int
 
 
 def up(
-    temp_dir: Path = DEFAULT_TEMP, max_workers: int | None = None, gpus: int | None = None, timeout: float = 120
+    temp_dir: Path = DEFAULT_TEMP,
+    max_workers: int | None = None,
+    gpus: int | None = None,
+    timeout: float = 120,
+    idle_timeout_minutes: float | None = None,
 ) -> str:
     """Start the cluster; returns its address. Refuses when this temp folder's cluster is up."""
     temp_dir = Path(temp_dir).resolve()
@@ -103,7 +114,7 @@ def up(
     ip = services.get_node_ip_address()
     port = _free_port()
     address = f"{ip}:{port}"
-    config_path, config = _config_for(temp_dir, address, max_workers, gpus)
+    config_path, config = _config_for(temp_dir, address, max_workers, gpus, idle_timeout_minutes)
     head = config["available_node_types"][config["head_node_type"]]["resources"]
     env = cluster_env()
     env["AUTOSCALER_METRIC_PORT"] = str(_free_port())
@@ -214,10 +225,15 @@ def main(argv=None) -> int:
     parser.add_argument("--temp-dir", type=Path, default=DEFAULT_TEMP, help="the cluster's own Ray temp folder")
     parser.add_argument("--max-workers", type=int, help="at most this many GPU worker nodes (default: the file's)")
     parser.add_argument("--gpus-per-worker", type=int, help="GPUs of each worker node (default: the file's)")
+    parser.add_argument(
+        "--idle-timeout-minutes", type=float, help="reap a worker idle this long, a fraction too (default: the file's)"
+    )
     args = parser.parse_args(argv)
     if args.command == "up":
         try:
-            address = up(args.temp_dir, args.max_workers, args.gpus_per_worker)
+            address = up(
+                args.temp_dir, args.max_workers, args.gpus_per_worker, idle_timeout_minutes=args.idle_timeout_minutes
+            )
         except (RuntimeError, ValueError) as e:
             print(e, file=sys.stderr)
             return 1

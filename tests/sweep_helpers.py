@@ -29,18 +29,19 @@ def run_script(argv: list[str], cwd, env: dict) -> subprocess.CompletedProcess:
     return done
 
 
-def wait_for(predicate, driver, log, timeout=240, what="condition"):
-    """Poll `predicate` until it holds; fail with the driver's output if it ends or time runs out first."""
+def wait_for(predicate, driver, log, timeout=240, what="condition", every=0.2):
+    """Poll `predicate` every `every` s until it holds and return what it returned; fail with the driver's output
+    if it ends or time runs out first."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
-            if predicate():
-                return
+            if found := predicate():
+                return found
         except Exception:
             pass
         if driver.poll() is not None:
             break
-        time.sleep(0.2)
+        time.sleep(every)
     ended = "timed out" if driver.poll() is None else f"the driver ended (exit code {driver.poll()})"
     pytest.fail(f"{ended} before {what}; its output ends:\n" + log.read_text()[-4000:])
 

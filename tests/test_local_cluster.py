@@ -135,3 +135,13 @@ def test_worker_nodes_reads_the_autoscalers_status_through_a_kept_gcs_client(tmp
     assert local_cluster.worker_nodes(tmp_path, gcs) == 3
     gcs.status = None  # the autoscaler has not reported yet
     assert local_cluster.worker_nodes(tmp_path, gcs) == 0
+
+
+def test_the_idle_timeout_is_the_files_unless_given_and_a_fraction_passes_rays_schema(tmp_path):
+    """The fault tests reap a dead worker in 15 s (`idle_timeout_minutes: 0.25`; Ray's schema takes a number, its
+    autoscaler waits 60 x that many seconds); the user's copy keeps the file's minute."""
+    _, config = local_cluster._config_for(tmp_path, "127.0.0.1:6379", 2, 4)
+    assert config["idle_timeout_minutes"] == 1
+    path, config = local_cluster._config_for(tmp_path, "127.0.0.1:6379", 2, 4, idle_timeout_minutes=0.25)
+    assert config["idle_timeout_minutes"] == 0.25
+    assert local_cluster.validate_cluster_config(path)["idle_timeout_minutes"] == 0.25
