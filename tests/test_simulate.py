@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from argparse import Namespace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +18,8 @@ from sweeps.engine.runner import main
 from trainables.core.errors import SweepInputError
 from trainables.core.method import TrialCost
 from trainables.core.schema import TAG_SIMULATED
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_synthetic_scores_are_deterministic_rise_with_epochs_and_differ_by_config_and_seed():
@@ -66,24 +69,27 @@ def test_waits_are_the_cost_models_seconds_over_the_speedup_or_the_fixed_seconds
 
 def test_a_simulated_trial_process_imports_neither_torch_nor_transformers(tmp_path):
     """What Tune ships to a trial process (the class wrapped with its parameters and its resources
-    callable) unpickles there without torch: a runner.TrialResources in it imported every method."""
-    import ray.cloudpickle as cloudpickle
-    from ray import tune
-
-    from sweeps.engine.simulated_trial import SimulatedTrainable
-
-    sim = simulate.Simulation({("a",): 1.0}, ("model",), None, "dev", "best", ("test",))
-    shares = simulate.Shares(1.0, {("a",): 0.25}, ("model",), None)
-    wrapped = tune.with_resources(tune.with_parameters(SimulatedTrainable, simulation=sim), shares)
-    (tmp_path / "trial.pkl").write_bytes(cloudpickle.dumps((wrapped, sim)))
-    code = (
+    callable) unpickles there without torch: a runner.TrialResources in it imported every method.
+    Both ends run in fresh processes: with a Ray up in this one, `with_parameters` would put the
+    parameters in its object store, out of the second process's reach."""
+    pickled = tmp_path / "trial.pkl"
+    ship = (
+        "import sys, ray.cloudpickle as c; from ray import tune; from sweeps.engine import simulate; "
+        "from sweeps.engine.simulated_trial import SimulatedTrainable; "
+        "sim = simulate.Simulation({('a',): 1.0}, ('model',), None, 'dev', 'best', ('test',)); "
+        "shares = simulate.Shares(1.0, {('a',): 0.25}, ('model',), None); "
+        "wrapped = tune.with_resources(tune.with_parameters(SimulatedTrainable, simulation=sim), shares); "
+        f"open({str(pickled)!r}, 'wb').write(c.dumps((wrapped, sim)))"
+    )
+    subprocess.run([sys.executable, "-c", ship], cwd=ROOT, capture_output=True, text=True, check=True)
+    run = (
         "import sys, ray.cloudpickle as c; "
-        f"trial, sim = c.loads(open({str(tmp_path / 'trial.pkl')!r}, 'rb').read()); "
+        f"trial, sim = c.loads(open({str(pickled)!r}, 'rb').read()); "
         "assert trial.default_resource_request({'model': 'a'}).required_resources['GPU'] == 0.25; "
         "print(sorted(m for m in ('torch', 'transformers', 'trainables.methods') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    done = subprocess.run([sys.executable, "-c", run], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-3000:]
 
 
 @pytest.mark.parametrize(
