@@ -10,12 +10,13 @@ on an MLflow tracking server, goes through every fault of issue 42 in turn:
    and again a replacement up with trials on it;
 3. the driver SIGKILLed (once the server answered again and 16 trials finished), then `--resume`.
 
-Then: one MLflow run per trial, FINISHED, each epoch logged once, no GPU id ever held more than four
-trials at once (from each epoch's recorded node, CUDA_VISIBLE_DEVICES and time span in Tune's
-result.json), each killed node reaped by the autoscaler, and the restarted server's spooled writes
-logged. One sweep rather than one per fault: each sweep pays Ray's start of 32 trial processes (about
-a minute and a half on two cores), and the step must stay under 10 minutes (docs/cluster.md, "Faults
-at scale"). Its own CI step (.ci/run): `pytest -m "slow and faults"`."""
+Before the driver kill, no trial has ended ERROR: each node death counted once against `--max-failures`
+(`sweeps/engine/actor_deaths.py`). Then: one MLflow run per trial, FINISHED, each epoch logged once, no
+GPU id ever held more than four trials at once (from each epoch's recorded node, CUDA_VISIBLE_DEVICES
+and time span in Tune's result.json), each killed node reaped by the autoscaler, and the restarted
+server's spooled writes logged. One sweep rather than one per fault: each sweep pays Ray's start of 32
+trial processes (about a minute and a half on two cores), and the step must stay under 10 minutes
+(docs/cluster.md, "Faults at scale"). Its own CI step (.ci/run): `pytest -m "slow and faults"`."""
 
 from __future__ import annotations
 
@@ -201,6 +202,11 @@ def finished_runs(place, name: str) -> int:
     return sum(c["info"]["status"] == "FINISHED" for c in children)
 
 
+def failed_runs(place, name: str) -> list[str]:
+    _, children = place["server"].runs(name)
+    return [c["info"]["run_name"] for c in children if c["info"]["status"] == "FAILED"]
+
+
 def check_sweep(place, name: str, trials: int, epochs: int) -> dict:
     """One MLflow run per trial, FINISHED, each epoch logged once; no GPU id ever held more than four
     trials at once. Returns the trials per (node, GPU id) over the whole sweep."""
@@ -290,6 +296,8 @@ def test_104_trials_through_two_raylet_kills_a_tracking_server_restart_and_a_dri
         replaced.append((killed, wait_for_replacement(cluster, driver, place, before)))
         spooled_and_16 = lambda: "answers again" in log.read_text() and finished_runs(place, name) >= 16  # noqa: E731
         wait_for(spooled_and_16, driver, log, timeout=400, what="the spool logged and 16 trials finished", every=2)
+        failed = failed_runs(place, name)  # before the resume, which would rerun them
+        assert not failed, f"ended ERROR despite --max-failures 3 (one node death counted twice?): {failed}"
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)

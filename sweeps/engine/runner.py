@@ -17,7 +17,17 @@ import sys
 import time
 from argparse import Namespace
 
-from sweeps.engine import checkpoint_keeping, presets, seal, simulate, startup, state_saves, storage, store_load
+from sweeps.engine import (
+    actor_deaths,
+    checkpoint_keeping,
+    presets,
+    seal,
+    simulate,
+    startup,
+    state_saves,
+    storage,
+    store_load,
+)
 from sweeps.engine.cli import build_parser, given_flags
 from sweeps.engine.plan import CheckedSweep, SweepPlan, check_sweep, git_commit, package_versions, plan_sweep
 from sweeps.engine.ray_start import QUIET_ENV, quiet
@@ -200,7 +210,7 @@ def run_sweep(plan: SweepPlan):
         tuner = _tuner(plan, trainable, resources)
         seal.record(plan.sweep_dir, ["tuner.pkl"])  # written by the Tuner just now
     startup.mark("fit")
-    with state_saves.hooked(seal.SealingSaves(plan.sweep_dir), checkpoint_keeping.Deferring()):  # every save from here
+    with state_saves.hooked(seal.SealingSaves(plan.sweep_dir), checkpoint_keeping.Deferring()), actor_deaths.handled():
         results = tuner.fit()
     startup.mark("fit_done")
     _finish(plan, results)

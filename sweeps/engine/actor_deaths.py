@@ -1,0 +1,54 @@
+"""One actor death, one trial failure: a wrap of Ray Tune's trial tasks while a sweep's Tuner runs.
+
+A trial being given a reused actor (`reuse_actors`, the engine's default) waits as PENDING while the
+actor runs its `reset` task. When that actor dies (its node lost, its process killed), Ray Tune 2.60
+hears of the one death twice, in one event: first as the actor's failure, which counts a failure and
+puts the trial back in line (PENDING) if `max_failures` allows, then as the `reset` task's failure,
+which finds the trial PENDING and stops it as ERROR, whatever `max_failures` says. Tune also keeps
+such a trial among its resetting trials, so it would never be given an actor again.
+
+While `handled()` is active, a task's failure is dropped when it is the death of an actor whose
+failure Tune has already handled (the actor no longer belongs to any trial) and the trial is back
+in line; and a failed `reset` no longer leaves the trial marked as resetting. Every other failure
+reaches Tune as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def handled():
+    """While a Tuner runs: a trial's failure is counted once per actor death."""
+    from ray.exceptions import RayActorError
+    from ray.tune.execution.tune_controller import TuneController
+    from ray.tune.experiment import Trial
+
+    inner = TuneController._schedule_trial_task
+
+    def _schedule_trial_task(controller, trial, method_name, *args, on_error=None, **kwargs):
+        if on_error is None:
+            return inner(controller, trial, method_name, *args, **kwargs)
+        tracked_actor = controller._trial_to_actor.get(trial)
+        tune_on_error = on_error
+
+        def on_error(failed_trial, exception):
+            if method_name == "reset":
+                controller._resetting_trials.discard(failed_trial)
+            already_handled = tracked_actor not in controller._actor_to_trial
+            if isinstance(exception, RayActorError) and already_handled and failed_trial.status == Trial.PENDING:
+                logger.info("%s: its actor's death was counted once already; the trial waits for a new actor", trial)
+                return None
+            return tune_on_error(failed_trial, exception)
+
+        return inner(controller, trial, method_name, *args, on_error=on_error, **kwargs)
+
+    TuneController._schedule_trial_task = _schedule_trial_task
+    try:
+        yield
+    finally:
+        TuneController._schedule_trial_task = inner
