@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent(
     """
-    import contextlib, json, os, sys
+    import contextlib, json, logging, os, sys
     from pathlib import Path
 
     import ray
@@ -58,12 +58,15 @@ SCRIPT = textwrap.dedent(
             failure_config=tune.FailureConfig(max_failures=1),
         ),
     )
+    dropped = []
+    logging.getLogger("ray.tune.actor_deaths").addFilter(lambda record: dropped.append(record) or True)
     with actor_deaths.handled() if sys.argv[2] == "wrapped" else contextlib.nullcontext():
         results = tuner.fit()
     print(json.dumps({
         "errors": [str(r.error) for r in results if r.error is not None],
         "done": sorted(r.config["x"] for r in results if r.error is None and r.metrics.get("done")),
         "reset_died": marker.exists(),
+        "dropped": len(dropped),
     }))
     """
 )
@@ -97,6 +100,7 @@ def test_a_reused_actor_dying_in_reset_costs_one_failure_and_the_trial_finishes(
     wrapped = _run(tmp_path, "wrapped")
     assert wrapped["reset_died"], "the second trial was not given the first one's actor: nothing was tested"
     assert wrapped["errors"] == [] and wrapped["done"] == [0, 1], wrapped
+    assert wrapped["dropped"] == 1, wrapped
 
 
 @pytest.mark.sweep

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("ray.tune.actor_deaths")  # beside Tune's own lines: in the sweep's log file
 
 
 @contextlib.contextmanager
@@ -41,7 +41,7 @@ def handled():
                 controller._resetting_trials.discard(failed_trial)
             already_handled = tracked_actor not in controller._actor_to_trial
             if isinstance(exception, RayActorError) and already_handled and failed_trial.status == Trial.PENDING:
-                logger.info("%s: its actor's death was counted once already; the trial waits for a new actor", trial)
+                logger.warning("%s: its actor's death was counted once already; the trial waits for a new actor", trial)
                 return None
             return tune_on_error(failed_trial, exception)
 
