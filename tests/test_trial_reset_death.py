@@ -9,6 +9,7 @@ given the first one's actor, whose `reset_config` ends its process once.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -83,16 +84,10 @@ def _run(tmp_path: Path, arm: str) -> dict:
         text=True,
         timeout=240,
         cwd=ROOT,
-        env={**_env(), "PYTHONPATH": str(ROOT)},
+        env={**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def _env() -> dict:
-    import os
-
-    return {key: value for key, value in os.environ.items() if not key.startswith("RAY_ADDRESS")}
 
 
 @pytest.mark.sweep

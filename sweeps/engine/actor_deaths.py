@@ -34,18 +34,17 @@ def handled():
         if on_error is None:
             return inner(controller, trial, method_name, *args, **kwargs)
         tracked_actor = controller._trial_to_actor.get(trial)
-        tune_on_error = on_error
 
-        def on_error(failed_trial, exception):
+        def counted_once(failed_trial, exception):
             if method_name == "reset":
                 controller._resetting_trials.discard(failed_trial)
             already_handled = tracked_actor not in controller._actor_to_trial
             if isinstance(exception, RayActorError) and already_handled and failed_trial.status == Trial.PENDING:
                 logger.warning("%s: its actor's death was counted once already; the trial waits for a new actor", trial)
                 return None
-            return tune_on_error(failed_trial, exception)
+            return on_error(failed_trial, exception)
 
-        return inner(controller, trial, method_name, *args, on_error=on_error, **kwargs)
+        return inner(controller, trial, method_name, *args, on_error=counted_once, **kwargs)
 
     TuneController._schedule_trial_task = _schedule_trial_task
     try:
