@@ -29,8 +29,19 @@ def kept_mlp(tiny_models, tmp_path_factory):
     return folder
 
 
-def test_the_own_pipeline_is_read_from_the_sentence_transformers_config(kept_mlp, tiny_models):
-    from trainables.encoders.loading import models_dir
+@pytest.fixture(scope="module")
+def mean_normalized(tiny_models, tmp_path_factory):
+    """A tiny model saved as all-MiniLM-L6-v2's pipeline is: Transformer, Pooling(mean), Normalize."""
+    from sentence_transformers import SentenceTransformer, models
+
+    word = models.Transformer(str(tiny_models["bert"]))
+    pooling = models.Pooling(word.get_word_embedding_dimension(), pooling_mode="mean")
+    folder = tmp_path_factory.mktemp("minilm_like") / "model"
+    SentenceTransformer(modules=[word, pooling, models.Normalize()], device="cpu").save(str(folder))
+    return folder
+
+
+def test_the_own_pipeline_is_read_from_the_sentence_transformers_config(kept_mlp, mean_normalized, tiny_models):
     from trainables.encoders.st_folder import own_pipeline
 
     simcse = own_pipeline(kept_mlp)
@@ -38,7 +49,7 @@ def test_the_own_pipeline_is_read_from_the_sentence_transformers_config(kept_mlp
     assert "its own pooling cls then its 2_Dense" in simcse.says()
     bare = own_pipeline(tiny_models["bert"])  # no sentence-transformers config: mean, and it says so
     assert (bare.name, bare.source) == ("mean", "default") and "no sentence-transformers config" in bare.says()
-    minilm = own_pipeline(models_dir() / MINILM)  # Transformer, Pooling(mean), Normalize: a cosine is the same
+    minilm = own_pipeline(mean_normalized)  # Transformer, Pooling(mean), Normalize: a cosine is the same
     assert (minilm.name, minilm.head, minilm.source) == ("mean", (), "model")
 
 
@@ -135,7 +146,7 @@ def test_the_plan_scores_each_model_by_its_own_pipeline_unless_a_pooling_is_aske
     assert "pooling_from" not in plan("--models", str(kept_mlp), "--pooling", "cls").configs[0]
 
 
-def test_the_dry_run_counts_the_models_own_pipeline_once(kept_mlp):
+def test_the_dry_run_counts_the_models_own_pipeline_once(kept_mlp, mean_normalized):
     from sweeps.engine.runner import parser_for
     from trainables.methods.evaluate.method import Evaluate
 
@@ -143,7 +154,7 @@ def test_the_dry_run_counts_the_models_own_pipeline_once(kept_mlp):
         return Evaluate.estimate(parser_for("evaluate").parse_args(list(flags))).trials
 
     assert trials("--models", str(kept_mlp), "--pooling", "own,cls,cls") == 2
-    assert trials("--models", MINILM, "--pooling", "own,mean") == 1  # its own is mean
+    assert trials("--models", str(mean_normalized), "--pooling", "own,mean") == 1  # its own is mean
     assert trials("--models", f"runs:/{'a' * 32}", "--pooling", "own,mean") == 2  # not here: as asked
 
 
