@@ -175,6 +175,40 @@ def test_writes_queued_by_a_killed_driver_are_sent_first_by_the_next_writer(tmp_
     killed.close()
 
 
+def _spool_text(*lines: str, end: str = "\n") -> str:
+    return "\n".join(lines) + end
+
+
+def _line(op: dict) -> str:
+    import json
+
+    return json.dumps({"uri": "http://127.0.0.1:9", **op}, sort_keys=True)
+
+
+def test_a_torn_line_inside_the_spool_is_reported_and_skipped_not_fatal(tmp_path):
+    """A driver killed mid-write leaves a torn line, and the next writer appends behind it: the spool is still
+    replayed, every whole write sent, the torn line named by file and line."""
+    spool = tmp_path / tracking.SPOOL_FILE
+    spool.write_text(_spool_text(_line(status(0)), _line(status(1))[:25], _line(status(2))))
+    writer = Recording(spool=spool)
+    assert writer.drain()
+    assert [op["key"] for op in writer.applied] == ["k0", "k2"] and not spool.exists()
+    said = writer.stream.getvalue()
+    assert f"{spool}, line 2: a torn MLflow write" in said and "skipped" in said, said
+
+
+def test_a_write_spooled_behind_a_torn_last_line_is_kept_whole(tmp_path):
+    spool = tmp_path / tracking.SPOOL_FILE
+    spool.write_text(_spool_text(_line(status(0)), _line(status(1))[:30], end=""))  # killed mid-line
+    writer = Recording(spool=spool)
+    writer.down = True
+    writer.submit(status(2))  # spooled behind the torn line, on a line of its own
+    writer.down = False
+    assert writer.drain()
+    assert [op["key"] for op in writer.applied] == ["k0", "k2"]
+    assert f"{spool}, line 2: a torn MLflow write" in writer.stream.getvalue()
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """One SQLite store for the tests below (creating one takes seconds)."""
