@@ -36,7 +36,7 @@ from trainables.core.settings import (
     resolve,
 )
 from trainables.encoders.precision import PRECISIONS, check_request, trials_on_gpu
-from trainables.training.retention import BEST_DTYPES, DEFAULT_BEST_DTYPE, KEEP_CHECKPOINTS
+from trainables.training.retention import BEST_DTYPES, DEFAULT_BEST_DTYPE, KEEP_CHECKPOINTS, keeps_best
 from trainables.training.retention import DEFAULT as DEFAULT_KEEP
 
 RAY_RESOURCE_UNIT = 0.0001  # the smallest fraction of a resource Ray schedules (ray_option_utils)
@@ -244,6 +244,7 @@ ENGINE = (
         "as trained",
         group=RUN,
         trial=True,
+        applies_when=(When("keep_checkpoints", tuple(k for k in KEEP_CHECKPOINTS if keeps_best(k))),),
     ),
     Setting(
         "max_concurrent", Int(low=1), None, "trials running at once (default: as many as resources allow)", group=RUN
