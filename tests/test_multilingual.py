@@ -144,6 +144,7 @@ def test_the_release_csvs_are_read_quoted_and_every_language_found(tmp_path):
         ([RELEASE_ROWS[0], "a,b,-0.1"], r"stsb-de-train.csv, line 2: score -0.1 is outside 0-5"),
         ([RELEASE_ROWS[0], "a,b,n/a"], r"stsb-de-train.csv, line 2: score 'n/a' is not a number"),
         ([RELEASE_ROWS[0], '"a torn, line,b,4.0'], r"stsb-de-train.csv, line 2: torn line"),
+        (['"a torn, line,b,4.0', *RELEASE_ROWS], r"stsb-de-train.csv, line 1: torn line"),
     ],
 )
 def test_a_bad_release_line_is_named_by_file_and_line(tmp_path, rows, expected):

@@ -36,7 +36,7 @@ LANGUAGE_NAMES = {  # the release's languages, for --help
     "de": "German", "en": "English", "es": "Spanish", "fr": "French", "it": "Italian", "ja": "Japanese",
     "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ru": "Russian", "zh": "Chinese",
 }  # fmt: skip
-PAPER_LANGUAGES = {"ko": "KorSTS", "de": HUB_LAYOUT, "es": HUB_LAYOUT}  # the paper's Appendix B
+PAPER_LANGUAGES = ("ko", "de", "es")  # the paper's Appendix B
 # The paper's models per language (docs/methods.md M1).
 PAPER_MODELS = {
     "ko": "klue/bert-base,monologg/koelectra-base-v3-discriminator,monologg/koelectra-base-v3-generator",
@@ -125,27 +125,32 @@ def read_multi_mt(path: Path) -> list[PairExample]:
 
 
 def read_release_csv(path: Path) -> list[PairExample]:
-    """One split of the stsb-multi-mt release: `sentence1,sentence2,score` rows, quoted where needed, no header."""
+    """One split of the stsb-multi-mt release: one `sentence1,sentence2,score` row a line, quoted where needed,
+    no header. A row that is not three fields, or whose quote is not closed on its own line, is a torn line."""
     hint = f"put the stsb-multi-mt release files (stsb-<language>-<split>.csv) in {RELEASE}/ under --data-dir"
     require_file(path, hint)
-    rows, line_no = [], 0
+    rows, line_no = [], 1
     with open(path, encoding="utf-8", newline="") as handle:
         reader = csv.reader(handle, strict=True)
-        try:
-            for fields in reader:
-                line_no = reader.line_num
-                if not fields or fields == [""]:
-                    continue
+        while True:
+            try:
+                fields = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as error:  # the file ends inside a quoted field
+                raise DataFormatError(path, f"torn line: a quote is not closed ({error})", line_no) from None
+            except UnicodeDecodeError as error:
+                raise DataFormatError(path, f"not valid UTF-8 ({error.reason})", line_no) from None
+            if reader.line_num > line_no:  # a quoted field ran on over the line's end
+                raise DataFormatError(path, "torn line: a quote opened on this line is not closed on it", line_no)
+            if fields and fields != [""]:
                 if len(fields) != 3:
                     found = f"found {len(fields)}"
                     raise DataFormatError(
                         path, f"expected 3 comma-separated fields (sentence1, sentence2, score), {found}", line_no
                     )
                 rows.append(PairExample(fields[0], fields[1], _score(path, fields[2], line_no)))
-        except csv.Error as error:  # an unclosed quote: the file ends inside a field
-            raise DataFormatError(path, f"torn line ({error})", reader.line_num or line_no + 1) from None
-        except UnicodeDecodeError as error:
-            raise DataFormatError(path, f"not valid UTF-8 ({error.reason})", line_no + 1) from None
+            line_no = reader.line_num + 1
     if not rows:
         raise DataFormatError(path, "file holds no pairs")
     return rows
