@@ -64,7 +64,7 @@ def test_a_sweep_logging_to_the_tracking_server_killed_resumes_to_one_finished_r
     address = ray_session.get_runtime_context().gcs_address
     server = MlflowServer(tmp_path / "server").start()
     try:
-        flags = [f for f in sweep_env["flags"] if f != sweep_env["uri"]]
+        flags = list(sweep_env["flags"])
         flags[flags.index("--mlflow-uri") + 1] = server.uri
         sweep = sweep_args(tiny_models["bert"], "--layers 1,2 --seeds 0,1 --epochs 3 --max-concurrent 2", *flags)
 
