@@ -219,6 +219,9 @@ def down(temp_dir: Path = DEFAULT_TEMP, grace: float = 10) -> int:
     return len(processes)
 
 
+UP_ONLY = ("--max-workers", "--gpus-per-worker", "--idle-timeout-minutes")  # what `up` reads, and nothing else
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sweeps.local_cluster", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=("up", "down", "status"))
@@ -229,6 +232,10 @@ def main(argv=None) -> int:
         "--idle-timeout-minutes", type=float, help="reap a worker idle this long, a fraction too (default: the file's)"
     )
     args = parser.parse_args(argv)
+    given = [flag for flag in UP_ONLY if getattr(args, flag[2:].replace("-", "_")) is not None]
+    if args.command != "up" and given:
+        print(f"error: {given[0]} applies only to `up` (it sizes the cluster up starts); leave it out", file=sys.stderr)
+        return 2
     if args.command == "up":
         try:
             address = up(

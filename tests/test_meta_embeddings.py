@@ -448,6 +448,30 @@ def test_a_collapsed_epoch_is_neither_kept_as_best_nor_stops_training(small_stag
     trainable.stop()
 
 
+def test_a_non_finite_loss_ends_the_trial_at_its_step_naming_the_weight_decay(small_stages):
+    """--weight-decay 1e20 (issue 56): the trial ends at the first step whose loss is not finite, with no
+    optimiser step taken on it and no further step of the epoch, and the message names --weight-decay first."""
+    trainable = _trainable(
+        _config(small_stages, meta="unsup", variant="paper", epochs=5, batch_size=8, weight_decay=1e20),
+        small_stages["data"],
+    )
+    losses, steps = [], []
+    real_loss, real_step = trainable.loss, trainable.optimizer.step
+    trainable.loss = lambda *a: losses.append(real_loss(*a)) or losses[-1]
+    trainable.optimizer.step = lambda: steps.append(1) or real_step()
+    for _ in range(5):
+        result = trainable.train()
+        if result.get("done"):
+            break
+    assert "trial_failed" in result, result
+    first = next(i for i, loss in enumerate(losses) if not torch.isfinite(loss))
+    assert len(losses) == first + 1 and len(steps) == first  # nothing trained on or after the non-finite loss
+    reason = result["trial_failed"]
+    assert f"the loss of step {first + 1} of epoch 1 is" in reason and "--weight-decay 1e+20" in reason, reason
+    assert "lower --weight-decay or --lr" in reason, reason
+    trainable.stop()
+
+
 # --- the sweep script -----------------------------------------------------------------------------------------
 def _sweep_flags(sweep_env, tiny_models, tmp_path, stsb_sentences, data_dir, train_pairs: int) -> tuple[list[str], str]:
     """Flags of a sweep over two tiny sources of different sizes (BERT 32-d and 48-d)."""

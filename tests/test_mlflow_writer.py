@@ -175,6 +175,40 @@ def test_writes_queued_by_a_killed_driver_are_sent_first_by_the_next_writer(tmp_
     killed.close()
 
 
+def _spool_text(*lines: str, end: str = "\n") -> str:
+    return "\n".join(lines) + end
+
+
+def _line(op: dict) -> str:
+    import json
+
+    return json.dumps({"uri": "http://127.0.0.1:9", **op}, sort_keys=True)
+
+
+def test_a_torn_line_inside_the_spool_is_reported_and_skipped_not_fatal(tmp_path):
+    """A driver killed mid-write leaves a torn line, and the next writer appends behind it: the spool is still
+    replayed, every whole write sent, the torn line named by file and line."""
+    spool = tmp_path / tracking.SPOOL_FILE
+    spool.write_text(_spool_text(_line(status(0)), _line(status(1))[:25], _line(status(2))))
+    writer = Recording(spool=spool)
+    assert writer.drain()
+    assert [op["key"] for op in writer.applied] == ["k0", "k2"] and not spool.exists()
+    said = writer.stream.getvalue()
+    assert f"{spool}, line 2: a torn MLflow write" in said and "skipped" in said, said
+
+
+def test_a_write_spooled_behind_a_torn_last_line_is_kept_whole(tmp_path):
+    spool = tmp_path / tracking.SPOOL_FILE
+    spool.write_text(_spool_text(_line(status(0)), _line(status(1))[:30], end=""))  # killed mid-line
+    writer = Recording(spool=spool)
+    writer.down = True
+    writer.submit(status(2))  # spooled behind the torn line, on a line of its own
+    writer.down = False
+    assert writer.drain()
+    assert [op["key"] for op in writer.applied] == ["k0", "k2"]
+    assert f"{spool}, line 2: a torn MLflow write" in writer.stream.getvalue()
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """One SQLite store for the tests below (creating one takes seconds)."""
@@ -279,3 +313,35 @@ def test_ctrl_c_sends_every_queued_write_before_the_driver_exits(sweep_env, ray_
         steps = sorted(m.step for m in client.get_metric_history(by_trial[trial].info.run_id, "train_loss"))
         assert steps == epochs, (trial, log.read_text()[-3000:])
     assert not list((storage / "stopped").glob("mlflow-spool*")), "nothing queued or spooled is left"
+
+
+@pytest.mark.sweep  # a real store and a subprocess: 3 s or more
+def test_mlflow_sync_reports_a_torn_spool_line_and_uploads_the_rest(store, tmp_path):
+    """`python -m sweeps.mlflow_sync` on a spool a killed driver tore mid-line, with writes appended behind it:
+    exit 0, the torn line named on stderr, every whole write in the store."""
+    import json
+    import subprocess
+    import sys
+
+    from trainables.core.paths import PROJECT_ROOT
+
+    parent = tracking.start_parent_run(store, "test", "torn", {})
+    ops = [
+        {"op": "run", "parent": parent, "key": "k0", "name": "trial", "params": {"layer": "1"}},
+        {"op": "log", "parent": parent, "key": "k0", "metrics": [["dev_spearman", 0.5, 0, 1]]},
+        {"op": "status", "parent": parent, "key": "k0", "status": "FINISHED", "time": int(time.time() * 1000)},
+    ]
+    lines = [json.dumps({"uri": store, **op}, sort_keys=True) for op in ops]
+    spool = tmp_path / tracking.SPOOL_FILE
+    spool.write_text(_spool_text(lines[0], lines[1][:40], lines[1], lines[2]))  # torn, then the write again whole
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeps.mlflow_sync", str(spool)], capture_output=True, text=True, cwd=PROJECT_ROOT
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{spool}, line 2: a torn MLflow write" in done.stderr and "Uploaded 3 spooled" in done.stdout
+    client = MlflowClient(store)
+    (child,) = client.search_runs(
+        [client.get_run(parent).info.experiment_id], filter_string=f"tags.`{schema.TAG_PARENT}` = '{parent}'"
+    )
+    assert child.data.metrics["dev_spearman"] == 0.5 and child.info.status == "FINISHED"
+    assert not spool.exists()

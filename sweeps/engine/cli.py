@@ -31,11 +31,12 @@ from trainables.core.settings import (
     Kind,
     Setting,
     Text,
+    When,
     add_to_parser,
     resolve,
 )
 from trainables.encoders.precision import PRECISIONS, check_request, trials_on_gpu
-from trainables.training.retention import BEST_DTYPES, DEFAULT_BEST_DTYPE, KEEP_CHECKPOINTS
+from trainables.training.retention import BEST_DTYPES, DEFAULT_BEST_DTYPE, KEEP_CHECKPOINTS, keeps_best
 from trainables.training.retention import DEFAULT as DEFAULT_KEEP
 
 RAY_RESOURCE_UNIT = 0.0001  # the smallest fraction of a resource Ray schedules (ray_option_utils)
@@ -65,6 +66,10 @@ class GpuShare(Kind):
         return ["x", "1.5", "-1", "1e-9"]
 
 
+PARETO = (When("search", ("pareto",)),)
+BY_NEED = (When("seeds_by_need"),)
+AUTO_GPUS = (When("gpus_per_trial", ("auto",)),)
+SIMULATED = (When("simulate"),)
 DATA = "data"
 SEARCH = "search"
 RUN = "running"
@@ -84,7 +89,14 @@ ENGINE = (
         "Optuna's multi-objective sampler over the grid's axes with early stopping by non-dominated rank",
         group=SEARCH,
     ),
-    Setting("num_samples", Int(low=1), 20, "Optuna trials (with --search optuna or pareto)", group=SEARCH),
+    Setting(
+        "num_samples",
+        Int(low=1),
+        20,
+        "Optuna trials (with --search optuna or pareto)",
+        group=SEARCH,
+        applies_when=(When("search", ("optuna", "pareto")),),
+    ),
     Setting(
         "pareto_size",
         Choice(("params", "encode-time")),
@@ -92,6 +104,7 @@ ENGINE = (
         "the size --search pareto minimises: the truncated encoder's parameters, or the measured encode time per "
         "dev sentence",
         group=SEARCH,
+        applies_when=PARETO,
     ),
     Setting(
         "pareto_eta",
@@ -99,6 +112,7 @@ ENGINE = (
         3,
         "--search pareto: keep the best 1/eta at each rung (epochs 1, eta, ...)",
         group=SEARCH,
+        applies_when=PARETO,
     ),
     Setting(
         "pareto_tune",
@@ -107,6 +121,7 @@ ENGINE = (
         "--search pareto: comma-separated keys of the method's Optuna space to tune beside the grid's axes (e.g. "
         "lr), each over the method's range or, as KEY=V1:V2:V3, over those values (e.g. lr=2e-5:5e-5:1e-4)",
         group=SEARCH,
+        applies_when=PARETO,
     ),
     Setting(
         "seeds_by_need",
@@ -117,7 +132,14 @@ ENGINE = (
         "and error rate in docs/methods.md",
         group=SEARCH,
     ),
-    Setting("initial_seeds", Int(low=2), 2, "--seeds-by-need: seeds every configuration starts with", group=SEARCH),
+    Setting(
+        "initial_seeds",
+        Int(low=2),
+        2,
+        "--seeds-by-need: seeds every configuration starts with",
+        group=SEARCH,
+        applies_when=BY_NEED,
+    ),
     Setting(
         "seed_ci_width",
         Float(above=0),
@@ -125,6 +147,7 @@ ENGINE = (
         "--seeds-by-need: a configuration whose 95% interval is wider than this (in the metric's points, x100) "
         "gets another seed",
         group=SEARCH,
+        applies_when=BY_NEED,
     ),
     Setting(
         "seed_spread",
@@ -133,6 +156,7 @@ ENGINE = (
         "--seeds-by-need: the seed std behind the intervals: pooled over the configurations compared together "
         "(one model and task), or each configuration's own",
         group=SEARCH,
+        applies_when=BY_NEED,
     ),
     Setting(
         "name",
@@ -161,8 +185,22 @@ ENGINE = (
         "when the Ray cluster has no GPUs)",
         group=RUN,
     ),
-    Setting("gpu_memory_gb", Float(above=0), 24.0, "memory of one GPU, for --gpus-per-trial auto", group=RUN),
-    Setting("max_trials_per_gpu", Int(low=1), 4, "cap on trials sharing one GPU, for --gpus-per-trial auto", group=RUN),
+    Setting(
+        "gpu_memory_gb",
+        Float(above=0),
+        24.0,
+        "memory of one GPU, for --gpus-per-trial auto",
+        group=RUN,
+        applies_when=AUTO_GPUS,
+    ),
+    Setting(
+        "max_trials_per_gpu",
+        Int(low=1),
+        4,
+        "cap on trials sharing one GPU, for --gpus-per-trial auto",
+        group=RUN,
+        applies_when=AUTO_GPUS,
+    ),
     Setting(
         "gpu_tflops",
         Float(above=0),
@@ -206,6 +244,7 @@ ENGINE = (
         "as trained",
         group=RUN,
         trial=True,
+        applies_when=(When("keep_checkpoints", tuple(k for k in KEEP_CHECKPOINTS if keeps_best(k))),),
     ),
     Setting(
         "max_concurrent", Int(low=1), None, "trials running at once (default: as many as resources allow)", group=RUN
@@ -224,6 +263,7 @@ ENGINE = (
         None,
         "logical GPUs to declare for a local Ray (testing packing without hardware)",
         group=RUN,
+        applies_when=(When("address", unset=True),),
     ),
     Setting(
         "resume",
@@ -260,7 +300,12 @@ ENGINE = (
         group=RUN,
     ),
     Setting(
-        "simulate_speedup", Float(above=0), 10.0, "--simulate: divide each trial's predicted seconds by this", group=RUN
+        "simulate_speedup",
+        Float(above=0),
+        10.0,
+        "--simulate: divide each trial's predicted seconds by this",
+        group=RUN,
+        applies_when=SIMULATED,
     ),
     Setting(
         "simulate_seconds",
@@ -268,6 +313,7 @@ ENGINE = (
         None,
         "--simulate: every trial waits this many seconds in all, whatever its cost model predicts",
         group=RUN,
+        applies_when=SIMULATED,
     ),
     Setting(
         "dry_run",
@@ -284,6 +330,7 @@ ENGINE = (
         "with --dry-run: the plan's GPU-hours priced on this AWS GPU instance type, on demand and on spot "
         f"(sweeps/engine/instances.py, {instances.PRICE_REGION} prices of {instances.PRICES_AS_OF})",
         group=RUN,
+        applies_when=(When("dry_run"),),
     ),
 )
 ENGINE = tuple(setting.but(config=False) for setting in ENGINE)  # the sweep's settings, not a trial's

@@ -134,10 +134,7 @@ def recover_queued(spool: str | Path) -> int:
     queued = queued_path(spool)
     ops = read_spool(queued)
     if ops:
-        with Path(spool).open("a") as handle:
-            handle.write("".join(json.dumps(op, sort_keys=True) + "\n" for op in ops))
-            handle.flush()
-            os.fsync(handle.fileno())
+        _append_lines(Path(spool), ops)
     queued.unlink(missing_ok=True)
     return len(ops)
 
@@ -220,11 +217,7 @@ class MlflowWriter:
             return sum(1 for line in handle if line.strip())
 
     def _append(self, op: dict) -> None:
-        self.spool.parent.mkdir(parents=True, exist_ok=True)
-        with self.spool.open("a") as handle:
-            handle.write(json.dumps(op, sort_keys=True) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        _append_lines(self.spool, [op])
 
     def _failed(self, error: BaseException) -> None:
         if is_transient(error):
@@ -291,7 +284,7 @@ class MlflowWriter:
         """Apply the spooled operations in order. Stops at the first failure and keeps the rest
         (`refused` says why when the store answered with an error); True when everything was
         sent (the spool file is then removed)."""
-        ops = read_spool(self.spool)
+        ops = read_spool(self.spool, self.stream)
         done = 0
         try:
             for op in ops:
@@ -540,19 +533,46 @@ class BackgroundWriter:
 atexit.register(BackgroundWriter.close_all)
 
 
-def read_spool(path: str | Path) -> list[dict]:
-    """The spooled operations; a torn last line (the driver died mid-write) is ignored."""
+def read_spool(path: str | Path, stream=None) -> list[dict]:
+    """The spooled operations. A torn line (a driver killed while writing it: the last line, or one that later
+    writes were appended behind) is reported once, on `stream` (stderr), with its file and line, and skipped:
+    the rest of the spool is still sent."""
     ops = []
-    lines = Path(path).read_text().splitlines() if Path(path).is_file() else []
+    lines = Path(path).read_text(errors="replace").splitlines() if Path(path).is_file() else []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            ops.append(json.loads(line))
+            op = json.loads(line)
         except json.JSONDecodeError:
-            if number != len(lines):
-                raise ValueError(f"{path}, line {number}: not a spooled MLflow operation") from None
+            op = None
+        if isinstance(op, dict) and "op" in op:
+            ops.append(op)
+        elif (str(path), number, line) not in _REPORTED:
+            _REPORTED.add((str(path), number, line))
+            print(
+                f"warning: {path}, line {number}: a torn MLflow write (its driver was killed while writing it), "
+                "skipped; the other writes are sent",
+                file=stream or sys.stderr,
+                flush=True,
+            )
     return ops
+
+
+_REPORTED: set = set()  # the torn lines already reported by this process (a spool is read more than once)
+
+
+def _append_lines(path: Path, ops: list[dict]) -> None:
+    """`ops` appended to `path`, one JSON line each, on a line of their own even behind a torn last line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab+") as handle:
+        torn = False
+        if handle.seek(0, os.SEEK_END) > 0:
+            handle.seek(-1, os.SEEK_END)
+            torn = handle.read(1) != b"\n"
+        handle.write((("\n" if torn else "") + "".join(json.dumps(op, sort_keys=True) + "\n" for op in ops)).encode())
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _write_spool(path: Path, ops: list[dict]) -> None:

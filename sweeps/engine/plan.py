@@ -19,7 +19,7 @@ from trainables.core import endpoints, object_storage
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Method, MetricContract, PlanContext
 from trainables.core.paths import PROJECT_ROOT
-from trainables.core.settings import resolve
+from trainables.core.settings import check_applies, resolve
 from trainables.methods import get_method
 
 
@@ -114,6 +114,8 @@ def check_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep"
         resolve(args, parser.settings)
         prog = saved.get("script") or prog
     # --smoke-test's values are already in `args`, under the flags given on the command line (presets.apply)
+    if given is not None:  # a flag given without the setting it works under (e.g. --seed-ci-width alone)
+        check_applies(args, parser.settings, given)
     check_numbers(args)
     method_cls.check(args)
 

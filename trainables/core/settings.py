@@ -337,6 +337,46 @@ class Auto(Kind):
 
 
 @dataclass(frozen=True)
+class When:
+    """A condition a setting applies under: another setting's (`setting`, by name) value.
+
+    values: the other's value is one of these (a list value: holds one of these); `not_values`: is none of these;
+    neither: the other is on (a flag) or set; `unset`: the other is not set (None or off)."""
+
+    setting: str
+    values: tuple = ()
+    not_values: tuple = ()
+    unset: bool = False
+
+    def holds(self, value) -> bool:
+        held = value if isinstance(value, (list, tuple)) else [value]
+        if self.values:
+            return any(v in self.values for v in held)
+        if self.not_values:
+            return not any(v in self.not_values for v in held)
+        present = value is not None and value is not False and value != [] and value != ""
+        return not present if self.unset else present
+
+    def says(self, other: Setting) -> str:
+        """The condition in words: `with --seeds-by-need`, `when --objective holds tsdae`."""
+        if self.values:
+            verb = "holds" if isinstance(other.default, (list, tuple)) else "is"
+            return f"when {other.option} {verb} {' or '.join(map(str, self.values))}"
+        if self.not_values:
+            return f"when {other.option} is not {' or '.join(map(str, self.not_values))}"
+        return f"{'without' if self.unset else 'with'} {other.option}"
+
+    def fix(self, other: Setting) -> str:
+        if self.values:
+            if isinstance(other.default, (list, tuple)):
+                return f"add {self.values[0]} to {other.option}"
+            return f"pass {other.option} {self.values[0]}"
+        if self.not_values:
+            return f"give {other.option} another value"
+        return f"{'leave out' if self.unset else 'add'} {other.option}"
+
+
+@dataclass(frozen=True)
 class Setting:
     """One value a sweep takes.
 
@@ -352,6 +392,8 @@ class Setting:
     per:     objectives (or variants) a value may be given for alone: `OBJECTIVE=VALUE[,...]`
     const:   the value of a flag given without one (e.g. `--resume` alone); MISSING: a value is required
     trial:   an engine setting every trial's config carries, as the trial reads it (sweeps/engine/plan.py)
+    applies_when: the conditions (`When`, each on another setting) it does anything under; `check_applies`
+             refuses it given without them, or warns when `warn_alone` (the paper's code accepted it too)
     """
 
     name: str
@@ -368,6 +410,8 @@ class Setting:
     const: Any = field(default=None)
     metavar: str | None = None
     trial: bool = False
+    applies_when: tuple[When, ...] = ()
+    warn_alone: bool = False
 
     @property
     def option(self) -> str:
@@ -505,6 +549,32 @@ def resolve(args: argparse.Namespace, settings) -> argparse.Namespace:
         if hasattr(args, setting.name):
             setattr(args, setting.name, setting.parse(getattr(args, setting.name)))
     return args
+
+
+def check_applies(args: argparse.Namespace, settings, given: set) -> list[str]:
+    """Each setting given on the command line (`given`: its name) whose `applies_when` does not hold for `args`
+    (the values the sweep runs with): a `SweepInputError` naming both flags and the fix, or, for a setting with
+    `warn_alone`, a warning printed to stderr. Returns the warnings."""
+    declared = by_name(settings)
+    warnings = []
+    for setting in settings:
+        if setting.name not in given:
+            continue
+        for condition in setting.applies_when:
+            other = declared[condition.setting]
+            value = getattr(args, other.name, other.default)
+            if condition.holds(value):
+                continue
+            now = "off" if isinstance(other.kind, Flag) else "not set" if value is None else shown(value)
+            message = (
+                f"{setting.option} applies only {condition.says(other)} (here {other.option}: {now}); "
+                f"{condition.fix(other)}, or leave {setting.option} out"
+            )
+            if not setting.warn_alone:
+                raise SweepInputError(message)
+            print(f"warning: {message} (it has no effect here)", file=sys.stderr)
+            warnings.append(message)
+    return warnings
 
 
 def config_values(args: argparse.Namespace, settings) -> dict:

@@ -180,10 +180,10 @@ class TranslatedSTSB(STSB):
     zero_shot_sets: dict = {}
 
     @property
-    def paper_models(self) -> str:
+    def paper_models(self) -> str | None:
         from trainables.data.multilingual_stsb import PAPER_MODELS
 
-        return PAPER_MODELS[self.language]
+        return PAPER_MODELS.get(self.language)  # None: a release language the paper did not run
 
     def load(self, data_dir):
         from trainables.data.multilingual_stsb import load_translated
@@ -191,11 +191,22 @@ class TranslatedSTSB(STSB):
         return load_translated(self.language, data_dir)
 
 
-for _name, _language, _what in (
-    ("korsts", "ko", "KorSTS (Korean STS-B, kakaobrain)"),
-    ("stsb-de", "de", "German STS-B (stsb_multi_mt)"),
-    ("stsb-es", "es", "Spanish STS-B (stsb_multi_mt)"),
-):
+def _translated_tasks():
+    """KorSTS and German and Spanish STS-B (the paper's), then every other language the stsb-multi-mt release in
+    the default data folder holds: (task name, language, description)."""
+    from trainables.core.paths import default_data_dir
+    from trainables.data.multilingual_stsb import LANGUAGE_NAMES, PAPER_LANGUAGES, release_languages
+
+    yield "korsts", "ko", "KorSTS (Korean STS-B, kakaobrain)"
+    yield "stsb-de", "de", "German STS-B (stsb-multi-mt)"
+    yield "stsb-es", "es", "Spanish STS-B (stsb-multi-mt)"
+    for language in release_languages(default_data_dir()):
+        if language not in PAPER_LANGUAGES:
+            name = LANGUAGE_NAMES.get(language, language)
+            yield f"stsb-{language}", language, f"{name} STS-B (stsb-multi-mt, found in the data folder)"
+
+
+for _name, _language, _what in _translated_tasks():
     TASKS.register(_name)(
         type(
             f"TranslatedSTSB_{_language}",

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from trainables.core import settings as shared
 from trainables.core.method import Estimate, Method, MethodInfo, MethodPlan, MetricContract, TrialCost, register_method
-from trainables.core.settings import Choice, Float, Int, Setting
+from trainables.core.settings import Choice, Float, Int, Setting, When
 from trainables.encoders.loading import config_without_loading, local_model_folder, model_list
 from trainables.methods.adaptive_layer.trainable import AdaptiveLayerTrainable
 from trainables.methods.adaptive_layer.training import DEFAULTS
@@ -94,6 +94,8 @@ SETTINGS = (
         "weight of the KL divergence of each drawn layer from the last (times --kl-temperature)",
         group=LOSS,
         source=LIBRARY,
+        applies_when=(When("kl_temperature", not_values=(0.0,)),),
+        warn_alone=True,  # sentence-transformers' AdaptiveLayerLoss takes it with the KL term off too
     ),
     Setting(
         "kl_temperature",

@@ -91,7 +91,7 @@ import numpy as np
 from trainables.core import settings as shared
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Method, MethodInfo, MethodPlan, MetricContract, register_method
-from trainables.core.settings import Choice, Float, Int, Kind, Names, Setting
+from trainables.core.settings import Choice, Float, Int, Kind, Names, Setting, When
 from trainables.evaluation.sets import SUITE
 from trainables.methods.meta_embeddings import paper, token_embeddings
 from trainables.methods.meta_embeddings.models import (
@@ -311,6 +311,7 @@ SETTINGS = (
         group=TRAIN,
         source="paper §3",
         config=False,  # recorded only on the trials that train with it
+        applies_when=(When("methods", ("unsup",)),),
     ),
     Setting(
         "margin",
@@ -319,6 +320,7 @@ SETTINGS = (
         "hinge margin of --paper-loss hinge (not in the paper)",
         group=TRAIN,
         config=False,  # recorded only on the trials that train with the hinge
+        applies_when=(When("methods", ("unsup",)), When("paper_loss", ("hinge",))),
     ),
     shared.MAX_TRAIN_SAMPLES.but(help="the first N STS-B train pairs (unset: all)", group=TRAIN),
     Setting(
@@ -330,6 +332,7 @@ SETTINGS = (
         group=WHAT,
         source="paper eq. 11-14",
         config=False,  # recorded only on the baselines' trials
+        applies_when=(When("methods", ("conc", "avg", "svd", "gcca")),),
     ),
 )
 CITATION = """@inproceedings{takahashi-bollegala-2022-unsupervised,

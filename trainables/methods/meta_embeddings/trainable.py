@@ -26,6 +26,7 @@ from trainables.methods.meta_embeddings.models import (
     sup_mse_loss,
     sup_signed_loss,
 )
+from trainables.training.divergence import CAUSES, check_step
 from trainables.training.trainable import EpochTrainable
 
 
@@ -109,14 +110,17 @@ class MetaEmbeddingTrainable(EpochTrainable):
         order = np.random.default_rng(int(self.trial_config["seed"]) * 100_003 + epoch).permutation(len(s1))
         batch, total = int(self.trial_config["batch_size"]), 0.0
         self.model.train()
-        for begin in range(0, len(order), batch):
+        causes = {k: self.trial_config[k] for k in CAUSES if k in self.trial_config}
+        for step, begin in enumerate(range(0, len(order), batch), start=1):
             pick = order[begin : begin + batch]
             loss = self.loss(s1[pick], s2[pick], gold[pick])
+            value = float(loss.detach())
+            check_step(epoch, step, value, causes)  # a diverged trial ends here, not after its epoch
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
-            total += float(loss.detach()) * len(pick)
-        # a NaN mean loss (diverged) fails the trial in EpochTrainable, before evaluation
+            total += value * len(pick)
+        # non-finite weights after the last step fail the trial in EpochTrainable, before evaluation
         return {"train_loss": total / len(order), **self._weights()}
 
     def _weights(self) -> dict:

@@ -21,7 +21,7 @@ from dataclasses import replace
 from trainables.core import object_storage
 from trainables.core.errors import SweepInputError
 from trainables.core.method import MethodInfo, MethodPlan, MetricContract, register_method
-from trainables.core.settings import Names, Setting, by_name, merge
+from trainables.core.settings import Names, Setting, When, by_name, merge
 from trainables.encoders.mlm import check_model
 from trainables.encoders.precision import stage_precision
 from trainables.methods.tmft import dapt, word_similarity
@@ -62,8 +62,14 @@ class StageSettings:
     when its own package is imported, which may be after this one."""
 
     def __get__(self, instance, owner) -> tuple:
-        kinds = [STAGES.get(kind).settings for kind in IMPROVEMENTS if kind != "none"]
-        return merge(TMFT.settings, (IMPROVEMENT,), *kinds, STORE_SETTINGS)
+        kinds = [_under(STAGES.get(kind).settings, kind) for kind in IMPROVEMENTS if kind != "none"]
+        return merge(TMFT.settings, (IMPROVEMENT,), *kinds, _under(STORE_SETTINGS, *IMPROVEMENTS[1:]))
+
+
+def _under(settings, *kinds: str) -> tuple:
+    """A stage's settings, each applying only when --improvement names one of `kinds` (or an alias of one)."""
+    named = (*kinds, *(alias for alias, means in ALIASES.items() if set(means) & set(kinds)))
+    return tuple(s.but(applies_when=(When("improvement", named),)) for s in settings)
 
 
 @register_method("improvements")

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from trainables.core import settings as shared
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Method, MethodInfo, MethodPlan, MetricContract, register_method
-from trainables.core.settings import Choice, Flag, Int, Kind, Names, Setting
+from trainables.core.settings import Choice, Flag, Int, Kind, Names, Setting, When
 from trainables.encoders.loading import model_list
 from trainables.evaluation.sets import EVAL_SETS, eval_set_names, main_metric
 from trainables.methods.tsdae import paper
@@ -125,6 +125,8 @@ ABLATION = "TSDAE's configuration (Appendix A: each value a trial of --objective
 WHAT = "what to sweep"
 TRAIN = "training (each objective's own paper's value unless given; docs/methods.md M6)"
 TRAINED = tuple(o for o in OBJECTIVES if o != "none")  # the objectives that train
+FOR_TSDAE = (When("objectives", ("tsdae",)),)  # Appendix A's settings: TSDAE's objective only
+FOR_CT = (When("objectives", ("ct",)),)
 OWN = "each objective's own paper's value, settings.py PAPER"  # a per-objective setting left unset
 SETTINGS = (
     shared.MODELS,
@@ -194,6 +196,7 @@ SETTINGS = (
         "sentence-transformers v3 examples' keep-0.6 variant); each type a trial of --objective tsdae (noise.py)",
         group=ABLATION,
         axis=True,
+        applies_when=FOR_TSDAE,
     ),
     Setting(
         "noise_ratio",
@@ -204,6 +207,7 @@ SETTINGS = (
         group=ABLATION,
         axis=True,
         source="TSDAE paper §3.2, Appendix A Tables 5-6",
+        applies_when=FOR_TSDAE,
     ),
     Setting(
         "poolings",
@@ -214,6 +218,7 @@ SETTINGS = (
         group=ABLATION,
         axis=True,
         source="TSDAE paper Appendix A Table 7",
+        applies_when=FOR_TSDAE,
     ),
     Setting(
         "decoder",
@@ -224,6 +229,7 @@ SETTINGS = (
         group=ABLATION,
         axis=True,
         source="TSDAE paper §3.2, Appendix A (tying: 79.15)",
+        applies_when=FOR_TSDAE,
     ),
     Setting("eval_steps", Int(low=1), None, "STS-B dev evaluation every N steps", per=TRAINED),
     Setting(
@@ -244,6 +250,7 @@ SETTINGS = (
         group=TRAIN,
         source=TSDAE_B,
         config=False,  # SimCSE's trials record it (`resolve`), the others None
+        applies_when=(When("objectives", ("simcse",)),),
     ),
     Setting(
         "ct_variant",
@@ -253,6 +260,7 @@ SETTINGS = (
         "dropout off; in-batch: ContrastiveTensionLossInBatchNegatives with AdamW",
         group=TRAIN,
         source=f"{TSDAE_B}; CT code",
+        applies_when=FOR_CT,
     ),
     Setting(
         "ct_keep",
@@ -262,6 +270,7 @@ SETTINGS = (
         "CT code's Top-CT-Eval: after every --eval-steps both copies are scored on STS-B dev and the better one is "
         "the epoch's model; the SED paper's teachers)",
         group=TRAIN,
+        applies_when=(*FOR_CT, When("ct_variant", ("official",))),
     ),
     EVAL_SETS.but(
         kind=Names(known=lambda: [*eval_set_names(), IN_DOMAIN], empty=True),
