@@ -29,6 +29,7 @@ from trainables.core.settings import (
     Float,
     Int,
     Kind,
+    Names,
     Setting,
     Text,
     add_to_parser,
@@ -197,6 +198,7 @@ ENGINE = (
         "nothing (scores stay in MLflow); a running trial always keeps what a retry needs",
         group=RUN,
         trial=True,
+        result=False,  # what stays on disk, not the scores; a reused trial's checkpoint is checked to exist
     ),
     Setting(
         "best_dtype",
@@ -234,6 +236,34 @@ ENGINE = (
         group=RUN,
         const="latest",
         metavar="SWEEP_DIR",
+    ),
+    Setting(
+        "recompute",
+        Flag(),
+        False,
+        "run every trial, even one that a finished run with the same trial key (its method, result-changing "
+        "settings, model, data and code) already computed; by default such a trial is linked, not run "
+        "(sweeps/engine/reuse.py)",
+        group=RUN,
+    ),
+    Setting(
+        "reuse_from",
+        Names(),
+        None,
+        "more MLflow stores (comma-separated tracking URIs) whose finished trials with the same key are linked "
+        "instead of run, beside the sweep's own store",
+        group=RUN,
+        metavar="URI[,URI...]",
+    ),
+    Setting(
+        "extend",
+        Text(),
+        None,
+        "a finished sweep (its folder, or its name under --storage-path) to grow: the values given for its axes "
+        "(--seeds, --layers, --models) are added to its own, its other settings are kept, and only the new "
+        "cells run; the new sweep links the old one's trials, so its report covers them all",
+        group=RUN,
+        metavar="SWEEP",
     ),
     Setting(
         "force",
@@ -286,7 +316,8 @@ ENGINE = (
         group=RUN,
     ),
 )
-ENGINE = tuple(setting.but(config=False) for setting in ENGINE)  # the sweep's settings, not a trial's
+# the sweep's settings, not a trial's: only those every trial carries (`trial`) can change its result
+ENGINE = tuple(setting.but(config=False, result=setting.trial and setting.result) for setting in ENGINE)
 TRIAL_SETTINGS = tuple(setting for setting in ENGINE if setting.trial)  # the ones every trial config carries
 
 

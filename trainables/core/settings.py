@@ -352,6 +352,8 @@ class Setting:
     per:     objectives (or variants) a value may be given for alone: `OBJECTIVE=VALUE[,...]`
     const:   the value of a flag given without one (e.g. `--resume` alone); MISSING: a value is required
     trial:   an engine setting every trial's config carries, as the trial reads it (sweeps/engine/plan.py)
+    result:  whether its value can change a trial's result (its scores, its model): the settings that do are
+             part of the trial's key (sweeps/engine/trial_keys.py), by which a finished trial is reused
     """
 
     name: str
@@ -368,6 +370,7 @@ class Setting:
     const: Any = field(default=None)
     metavar: str | None = None
     trial: bool = False
+    result: bool = True
 
     @property
     def option(self) -> str:

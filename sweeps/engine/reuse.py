@@ -1,0 +1,320 @@
+"""Reuse: a finished trial is never computed twice.
+
+Before a grid sweep schedules anything (`apply`), it computes every trial's key (sweeps/engine/trial_keys.py)
+and looks up FINISHED trial runs with the same key in its MLflow store and in the stores named with
+`--reuse-from` (MLflow's `search_runs`). A run found is reused only when:
+
+- it is not deleted, and neither is the run it was itself reused from (a link is followed to the run
+  that computed it);
+- the key recomputed from that run's recorded settings (`trial_keys.key_of_run`) is the key it is tagged
+  with and the key wanted: a key read from a store is never trusted;
+- its checkpoint (tag `embsweep.checkpoint`) is still there.
+
+Otherwise the trial is computed again, with one line saying why. The trials reused are taken out of the
+plan (and the upstream stages only they needed); once the sweep's parent run exists, `link` gives each a
+child run of its own that records `embsweep.reused_from` (the run that computed it) and its sweep, carries
+that run's params and metric histories, and points to its checkpoint. `--recompute` runs every trial.
+The report counts a reused trial once (analysis/loader.py drops a link whose computing run it also reads).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from sweeps.engine import trial_keys
+from trainables.core import object_storage, schema
+from trainables.core.errors import SweepInputError
+
+STORE_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}  # a store that may not answer
+_BATCH = 1000  # metrics per log_batch (MLflow's limit)
+
+
+@dataclass
+class Reused:
+    """One trial linked, not run: its config, key, and the run (in `store`) that computed it."""
+
+    config: dict
+    key: str
+    record: dict
+    store: str
+    run: object  # mlflow.entities.Run
+
+    @property
+    def sweep(self) -> str:
+        return self.run.data.params.get("sweep", "?")
+
+
+@dataclass
+class Decision:
+    """What `decide` found for a plan's configs: the ones reused, the ones to run, and the lines that say
+    why a trial found in a store is computed again."""
+
+    reused: list[Reused] = field(default_factory=list)
+    run: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _client(uri: str):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _sqlite_missing(uri: str) -> bool:
+    return uri.startswith("sqlite:///") and not os.path.isfile(uri[len("sqlite:///") :])
+
+
+def check_store(uri: str, flag: str = "--reuse-from") -> None:
+    """A store named with --reuse-from answers (SweepInputError naming it otherwise), before anything starts."""
+    if _sqlite_missing(uri):
+        raise SweepInputError(f"{flag} {uri}: no MLflow database there; name the store of the sweeps to reuse")
+    saved = {k: os.environ.get(k) for k in STORE_ENV}
+    os.environ.update(STORE_ENV)
+    try:
+        _client(uri).search_experiments(max_results=1)
+    except Exception as error:
+        text = " ".join(str(error).split())[:200]
+        raise SweepInputError(f"{flag} {uri}: the MLflow store does not answer ({text}); start it or drop the flag")
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _paged(search, **kwargs) -> list:
+    items, token = [], None
+    while True:
+        page = search(max_results=1000, page_token=token, **kwargs)
+        items.extend(page)
+        token = page.token
+        if not token:
+            return items
+
+
+def keyed_runs(uri: str, keys: set) -> dict[str, list]:
+    """{key: FINISHED trial runs of the store tagged with it (deleted ones too, to say so)}; a local
+    SQLite store that does not exist yet holds none (and is not created)."""
+    from mlflow.entities import ViewType
+
+    if _sqlite_missing(uri) or not keys:
+        return {}
+    client = _client(uri)
+    experiments = [e.experiment_id for e in _paged(client.search_experiments, view_type=ViewType.ALL)]
+    found: dict[str, list] = {}
+    for start in range(0, len(experiments), 100):  # search_runs takes at most 100 experiments
+        runs = _paged(
+            client.search_runs,
+            experiment_ids=experiments[start : start + 100],
+            filter_string=f"tags.`{schema.TAG_ROLE}` = 'trial' and attributes.status = 'FINISHED'",
+            run_view_type=ViewType.ALL,
+        )
+        for run in runs:
+            key = run.data.tags.get(schema.TAG_TRIAL_KEY)
+            if key in keys:
+                found.setdefault(key, []).append(run)
+    return found
+
+
+def checkpoint_exists(location: str) -> bool:
+    import pyarrow.fs
+
+    try:
+        filesystem, path = object_storage.filesystem(location)
+        return filesystem.get_file_info(path).type != pyarrow.fs.FileType.NotFound
+    except Exception:  # a store or a path that cannot be read: the trial is computed again
+        return False
+
+
+def _origin(store: str, run):
+    """The run that computed `run` (itself, or the run a link was reused from); None when that one is gone."""
+    source = run.data.tags.get(schema.TAG_REUSED_FROM)
+    if not source:
+        return run
+    try:
+        return _client(store).get_run(source)
+    except Exception:  # deleted for good (gc), or never in this store
+        return None
+
+
+def choose(key: str, candidates: list[tuple[str, object]], own_parent: str | None) -> tuple[object, str, str]:
+    """(the run to reuse, its store, '') or (None, '', why the candidates cannot be reused: '' for none)."""
+    why = ""
+    computed_first = sorted(candidates, key=lambda c: (bool(c[1].data.tags.get(schema.TAG_REUSED_FROM)),))
+    for store, run in computed_first:
+        if own_parent and run.data.tags.get(schema.TAG_PARENT) == own_parent:
+            continue
+        origin = _origin(store, run)
+        if origin is None or origin.info.lifecycle_stage == "deleted" or run.info.lifecycle_stage == "deleted":
+            gone = run if origin is None or run.info.lifecycle_stage == "deleted" else origin
+            why = why or f"its run {gone.info.run_id} (sweep {gone.data.params.get('sweep', '?')}) was deleted"
+            continue
+        if trial_keys.key_of_run(origin) != key or trial_keys.recorded_key(origin) != key:
+            why = why or f"the settings recorded on run {origin.info.run_id} do not give its key"
+            continue
+        checkpoint = origin.data.tags.get(schema.TAG_CHECKPOINT)
+        if not checkpoint or not checkpoint_exists(checkpoint):
+            why = why or f"the checkpoint of run {origin.info.run_id} is gone ({checkpoint or 'none recorded'})"
+            continue
+        return origin, store, ""
+    return None, "", why
+
+
+def decide(configs: list[dict], keys: list[tuple[str, dict]], stores: list[str], own_parent=None) -> Decision:
+    """Which of `configs` (with their `keys`: (key, record) each) are reused from `stores`, in order."""
+    from sweeps.engine.tracking import run_name
+
+    wanted = {key for key, _ in keys}
+    found: dict[str, list] = {}
+    for store in stores:
+        for key, runs in keyed_runs(store, wanted).items():
+            found.setdefault(key, []).extend((store, run) for run in runs)
+    decision = Decision()
+    for config, (key, record) in zip(configs, keys):
+        run, store, why = choose(key, found.get(key, []), own_parent)
+        if run is not None:
+            decision.reused.append(Reused(config, key, record, store, run))
+            continue
+        decision.run.append(config)
+        if why:
+            decision.notes.append(f"recomputing {run_name(config)} {_label(config)}: {why}")
+    return decision
+
+
+def _label(config: dict) -> str:
+    return " ".join(f"{k}={config[k]}" for k in ("model", "layer", "seed") if k in config)
+
+
+def stores_of(args: dict, mlflow_uri: str) -> list[str]:
+    from trainables.core import endpoints
+
+    return [mlflow_uri, *(endpoints.mlflow_store(uri) for uri in (args.get("reuse_from") or []))]
+
+
+def applies(args: dict, resuming: bool) -> bool:
+    """Reuse looks up grid trials of a new sweep, unless --recompute."""
+    return args.get("search") == "grid" and not args.get("recompute") and not resuming
+
+
+def apply(plan) -> Decision:
+    """Take the reusable trials out of `plan` (and the upstream stages only they needed); keep them in
+    `plan.reused` to link once the parent run exists. Prints one line per trial found but recomputed."""
+    if not applies(plan.args, plan.resuming):
+        return Decision(run=list(plan.configs))
+    facts = trial_keys.facts_of(plan.method_cls, plan.args, plan.configs, plan.mlflow_uri)
+    keys = [trial_keys.trial_key(c, facts) for c in plan.configs]
+    decision = decide(plan.configs, keys, stores_of(plan.args, plan.mlflow_uri))
+    for note in decision.notes:
+        print(note, flush=True)
+    print(plan_line(decision.reused, len(plan.configs), plan.costs, plan.method_cls.cost_axes).strip(), flush=True)
+    plan.configs = decision.run
+    plan.reused = decision.reused
+    needed = set()
+    for config in plan.configs:
+        stage = config.get("stage_key")
+        needed.update(stage if isinstance(stage, (list, tuple)) else [stage] if stage else [])
+    plan.stages = {key: spec for key, spec in plan.stages.items() if key in needed}
+    return decision
+
+
+def gpu_hours(reused: list[Reused], costs: dict, cost_axes: tuple) -> float:
+    """The GPU-hours the reused trials would have cost, by the plan's cost model."""
+    seconds = 0.0
+    for item in reused:
+        cost = costs.get(tuple(item.config.get(axis) for axis in cost_axes))
+        seconds += float(cost.seconds) if cost is not None and cost.gpu else 0.0
+    return seconds / 3600
+
+
+def plan_line(reused: list[Reused], total: int, costs: dict, cost_axes: tuple) -> str:
+    """`reused: N of M trials (from sweeps a, b), saving H GPU-hours`."""
+    if not reused:
+        return f"  reused: 0 of {total} trials (none finished with the same key)"
+    sweeps = sorted({item.sweep for item in reused})
+    return (
+        f"  reused: {len(reused)} of {total} trials (from sweep{'s' if len(sweeps) > 1 else ''} {', '.join(sweeps)}), "
+        f"saving {gpu_hours(reused, costs, cost_axes):.2f} GPU-hours; {total - len(reused)} to run"
+    )
+
+
+def records(plan) -> dict:
+    """{config hash: the params and tag that record its key} for the trials the sweep runs."""
+    facts = trial_keys.facts_of(plan.method_cls, plan.args, plan.configs, plan.mlflow_uri)
+    out = {}
+    for config in plan.configs:
+        key, record = trial_keys.trial_key(config, facts)
+        out[schema.config_hash(config)] = {"params": record, "tags": {schema.TAG_TRIAL_KEY: key}}
+    return out
+
+
+def link(plan) -> None:
+    """Give each reused trial a child run of the sweep's parent: `embsweep.reused_from` (and its sweep),
+    the computing run's params and metric histories, its checkpoint; FINISHED. A trial already linked
+    (the sweep resumed) is left as it is."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    from sweeps.engine.tracking import run_name, trial_params
+
+    if not plan.reused:
+        return
+    client = _client(plan.mlflow_uri)
+    experiment = client.get_run(plan.parent_run_id).info.experiment_id
+    done = {
+        run.data.tags.get(schema.TAG_TRIAL_KEY)
+        for run in client.search_runs(
+            [experiment], f"tags.`{schema.TAG_PARENT}` = '{plan.parent_run_id}'", max_results=50000
+        )
+    }
+    for item in plan.reused:
+        if item.key in done:
+            continue
+        origin, source = item.run, _client(item.store)
+        config = dict(item.config)
+        if "upstream_run_id" in config:
+            config["upstream_run_id"] = origin.data.params.get("upstream_run_id")
+        params = {
+            **trial_params(config, plan.static_params),
+            **{k: v for k, v in origin.data.params.items() if k in schema.RESULT_PARAMS},
+            **item.record,
+        }
+        kept = {
+            k: v for k, v in origin.data.tags.items() if not k.startswith("mlflow.") and k != schema.TAG_CONFIG_HASH
+        }
+        tags = {
+            **kept,
+            schema.TAG_PARENT: plan.parent_run_id,
+            schema.TAG_ROLE: "trial",
+            schema.TAG_CONFIG_HASH: schema.config_hash(config),
+            schema.TAG_TRIAL_KEY: item.key,
+            schema.TAG_REUSED_FROM: origin.info.run_id,
+            schema.TAG_REUSED_SWEEP: item.sweep,
+            **({"embsweep.reused_from_store": item.store} if item.store != plan.mlflow_uri else {}),
+        }
+        run = client.create_run(experiment, run_name=run_name(config, plan.contract), tags=tags)
+        metrics = [
+            Metric(m.key, m.value, m.timestamp, m.step)
+            for name in sorted(origin.data.metrics)
+            for m in source.get_metric_history(origin.info.run_id, name)
+        ]
+        params_list = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        for start in range(0, len(metrics), _BATCH):
+            client.log_batch(run.info.run_id, metrics=metrics[start : start + _BATCH])
+        for start in range(0, len(params_list), 100):  # MLflow's limit of params per batch
+            client.log_batch(run.info.run_id, params=params_list[start : start + 100])
+        client.set_terminated(run.info.run_id, "FINISHED")
+    sweeps = sorted({item.sweep for item in plan.reused})
+    client.log_batch(
+        plan.parent_run_id,
+        params=[Param("trials_reused", str(len(plan.reused))), Param("reused_from_sweeps", ",".join(sweeps)[:6000])],
+        tags=[RunTag("embsweep.trials_reused", str(len(plan.reused)))],
+    )
+
+
+def summary_rows(plan):
+    """The reused trials as rows of the end-of-sweep table (`config/<key>` and each metric's last value)."""
+    import pandas as pd
+
+    rows = [{**{f"config/{k}": v for k, v in item.config.items()}, **item.run.data.metrics} for item in plan.reused]
+    return pd.DataFrame(rows)

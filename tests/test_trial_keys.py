@@ -1,0 +1,199 @@
+"""Trial keys (sweeps/engine/trial_keys.py): what changes a trial's result changes its key, what does not
+leaves it; a key is recomputed from what a run recorded; and the choice of a run to reuse
+(sweeps/engine/reuse.py) refuses a deleted run, a lost checkpoint and a key the recorded settings do not give."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from sweeps.engine import reuse, trial_keys
+from sweeps.engine.cli import build_parser
+from sweeps.engine.tracking import trial_params
+from trainables.core import schema
+from trainables.methods import get_method
+
+CONFIG = {
+    "method": "tmft",
+    "model": "org/model",
+    "layer": 3,
+    "seed": 0,
+    "epochs": 2,
+    "lr": 2e-5,
+    "precision": "fp32",
+    "keep_checkpoints": "best",
+    "best_dtype": "float16",
+    "stage_key": "abc",
+    "upstream_run_id": "r1",
+    "_upstream_path": "/somewhere",
+}
+
+
+def _facts(**changes) -> trial_keys.KeyFacts:
+    settings = build_parser("x", "", get_method("tmft")).settings
+    base = dict(
+        not_result=frozenset(s.name for s in settings if not s.result),
+        models={"org/model": "org/model@rev1"},
+        data={"stsb": "sha-1"},
+        code="sha256:code-1",
+        device="cuda",
+    )
+    return trial_keys.KeyFacts(**{**base, **changes})
+
+
+def _key(config=CONFIG, **facts) -> str:
+    return trial_keys.trial_key(config, _facts(**facts))[0]
+
+
+def test_the_settings_registry_says_which_settings_change_the_result():
+    settings = {s.name: s for s in build_parser("x", "", get_method("tmft")).settings}
+    assert settings["lr"].result and settings["epochs"].result and settings["precision"].result
+    for name in ("keep_checkpoints", "max_concurrent", "cpus_per_trial", "storage_path", "name", "resume"):
+        assert not settings[name].result, name
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"lr": 3e-5},
+        {"seed": 1},
+        {"layer": 4},
+        {"epochs": 3},
+        {"precision": "bf16"},
+        {"stage_key": "abd"},
+        {"method": "other"},
+    ],
+)
+def test_a_setting_that_changes_the_result_changes_the_key(change):
+    assert _key({**CONFIG, **change}) != _key()
+
+
+@pytest.mark.parametrize("change", [{"keep_checkpoints": "all"}, {"upstream_run_id": "r2"}, {"_upstream_path": "/x"}])
+def test_what_does_not_change_the_result_leaves_the_key(change):
+    assert _key({**CONFIG, **change}) == _key()
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        {"models": {"org/model": "org/model@rev2"}},
+        {"data": {"stsb": "sha-2"}},
+        {"data": {"stsb": "sha-1", "eval_sick": "sha-3"}},
+        {"code": "sha256:code-2"},
+        {"device": "cpu"},
+    ],
+)
+def test_another_model_revision_data_byte_code_or_device_changes_the_key(facts):
+    assert _key(**facts) != _key()
+
+
+def test_a_local_model_is_its_files_whatever_its_folder(tmp_path):
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "config.json").write_text('{"layers": 2}')
+        (tmp_path / folder / "model.safetensors").write_bytes(b"\x00" * 64)
+    same = trial_keys.folder_digest(tmp_path / "a")
+    assert trial_keys.folder_digest(tmp_path / "b") == same
+    (tmp_path / "b" / "model.safetensors").write_bytes(b"\x00" * 63 + b"\x01")  # one byte
+    assert trial_keys.folder_digest(tmp_path / "b") != same
+    a = dict(CONFIG, model=str(tmp_path / "a"))
+    b = dict(CONFIG, model=str(tmp_path / "b"))
+    facts = {str(tmp_path / "a"): f"sha256:{same}", str(tmp_path / "b"): f"sha256:{same}"}
+    assert _key(a, models=facts) == _key(b, models=facts)
+
+
+def test_a_hub_copy_is_its_id_and_revision(tmp_path):
+    snapshot = tmp_path / "models--org--model" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    assert trial_keys.hub_revision(snapshot) == "0123abc"
+    assert trial_keys.hub_revision(tmp_path) is None
+
+
+def test_the_code_hash_follows_the_trainables_imports_and_nothing_else(tmp_path, monkeypatch):
+    package = tmp_path / "trainables"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "trial.py").write_text("from . import helper\n\ndef f():\n    import trainables.lazy\n")
+    (package / "helper.py").write_text("X = 1\n")
+    (package / "lazy.py").write_text("Y = 1\n")
+    (package / "unrelated.py").write_text("Z = 1\n")
+    monkeypatch.setattr(trial_keys, "PROJECT_ROOT", tmp_path)
+
+    def digest():
+        trial_keys.code_hash.cache_clear()
+        return trial_keys.code_hash("trainables.trial")
+
+    assert set(trial_keys.project_modules("trainables.trial")) == {
+        "trainables",
+        "trainables.trial",
+        "trainables.helper",
+        "trainables.lazy",
+    }
+    before = digest()
+    (package / "unrelated.py").write_text("Z = 2\n")
+    assert digest() == before
+    (package / "lazy.py").write_text("Y = 2\n")  # imported inside a function: still the trial's code
+    assert digest() != before
+    trial_keys.code_hash.cache_clear()
+
+
+def _run(config, facts, *, run_id="r", deleted=False, tags=None, params=None):
+    key, record = trial_keys.trial_key(config, facts)
+    recorded = {
+        **{k: str(v) for k, v in trial_params(config, {"sweep": "old"}).items()},
+        **{f"data_sha_{k}": v for k, v in facts.data.items()},
+        **record,
+        **(params or {}),
+    }
+    return SimpleNamespace(
+        info=SimpleNamespace(run_id=run_id, lifecycle_stage="deleted" if deleted else "active"),
+        data=SimpleNamespace(params=recorded, tags={schema.TAG_TRIAL_KEY: key, **(tags or {})}, metrics={}),
+    )
+
+
+def test_a_key_read_from_a_store_is_recomputed_from_the_runs_recorded_settings():
+    facts = _facts()
+    run = _run(CONFIG, facts)
+    assert trial_keys.key_of_run(run) == _key()
+    run.data.params["lr"] = "3e-05"  # a recorded setting that does not give the key it is tagged with
+    assert trial_keys.key_of_run(run) != trial_keys.recorded_key(run)
+    del run.data.params["code_hash"]
+    assert trial_keys.key_of_run(run) is None
+
+
+def test_the_run_to_reuse_is_refused_when_deleted_tampered_or_without_its_checkpoint(tmp_path):
+    facts, key = _facts(), _key()
+    checkpoint = tmp_path / "checkpoint_000001"
+    checkpoint.mkdir()
+    where = {schema.TAG_CHECKPOINT: str(checkpoint)}
+
+    good = _run(CONFIG, facts, run_id="good", tags=where)
+    assert reuse.choose(key, [("store", good)], None)[0] is good
+
+    deleted = _run(CONFIG, facts, run_id="gone", deleted=True, tags=where)
+    run, _, why = reuse.choose(key, [("store", deleted)], None)
+    assert run is None and "gone (sweep old) was deleted" in why
+
+    tampered = _run(CONFIG, facts, run_id="t", tags=where, params={"epochs": "5"})
+    run, _, why = reuse.choose(key, [("store", tampered)], None)
+    assert run is None and "do not give its key" in why
+
+    lost = _run(CONFIG, facts, run_id="lost", tags={schema.TAG_CHECKPOINT: str(tmp_path / "nothing")})
+    run, _, why = reuse.choose(key, [("store", lost)], None)
+    assert run is None and "checkpoint of run lost is gone" in why
+
+    assert reuse.choose(key, [("store", lost), ("store", good)], None)[0] is good  # the next one that qualifies
+    own = _run(CONFIG, facts, run_id="mine", tags={**where, schema.TAG_PARENT: "p"})
+    assert reuse.choose(key, [("store", own)], "p")[0] is None  # never a run of the sweep itself
+
+
+def test_the_report_counts_a_reused_trial_once():
+    import pandas as pd
+
+    from analysis.loader import _count_once
+
+    frame = pd.DataFrame(
+        {"run_id": ["a", "b", "c", "d"], "reused_from": [None, "a", None, "elsewhere"], "x": [1, 1, 2, 3]}
+    )
+    assert list(_count_once(frame)["run_id"]) == ["a", "c", "d"]
