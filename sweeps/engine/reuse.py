@@ -20,6 +20,7 @@ The report counts a reused trial once (analysis/loader.py drops a link whose com
 from __future__ import annotations
 
 import os
+from argparse import Namespace
 from dataclasses import dataclass, field
 
 from sweeps.engine import trial_keys
@@ -190,7 +191,7 @@ def _label(config: dict) -> str:
 def stores_of(args: dict, mlflow_uri: str) -> list[str]:
     from trainables.core import endpoints
 
-    return [mlflow_uri, *(endpoints.mlflow_store(uri) for uri in (args.get("reuse_from") or []))]
+    return [mlflow_uri, *(endpoints.mlflow_store(uri, "--reuse-from") for uri in (args.get("reuse_from") or []))]
 
 
 def applies(args: dict, resuming: bool) -> bool:
@@ -318,3 +319,51 @@ def summary_rows(plan):
 
     rows = [{**{f"config/{k}": v for k, v in item.config.items()}, **item.run.data.metrics} for item in plan.reused]
     return pd.DataFrame(rows)
+
+
+def check_stores(args) -> None:
+    """Every store named with --reuse-from answers (SweepInputError naming the first that does not)."""
+    from trainables.core import endpoints
+
+    for uri in args.reuse_from or []:
+        check_store(endpoints.mlflow_store(uri, "--reuse-from"))
+
+
+def dry_run_lines(checked) -> list[str]:
+    """`--dry-run`'s reuse figures: the plan's configs made as the real run makes them (in a scratch
+    folder for the caches and a smoke model not yet built: nothing written), their keys looked up."""
+    import tempfile
+
+    from sweeps.engine.cli import TRIAL_SETTINGS
+    from trainables.core.method import PlanContext
+    from trainables.encoders.tiny import smoke_models_dir
+
+    args = Namespace(**vars(checked.args))
+    if not applies(vars(args), checked.saved is not None):
+        return ["  reused: none (--recompute runs every trial)"] if args.recompute else []
+    stores = stores_of(vars(args), checked.mlflow_uri)
+    if all(_sqlite_missing(store) for store in stores):
+        return ["  reused: 0 trials (no finished trials to reuse: the MLflow store does not exist yet)"]
+    with tempfile.TemporaryDirectory(prefix="embsweep-dry-run-") as scratch:
+        built = (smoke_models_dir(checked.storage_path) / "tiny-bert" / "config.json").is_file()
+        where = checked.storage_path if built or not args.smoke_test else scratch
+        saved_cache = os.environ.get("EMBSWEEP_CACHE_DIR")
+        os.environ["EMBSWEEP_CACHE_DIR"] = scratch
+        try:
+            context = PlanContext(
+                where, checked.mlflow_uri, smoke_test=bool(args.smoke_test), default_models=checked.default_models
+            )
+            planned = checked.method_cls.plan(args, context)
+        finally:
+            if saved_cache is None:
+                os.environ.pop("EMBSWEEP_CACHE_DIR", None)
+            else:
+                os.environ["EMBSWEEP_CACHE_DIR"] = saved_cache
+        for config in planned.configs:
+            config.update({s.name: getattr(args, s.name) for s in TRIAL_SETTINGS})
+        values = {**vars(args), "data_checksums": planned.checksums}
+        facts = trial_keys.facts_of(checked.method_cls, values, planned.configs, checked.mlflow_uri)
+        keys = [trial_keys.trial_key(c, facts) for c in planned.configs]
+        decision = decide(planned.configs, keys, stores)
+    lines = [f"  {note}" for note in decision.notes]
+    return [*lines, plan_line(decision.reused, len(planned.configs), planned.costs, checked.method_cls.cost_axes)]

@@ -325,10 +325,16 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
             print(presets.listing(method_cls, build_parser, args.data_dir))
             return 0
         args = presets.apply(parser, argv, args, method_cls, given)
+        reuse.check_stores(args)
+        if args.extend:
+            from sweeps.engine.extend import extended_args
+
+            args = extended_args(args, method_cls, parser, given)
         if args.dry_run:
             from sweeps.engine import dry_run
 
-            print(dry_run.describe(check_sweep(args, method_cls, prog, given)))
+            checked = check_sweep(args, method_cls, prog, given)
+            print("\n".join([dry_run.describe(checked), *reuse.dry_run_lines(checked)]))
             return 0
         plan = plan_sweep(args, method=method_cls, prog=prog, given=given)
         reuse.apply(plan)
