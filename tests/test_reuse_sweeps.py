@@ -80,3 +80,85 @@ def test_a_sweep_run_again_links_its_trials_recomputes_a_lost_one_and_recompute_
     assert "reused:" not in capsys.readouterr().out
     fourth = _trials(client, _parent(client, "fourth"))
     assert len(fourth) == 4 and not any(schema.TAG_REUSED_FROM in r.data.tags for r in fourth)
+
+
+def _table(out: str) -> list[str]:
+    """The end-of-sweep table's lines (header and rows)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if "dev Spearman" in line)
+    return lines[start : lines.index("", start) if "" in lines[start:] else None]
+
+
+@pytest.mark.sweep
+def test_extend_runs_only_the_new_cells_as_dry_run_says_and_its_table_is_a_fresh_sweeps(tmp_path, capsys):
+    storage = tmp_path / "runs"
+    common = [*SIMULATED, "--storage-path", str(storage)]
+    client = MlflowClient(tracking_uri=f"sqlite:///{storage}/mlflow.db")
+    assert main([*common, "--name", "first"], method="tmft", prog="electra_layers") == 0  # seeds 0,1
+    capsys.readouterr()
+
+    grow = [*common, "--extend", "first", "--seeds", "0-3"]
+    assert main([*grow, "--dry-run"], method="tmft", prog="electra_layers") == 0
+    planned = capsys.readouterr().out
+    assert "reused: 4 of 8 trials (from sweep first)" in planned and "; 4 to run" in planned
+    assert not (storage / "grown").exists()
+
+    assert main([*grow, "--name", "grown"], method="tmft", prog="electra_layers") == 0
+    out = capsys.readouterr().out
+    assert "reused: 4 of 8 trials (from sweep first)" in out  # as the dry run said
+    grown = _trials(client, _parent(client, "grown"))
+    computed = sorted(int(r.data.params["seed"]) for r in grown if schema.TAG_REUSED_FROM not in r.data.tags)
+    assert len(grown) == 8 and computed == [2, 2, 3, 3]  # only the new cells ran
+
+    fresh_sweep = [*common, "--seeds", "0-3", "--name", "fresh", "--recompute"]
+    assert main(fresh_sweep, method="tmft", prog="electra_layers") == 0
+    fresh = capsys.readouterr().out
+    assert _table(out) == _table(fresh) and _table(out)[1].split()[-1] == "4"  # every cell, the same numbers
+
+
+@pytest.mark.sweep
+def test_two_sweeps_started_at_once_compute_each_shared_trial_once(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from trainables.core.paths import PROJECT_ROOT
+
+    storage = tmp_path / "runs"
+    script = [sys.executable, str(PROJECT_ROOT / "sweeps" / "electra_layers.py")]
+    common = [*SIMULATED[:-1], "3", "--storage-path", str(storage)]
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    subprocess.run([*script, *common, "--seeds", "9", "--name", "warm"], env=env, check=True, capture_output=True)
+    drivers = [
+        subprocess.Popen([*script, *common, "--name", name], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for name in ("left", "right")
+    ]
+    outputs = [driver.communicate(timeout=600)[0].decode() for driver in drivers]
+    assert all(driver.returncode == 0 for driver in drivers), outputs
+    client = MlflowClient(tracking_uri=f"sqlite:///{storage}/mlflow.db")
+    runs = [r for name in ("left", "right") for r in _trials(client, _parent(client, name))]
+    assert len(runs) == 8  # each sweep has all four trials
+    computed = [r.data.tags[schema.TAG_TRIAL_KEY] for r in runs if schema.TAG_REUSED_FROM not in r.data.tags]
+    assert sorted(computed) == sorted(set(computed)) and len(computed) == 4, outputs  # each computed once
+    assert any("being computed by sweep" in out for out in outputs)
+
+
+@pytest.mark.sweep
+def test_keys_reuse_and_extend_with_the_sweeps_on_an_object_store(tmp_path, s3, capsys):
+    from trainables.core import object_storage
+
+    root = s3.uri("runs")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    common = [*SIMULATED, "--storage-path", root, "--mlflow-uri", uri]
+    client = MlflowClient(tracking_uri=uri)
+    assert main([*common, "--name", "first"], method="tmft", prog="electra_layers") == 0
+    assert main([*common, "--name", "again"], method="tmft", prog="electra_layers") == 0
+    assert "reused: 4 of 4 trials (from sweep first)" in capsys.readouterr().out
+    lost = _trials(client, _parent(client, "first"))[0]
+    object_storage.delete_tree(lost.data.tags[schema.TAG_CHECKPOINT])
+    grow = ["--extend", object_storage.join(root, "first"), "--seeds", "0-2", "--name", "grown"]
+    assert main([*common, *grow], method="tmft", prog="electra_layers") == 0
+    out = capsys.readouterr().out
+    assert "reused: 3 of 6 trials (from sweep first)" in out and "is gone" in out
+    grown = _trials(client, _parent(client, "grown"))
+    assert len(grown) == 6 and sum(schema.TAG_REUSED_FROM not in r.data.tags for r in grown) == 3

@@ -197,3 +197,42 @@ def test_the_report_counts_a_reused_trial_once():
         {"run_id": ["a", "b", "c", "d"], "reused_from": [None, "a", None, "elsewhere"], "x": [1, 1, 2, 3]}
     )
     assert list(_count_once(frame)["run_id"]) == ["a", "c", "d"]
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def _check_claims(root: str):
+    import json
+    import os
+    import socket
+
+    from sweeps.engine import trial_claims
+    from trainables.core import conditional_writes
+
+    assert trial_claims.claim(root, "k1", "first") is None  # new: ours
+    assert trial_claims.still_held(root, "k1") is None  # held by this process: nothing to wait for
+    other = {"host": socket.gethostname(), "pid": os.getppid(), "sweep": "other", "time": 0}
+    conditional_writes.create_if_absent(trial_claims.location(root, "k2"), json.dumps(other).encode())
+    assert trial_claims.claim(root, "k2", "second")["sweep"] == "other"  # a live driver's: wait for it
+    assert trial_claims.still_held(root, "k2")["sweep"] == "other"
+    dead = {**other, "pid": _dead_pid()}
+    conditional_writes.create_if_absent(trial_claims.location(root, "k3"), json.dumps(dead).encode())
+    assert trial_claims.claim(root, "k3", "second") is None  # a driver that is gone: taken over
+    assert json.loads(conditional_writes.read_versioned(trial_claims.location(root, "k3"))[0])["sweep"] == "second"
+    far = {"host": "another-host", "pid": 1, "sweep": "far", "time": 0}  # from another host, a day old
+    conditional_writes.create_if_absent(trial_claims.location(root, "k4"), json.dumps(far).encode())
+    assert trial_claims.claim(root, "k4", "second") is None
+
+
+def test_a_key_is_claimed_once_waited_for_while_its_driver_runs_and_taken_over_when_it_is_gone(tmp_path):
+    _check_claims(str(tmp_path))
+
+
+def test_claims_on_an_object_store(s3):
+    _check_claims(s3.uri("claims"))

@@ -46,6 +46,7 @@ class SweepPlan:
     failed_stages: dict = field(default_factory=dict)
     failed_trials: list = field(default_factory=list)
     reused: list = field(default_factory=list)  # trials linked from finished runs, not run (sweeps/engine/reuse.py)
+    waiting: list = field(default_factory=list)  # trials another running sweep computes (sweeps/engine/trial_claims.py)
     method_cls: type[Method] | None = None  # the class registered as `method`, resolved once by plan_sweep
     prog: str = "sweep"  # the script that made the sweep (recorded in sweep.json)
     ray_log: str = ""  # where Ray's own log lines go (`ray_logs_to_file`)

@@ -10,7 +10,9 @@ and looks up FINISHED trial runs with the same key in its MLflow store and in th
   with and the key wanted: a key read from a store is never trusted;
 - its checkpoint (tag `embsweep.checkpoint`) is still there.
 
-Otherwise the trial is computed again, with one line saying why. The trials reused are taken out of the
+Otherwise the trial is computed again, with one line saying why; and only once: a trial that another
+sweep is computing right now (its key claimed, sweeps/engine/trial_claims.py) is not scheduled but linked
+when that sweep has finished it (`settle`, after the sweep's own trials). The trials reused are taken out of the
 plan (and the upstream stages only they needed); once the sweep's parent run exists, `link` gives each a
 child run of its own that records `embsweep.reused_from` (the run that computed it) and its sweep, carries
 that run's params and metric histories, and points to its checkpoint. `--recompute` runs every trial.
@@ -20,6 +22,7 @@ The report counts a reused trial once (analysis/loader.py drops a link whose com
 from __future__ import annotations
 
 import os
+import time
 from argparse import Namespace
 from dataclasses import dataclass, field
 
@@ -29,6 +32,7 @@ from trainables.core.errors import SweepInputError
 
 STORE_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}  # a store that may not answer
 _BATCH = 1000  # metrics per log_batch (MLflow's limit)
+POLL_S = 2.0  # how often a sweep looks for the trials another sweep computes
 
 
 @dataclass
@@ -47,6 +51,16 @@ class Reused:
 
 
 @dataclass
+class Waiting:
+    """A trial another sweep is computing: linked once it has finished (`settle`)."""
+
+    config: dict
+    key: str
+    record: dict
+    sweep: str
+
+
+@dataclass
 class Decision:
     """What `decide` found for a plan's configs: the ones reused, the ones to run, and the lines that say
     why a trial found in a store is computed again."""
@@ -54,6 +68,7 @@ class Decision:
     reused: list[Reused] = field(default_factory=list)
     run: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    run_keys: list[tuple[str, dict]] = field(default_factory=list)  # (key, record) of each of `run`
 
 
 def _client(uri: str):
@@ -179,6 +194,7 @@ def decide(configs: list[dict], keys: list[tuple[str, dict]], stores: list[str],
             decision.reused.append(Reused(config, key, record, store, run))
             continue
         decision.run.append(config)
+        decision.run_keys.append((key, record))
         if why:
             decision.notes.append(f"recomputing {run_name(config)} {_label(config)}: {why}")
     return decision
@@ -210,14 +226,63 @@ def apply(plan) -> Decision:
     for note in decision.notes:
         print(note, flush=True)
     print(plan_line(decision.reused, len(plan.configs), plan.costs, plan.method_cls.cost_axes).strip(), flush=True)
-    plan.configs = decision.run
-    plan.reused = decision.reused
+    plan.configs, plan.reused = _claimed(plan, decision), decision.reused
     needed = set()
     for config in plan.configs:
         stage = config.get("stage_key")
         needed.update(stage if isinstance(stage, (list, tuple)) else [stage] if stage else [])
     plan.stages = {key: spec for key, spec in plan.stages.items() if key in needed}
     return decision
+
+
+def _claimed(plan, decision: Decision) -> list[dict]:
+    """The trials of `decision.run` this sweep computes: those whose key it claimed; the others, claimed by a
+    sweep that runs now, go to `plan.waiting` (sweeps/engine/trial_claims.py)."""
+    from sweeps.engine import trial_claims
+
+    if object_storage.is_uri(plan.storage_path) and object_storage.split(plan.storage_path)[0] != "s3":
+        return decision.run  # conditional writes need a folder or S3
+    mine = []
+    for config, (key, record) in zip(decision.run, decision.run_keys):
+        live = trial_claims.claim(plan.storage_path, key, plan.name)
+        if live is None:
+            mine.append(config)
+        else:
+            plan.waiting.append(Waiting(config, key, record, str(live.get("sweep", "?"))))
+    if plan.waiting:
+        sweeps = ", ".join(sorted({w.sweep for w in plan.waiting}))
+        print(f"{len(plan.waiting)} trial(s) are being computed by sweep {sweeps}: linked once it finishes them")
+    return mine
+
+
+def settle(plan) -> list[str]:
+    """Wait for the trials other sweeps were computing (`plan.waiting`) and link them; one line per trial
+    whose sweep ended without finishing it (run the sweep again to compute it)."""
+    from sweeps.engine import trial_claims
+
+    failures, pending, released = [], list(plan.waiting), set()
+    while pending:
+        found = keyed_runs(plan.mlflow_uri, {w.key for w in pending})
+        still = []
+        for item in pending:
+            run, store, _ = choose(item.key, [(plan.mlflow_uri, r) for r in found.get(item.key, [])], None)
+            if run is not None:
+                plan.reused.append(Reused(item.config, item.key, item.record, store, run))
+            elif (held := trial_claims.still_held(plan.storage_path, item.key)) or item.key not in released:
+                if not held:  # released just now: its run may have reached the store since the look-up
+                    released.add(item.key)
+                still.append(item)
+            else:
+                failures.append(
+                    f"  {_label(item.config)}: sweep {item.sweep} claimed it and ended without finishing it; run "
+                    "this sweep again to compute it"
+                )
+        pending = still
+        if pending:
+            time.sleep(POLL_S)
+    plan.waiting = []
+    link(plan)
+    return failures
 
 
 def gpu_hours(reused: list[Reused], costs: dict, cost_axes: tuple) -> float:

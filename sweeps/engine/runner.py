@@ -197,7 +197,7 @@ def run_sweep(plan: SweepPlan):
     """Run (or resume) the sweep; return Ray Tune's ResultGrid (None when every trial was reused: no Ray)."""
     from ray import tune
 
-    if not plan.configs and plan.reused and not plan.restore_tune:
+    if not plan.configs and (plan.reused or plan.waiting) and not plan.restore_tune:
         if plan.parent_run_id is None:
             begin(plan)
         reuse.link(plan)
@@ -262,7 +262,7 @@ def _finish(plan: SweepPlan, results) -> None:
     from sweeps.engine.summary import summary_table
     from sweeps.engine.tracking import finish_parent_run, training_view
 
-    failures = failed_trials(results, plan.contract) if results is not None else []
+    failures = (failed_trials(results, plan.contract) if results is not None else []) + reuse.settle(plan)
     plan.failed_trials = failures
     spooled = finish_parent_run(
         plan.mlflow_uri, plan.parent_run_id, "FAILED" if failures else "FINISHED", plan.sweep_dir
