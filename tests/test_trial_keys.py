@@ -236,3 +236,22 @@ def test_a_key_is_claimed_once_waited_for_while_its_driver_runs_and_taken_over_w
 
 def test_claims_on_an_object_store(s3):
     _check_claims(s3.uri("claims"))
+
+
+def test_seeds_by_need_continues_its_rounds_where_reused_trials_leave_them():
+    from sweeps.engine.seed_search import SeedsByNeed, config_key
+    from trainables.core.method import MetricContract
+
+    contract = MetricContract(
+        primary="best_dev_spearman", report="test_spearman_at_best_dev", axes=("model", "layer", "seed"), select="layer"
+    )
+    configs = [{"model": "m", "layer": layer, "seed": seed} for layer in (0, 1) for seed in (0, 1, 2, 3)]
+    score = {0: [50.0, 50.1, 50.2, 50.3], 1: [70.0, 70.2, 70.1, 70.3]}
+    known = {config_key(c, ""): score[c["layer"]][c["seed"]] for c in configs if c["seed"] < 2}  # the old sweep's
+    searcher = SeedsByNeed(configs, contract, initial=2, width=0.5, pooled=False, known=known)
+    first = [searcher.suggest("a"), searcher.suggest("b")]
+    assert [(c["layer"], c["seed"]) for c in first] == [(0, 2), (1, 2)]  # round 0 decided on the reused values
+    assert searcher.suggest("c") is None and [h["round"] for h in searcher.history] == [0]
+    for trial, config in zip("ab", first):
+        searcher.on_trial_complete(trial, {"best_dev_spearman": score[config["layer"]][config["seed"]]})
+    assert searcher.suggest("d") == "FINISHED"  # as a sweep that ran every trial itself would

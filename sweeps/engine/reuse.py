@@ -226,7 +226,10 @@ def apply(plan) -> Decision:
     for note in decision.notes:
         print(note, flush=True)
     print(plan_line(decision.reused, len(plan.configs), plan.costs, plan.method_cls.cost_axes).strip(), flush=True)
-    plan.configs, plan.reused = _claimed(plan, decision), decision.reused
+    if plan.args.get("seeds_by_need"):  # its rounds read every config; the reused ones count as known values
+        plan.reused = decision.reused
+    else:
+        plan.configs, plan.reused = _claimed(plan, decision), decision.reused
     needed = set()
     for config in plan.configs:
         stage = config.get("stage_key")
@@ -301,7 +304,7 @@ def plan_line(reused: list[Reused], total: int, costs: dict, cost_axes: tuple) -
     sweeps = sorted({item.sweep for item in reused})
     return (
         f"  reused: {len(reused)} of {total} trials (from sweep{'s' if len(sweeps) > 1 else ''} {', '.join(sweeps)}), "
-        f"saving {gpu_hours(reused, costs, cost_axes):.2f} GPU-hours; {total - len(reused)} to run"
+        f"saving {gpu_hours(reused, costs, cost_axes):.3g} GPU-hours; {total - len(reused)} to run"
     )
 
 
