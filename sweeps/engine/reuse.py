@@ -210,19 +210,19 @@ def stores_of(args: dict, mlflow_uri: str) -> list[str]:
     return [mlflow_uri, *(endpoints.mlflow_store(uri, "--reuse-from") for uri in (args.get("reuse_from") or []))]
 
 
-def applies(args: dict, resuming: bool) -> bool:
-    """Reuse looks up grid trials of a new sweep, unless --recompute."""
-    return args.get("search") == "grid" and not args.get("recompute") and not resuming
+def applies(args: dict, restoring: bool) -> bool:
+    """Reuse looks up the trials of a grid (unless --recompute) that Tune does not restore itself."""
+    return args.get("search") == "grid" and not args.get("recompute") and not restoring
 
 
 def apply(plan) -> Decision:
     """Take the reusable trials out of `plan` (and the upstream stages only they needed); keep them in
     `plan.reused` to link once the parent run exists. Prints one line per trial found but recomputed."""
-    if not applies(plan.args, plan.resuming):
+    if not applies(plan.args, plan.restore_tune):
         return Decision(run=list(plan.configs))
     facts = trial_keys.facts_of(plan.method_cls, plan.args, plan.configs, plan.mlflow_uri)
     keys = [trial_keys.trial_key(c, facts) for c in plan.configs]
-    decision = decide(plan.configs, keys, stores_of(plan.args, plan.mlflow_uri))
+    decision = decide(plan.configs, keys, stores_of(plan.args, plan.mlflow_uri), own_parent=plan.parent_run_id)
     for note in decision.notes:
         print(note, flush=True)
     print(plan_line(decision.reused, len(plan.configs), plan.costs, plan.method_cls.cost_axes).strip(), flush=True)
@@ -407,7 +407,7 @@ def dry_run_lines(checked) -> list[str]:
     from trainables.encoders.tiny import smoke_models_dir
 
     args = Namespace(**vars(checked.args))
-    if not applies(vars(args), checked.saved is not None):
+    if not applies(vars(args), checked.saved is not None):  # a resumed sweep's plan: its own trials left
         return ["  reused: none (--recompute runs every trial)"] if args.recompute else []
     stores = stores_of(vars(args), checked.mlflow_uri)
     if all(_sqlite_missing(store) for store in stores):

@@ -14,8 +14,10 @@ A trial's key is the sha256 of the canonical JSON of:
 - `data`: the data files' checksums the method's plan computed (`MethodPlan.checksums`);
 - `code`: `sha256:` of the source of the project modules the trial's Trainable imports, followed
   through every `import` of the project's packages (at module level or inside a function);
-- `device`: the device kind the trials run on (`cuda`, `cpu`; `cluster` when the driver cannot know;
-  `simulated` for a `--simulate` sweep), as the `auto` precision resolves by it.
+- `device`: the device kind the trials run on, as the `auto` precision resolves by it: `cpu`,
+  `cuda:<what auto runs under on this GPU>` (tf32 from Ampere on, fp16 before), `cluster` where the driver
+  cannot know (a cluster's trials: pass an explicit --precision there to pin it), `simulated` for a
+  `--simulate` sweep.
 
 Every trial run records its key (tag `embsweep.trial_key`) and what it was made of (params
 `trial_key_fields`, `model_identity`, `code_hash`, `device_kind`, beside the config's own params and the
@@ -205,7 +207,15 @@ def device_kind(args: dict) -> str:
     from trainables.encoders.precision import trials_on_gpu
 
     on_gpu = trials_on_gpu(Namespace(**args))
-    return "cluster" if on_gpu is None else "cuda" if on_gpu else "cpu"
+    if on_gpu is None:
+        return "cluster"
+    if not on_gpu:
+        return "cpu"
+    import torch
+
+    from trainables.encoders.precision import resolve
+
+    return f"cuda:{resolve('auto', torch.device('cuda')).name}"  # what `auto` runs under on this GPU
 
 
 def facts_of(method_cls, args: dict, configs: list[dict], mlflow_uri: str) -> KeyFacts:
