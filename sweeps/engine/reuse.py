@@ -422,6 +422,9 @@ def dry_run_lines(checked) -> list[str]:
                 where, checked.mlflow_uri, smoke_test=bool(args.smoke_test), default_models=checked.default_models
             )
             planned = checked.method_cls.plan(args, context)
+        except Exception as error:  # e.g. a hub model not here: the plan above priced it without loading it
+            text = " ".join(str(error).split())[:200]
+            return [f"  reused: unknown (the trials' keys need the plan's models and data, not available here: {text})"]
         finally:
             if saved_cache is None:
                 os.environ.pop("EMBSWEEP_CACHE_DIR", None)
