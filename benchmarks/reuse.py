@@ -53,7 +53,7 @@ def _reused(out: str) -> tuple[int, int, float]:
 
 def _table(out: str) -> list[str]:
     lines = out.splitlines()
-    start = next(i for i, line in enumerate(lines) if "dev Spearman" in line)
+    start = next(i for i, line in enumerate(lines) if "dev Spearman" in line and not line.startswith("["))
     end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
     return lines[start:end]
 

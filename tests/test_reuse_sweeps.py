@@ -85,7 +85,7 @@ def test_a_sweep_run_again_links_its_trials_recomputes_a_lost_one_and_recompute_
 def _table(out: str) -> list[str]:
     """The end-of-sweep table's lines (header and rows)."""
     lines = out.splitlines()
-    start = next(i for i, line in enumerate(lines) if "dev Spearman" in line)
+    start = next(i for i, line in enumerate(lines) if "dev Spearman" in line and not line.startswith("["))
     return lines[start : lines.index("", start) if "" in lines[start:] else None]
 
 
