@@ -144,21 +144,32 @@ def test_two_sweeps_started_at_once_compute_each_shared_trial_once(tmp_path):
 
 
 @pytest.mark.sweep
-def test_keys_reuse_and_extend_with_the_sweeps_on_an_object_store(tmp_path, s3, capsys):
+def test_keys_reuse_and_extend_with_the_sweeps_on_an_object_store(tmp_path, s3):
+    import os
+    import subprocess
+    import sys
+
     from trainables.core import object_storage
+    from trainables.core.paths import PROJECT_ROOT
 
     root = s3.uri("runs")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    common = [*SIMULATED, "--storage-path", root, "--mlflow-uri", uri]
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}  # the bucket's credentials, as a cloud machine has them
+
+    def sweep(*flags: str) -> str:
+        command = [sys.executable, str(PROJECT_ROOT / "sweeps" / "electra_layers.py"), *SIMULATED, *flags]
+        done = subprocess.run([*command, "--storage-path", root, "--mlflow-uri", uri], env=env, capture_output=True)
+        assert done.returncode == 0, done.stdout.decode()[-3000:] + done.stderr.decode()[-3000:]
+        return done.stdout.decode()
+
     client = MlflowClient(tracking_uri=uri)
-    assert main([*common, "--name", "first"], method="tmft", prog="electra_layers") == 0
-    assert main([*common, "--name", "again"], method="tmft", prog="electra_layers") == 0
-    assert "reused: 4 of 4 trials (from sweep first)" in capsys.readouterr().out
+    sweep("--name", "first")
+    assert "reused: 4 of 4 trials (from sweep first)" in sweep("--name", "again")
     lost = _trials(client, _parent(client, "first"))[0]
+    assert lost.data.tags[schema.TAG_CHECKPOINT].startswith("s3://")
     object_storage.delete_tree(lost.data.tags[schema.TAG_CHECKPOINT])
-    grow = ["--extend", object_storage.join(root, "first"), "--seeds", "0-2", "--name", "grown"]
-    assert main([*common, *grow], method="tmft", prog="electra_layers") == 0
-    out = capsys.readouterr().out
+    out = sweep("--extend", object_storage.join(root, "first"), "--seeds", "0-2", "--name", "grown")
     assert "reused: 3 of 6 trials (from sweep first)" in out and "is gone" in out
     grown = _trials(client, _parent(client, "grown"))
     assert len(grown) == 6 and sum(schema.TAG_REUSED_FROM not in r.data.tags for r in grown) == 3
+    assert s3.keys("runs/.trial_claims/")  # the keys it computed, claimed in the bucket
