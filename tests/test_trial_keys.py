@@ -255,3 +255,24 @@ def test_seeds_by_need_continues_its_rounds_where_reused_trials_leave_them():
     for trial, config in zip("ab", first):
         searcher.on_trial_complete(trial, {"best_dev_spearman": score[config["layer"]][config["seed"]]})
     assert searcher.suggest("d") == "FINISHED"  # as a sweep that ran every trial itself would
+
+
+def test_every_model_a_config_names_counts_by_its_identity():
+    config = {"method": "meta", "sources": "a,b", "seed": 0}
+    before = _key(config, models={"a": "sha256:1", "b": "sha256:2"})
+    assert _key(config, models={"a": "sha256:1", "b": "sha256:3"}) != before  # one source's files changed
+
+
+def test_one_byte_of_a_data_file_changes_the_plans_checksums_so_the_key(data_dir, tmp_path):
+    import shutil
+
+    from trainables.training.tokenized import load_task
+
+    shutil.copytree(data_dir / "stsbenchmark", tmp_path / "stsbenchmark")
+    _, before = load_task("stsb", tmp_path)
+    dev = tmp_path / "stsbenchmark" / "sts-dev.csv"
+    data = bytearray(dev.read_bytes())
+    data[-2] = ord("0") if data[-2] != ord("0") else ord("1")
+    dev.write_bytes(bytes(data))
+    _, after = load_task("stsb", tmp_path)
+    assert after != before and _key(data=after) != _key(data=before)

@@ -8,9 +8,10 @@ A trial's key is the sha256 of the canonical JSON of:
   name and the upstream stage's `stage_key`, always count), each as its MLflow param text. A config's
   private `_...` entries (local paths) and `upstream_run_id` (a run id of one store: `stage_key` stands for
   the stage) are left out. A model named by a setting is replaced by its identity:
-- `models`: the identity of each model the config names: a hub id with the revision of its local copy
-  (`<id>@<revision>`), or, for a local folder or a `runs:/` checkpoint, `sha256:` of the folder's files
-  (names and bytes);
+- `models`: the identity of each model the config names (its `model`, and any value, list item or
+  comma-separated part that is one of --models, a `runs:/` reference or a local folder): a hub id with
+  the revision of its local copy (`<id>@<revision>`), or, for a local folder or a `runs:/` checkpoint,
+  `sha256:` of the folder's files (names and bytes);
 - `data`: the data files' checksums the method's plan computed (`MethodPlan.checksums`);
 - `code`: `sha256:` of the source of the project modules the trial's Trainable imports, followed
   through every `import` of the project's packages (at module level or inside a function);
@@ -77,9 +78,7 @@ def trial_key(config: dict, facts: KeyFacts) -> tuple[str, dict]:
     """(the trial's key, the params that record what it was made of)."""
     fields = result_fields(config, facts.not_result)
     settings = {name: _param_value(config[name]) for name in fields}
-    named = {text for text in settings.values()} | {
-        str(v) for name in fields if isinstance(config[name], (list, tuple)) for v in config[name]
-    }
+    named = {part for name in fields for part in _parts(config[name])}
     models = {name: identity for name, identity in facts.models.items() if name in named}
     record = {
         FIELDS_PARAM: ",".join(fields),
@@ -88,6 +87,13 @@ def trial_key(config: dict, facts: KeyFacts) -> tuple[str, dict]:
         DEVICE_PARAM: facts.device,
     }
     return _digest(settings, models, facts.data, facts.code, facts.device), record
+
+
+def _parts(value) -> set[str]:
+    """The texts a config value may name a model by: itself, its list's items, its comma-separated parts."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    texts = {str(item) for item in items}
+    return texts | {part.strip() for text in texts for part in text.split(",") if part.strip()}
 
 
 def key_of_run(run) -> str | None:
@@ -218,13 +224,24 @@ def device_kind(args: dict) -> str:
     return f"cuda:{resolve('auto', torch.device('cuda')).name}"  # what `auto` runs under on this GPU
 
 
+def _is_folder(text: str) -> bool:
+    return text.startswith(("/", "~", ".")) and Path(text).expanduser().is_dir()
+
+
 def facts_of(method_cls, args: dict, configs: list[dict], mlflow_uri: str) -> KeyFacts:
     """The facts the keys of a sweep's trials share, from its plan (its configs, typed args and store)."""
     from sweeps.engine.cli import build_parser
 
     settings = build_parser("x", "", method_cls).settings
-    names = {c["model"] for c in configs if isinstance(c.get("model"), str)}
-    names |= {m for m in (args.get("models") or []) if isinstance(m, str) and any(m == c.get("model") for c in configs)}
+    given = {str(m) for m in (args.get("models") or [])}
+    names = {
+        part
+        for config in configs
+        for name, value in config.items()
+        if not name.startswith("_")
+        for part in _parts(value)
+        if name == "model" or part in given or part.startswith("runs:/") or _is_folder(part)
+    }
     module = "sweeps.engine.simulated_trial" if args.get("simulate") else method_cls.trainable_class().__module__
     return KeyFacts(
         not_result=frozenset(s.name for s in settings if not s.result),
