@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweeps.engine.mlflow_writes import _param_value
+from trainables.core.errors import SweepInputError
 from trainables.core.paths import PROJECT_ROOT
 from trainables.core.schema import TAG_TRIAL_KEY, TRIAL_KEY_PARAMS
 
@@ -201,8 +202,13 @@ def model_identity(name: str, mlflow_uri: str | None) -> str:
     from trainables.encoders.loading import resolve_model
     from trainables.encoders.run_refs import is_run_reference
 
-    path = resolve_model(name, mlflow_uri)
     local = is_run_reference(name) or Path(name).expanduser().exists()
+    try:
+        path = resolve_model(name, mlflow_uri)
+    except SweepInputError:
+        if not Path(name).expanduser().is_dir():
+            raise
+        return f"sha256:{folder_digest(Path(name).expanduser())}"  # a folder that is no model: its files all the same
     revision = None if local else hub_revision(path)
     return f"{name}@{revision}" if revision else f"sha256:{folder_digest(path)}"
 
