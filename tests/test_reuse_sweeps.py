@@ -173,3 +173,25 @@ def test_keys_reuse_and_extend_with_the_sweeps_on_an_object_store(tmp_path, s3):
     grown = _trials(client, _parent(client, "grown"))
     assert len(grown) == 6 and sum(schema.TAG_REUSED_FROM not in r.data.tags for r in grown) == 3
     assert s3.keys("runs/.trial_claims/")  # the keys it computed, claimed in the bucket
+
+
+@pytest.mark.sweep
+def test_reuse_from_another_store_and_a_deleted_run_is_computed_again_with_one_line(tmp_path, capsys):
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main([*SIMULATED, "--storage-path", str(one), "--name", "there"], method="tmft", prog="electra_layers") == 0
+    other = f"sqlite:///{one}/mlflow.db"
+    here = [*SIMULATED, "--storage-path", str(one), "--mlflow-uri", f"sqlite:///{two}/mlflow.db", "--reuse-from", other]
+    capsys.readouterr()
+    assert main([*here, "--name", "here"], method="tmft", prog="electra_layers") == 0
+    assert "reused: 4 of 4 trials (from sweep there)" in capsys.readouterr().out
+    client = MlflowClient(tracking_uri=f"sqlite:///{two}/mlflow.db")
+    links = _trials(client, _parent(client, "here"))
+    assert len(links) == 4 and all(r.data.tags["embsweep.reused_from_store"] == other for r in links)
+
+    deleted = links[0].data.tags[schema.TAG_REUSED_FROM]
+    MlflowClient(tracking_uri=other).delete_run(deleted)
+    assert main([*here, "--name", "later"], method="tmft", prog="electra_layers") == 0
+    out = capsys.readouterr().out
+    assert "reused: 3 of 4 trials" in out
+    (line,) = [line for line in out.splitlines() if line.startswith("recomputing")]
+    assert f"its run {deleted} (sweep there) was deleted" in line

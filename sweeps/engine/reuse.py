@@ -32,6 +32,7 @@ from trainables.core.errors import SweepInputError
 
 STORE_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}  # a store that may not answer
 _BATCH = 1000  # metrics per log_batch (MLflow's limit)
+TAG_REUSED_STORE = "embsweep.reused_from_store"  # on a link to a run of another store (--reuse-from)
 POLL_S = 2.0  # how often a sweep looks for the trials another sweep computes
 
 
@@ -145,14 +146,16 @@ def checkpoint_exists(location: str) -> bool:
 
 
 def _origin(store: str, run):
-    """The run that computed `run` (itself, or the run a link was reused from); None when that one is gone."""
+    """(the store, the run) that computed `run`: itself, or the run a link was reused from (in the store the
+    link names); the run None when it is gone."""
     source = run.data.tags.get(schema.TAG_REUSED_FROM)
     if not source:
-        return run
+        return store, run
+    where = run.data.tags.get(TAG_REUSED_STORE) or store
     try:
-        return _client(store).get_run(source)
-    except Exception:  # deleted for good (gc), or never in this store
-        return None
+        return where, _client(where).get_run(source)
+    except Exception:  # deleted for good (gc), or never in that store
+        return where, None
 
 
 def choose(key: str, candidates: list[tuple[str, object]], own_parent: str | None) -> tuple[object, str, str]:
@@ -162,10 +165,12 @@ def choose(key: str, candidates: list[tuple[str, object]], own_parent: str | Non
     for store, run in computed_first:
         if own_parent and run.data.tags.get(schema.TAG_PARENT) == own_parent:
             continue
-        origin = _origin(store, run)
+        store, origin = _origin(store, run)
         if origin is None or origin.info.lifecycle_stage == "deleted" or run.info.lifecycle_stage == "deleted":
-            gone = run if origin is None or run.info.lifecycle_stage == "deleted" else origin
-            why = why or f"its run {gone.info.run_id} (sweep {gone.data.params.get('sweep', '?')}) was deleted"
+            gone = origin if origin is not None and run.info.lifecycle_stage != "deleted" else None
+            run_id = gone.info.run_id if gone else run.data.tags.get(schema.TAG_REUSED_FROM) or run.info.run_id
+            sweep = (gone or run).data.tags.get(schema.TAG_REUSED_SWEEP) or (gone or run).data.params.get("sweep", "?")
+            why = why or f"its run {run_id} (sweep {sweep}) was deleted"
             continue
         if trial_keys.key_of_run(origin) != key or trial_keys.recorded_key(origin) != key:
             why = why or f"the settings recorded on run {origin.info.run_id} do not give its key"
@@ -359,7 +364,7 @@ def link(plan) -> None:
             schema.TAG_TRIAL_KEY: item.key,
             schema.TAG_REUSED_FROM: origin.info.run_id,
             schema.TAG_REUSED_SWEEP: item.sweep,
-            **({"embsweep.reused_from_store": item.store} if item.store != plan.mlflow_uri else {}),
+            **({TAG_REUSED_STORE: item.store} if item.store != plan.mlflow_uri else {}),
         }
         run = client.create_run(experiment, run_name=run_name(config, plan.contract), tags=tags)
         metrics = [
