@@ -45,10 +45,12 @@ def _run(script: str, args: list[str]) -> tuple[float, str]:
 
 def _reused(out: str) -> tuple[int, int, float]:
     """(reused, total, GPU-hours saved) from a sweep's or a dry run's `reused:` line."""
-    match = re.search(r"reused: (\d+) of (\d+) trials.*?(?:saving ([\d.e+-]+) GPU-hours)?(?:;|$)", out, re.M)
-    if not match:
+    line = next((line for line in out.splitlines() if line.strip().startswith("reused:")), "")
+    counts = re.search(r"reused: (\d+) of (\d+) trials", line)
+    hours = re.search(r"saving ([\d.e+-]+) GPU-hours", line)
+    if not counts:
         return 0, 0, 0.0
-    return int(match.group(1)), int(match.group(2)), float(match.group(3) or 0.0)
+    return int(counts.group(1)), int(counts.group(2)), float(hours.group(1)) if hours else 0.0
 
 
 def _table(out: str) -> list[str]:
@@ -103,7 +105,7 @@ def improvements_after_default(root: Path) -> None:
     print("3. Table 1's improvements grid after the default grid (--smoke-test --simulate)")
     for what, (reused, total, hours) in (("--dry-run", predicted), ("the run", real)):
         share = reused / total if total else 0.0
-        print(f"   {what}: {reused} of {total} trials reused ({share:.0%}), {hours:.2f} GPU-hours saved")
+        print(f"   {what}: {reused} of {total} trials reused ({share:.0%}), {hours:.3g} GPU-hours saved")
 
 
 def main() -> None:
