@@ -13,9 +13,8 @@ and looks up FINISHED trial runs with the same key in its MLflow store and in th
 Otherwise the trial is computed again, with one line saying why; and only once: a trial that another
 sweep is computing right now (its key claimed, sweeps/engine/trial_claims.py) is not scheduled but linked
 when that sweep has finished it (`settle`, after the sweep's own trials). The trials reused are taken out of the
-plan (and the upstream stages only they needed); once the sweep's parent run exists, `link` gives each a
-child run of its own that records `embsweep.reused_from` (the run that computed it) and its sweep, carries
-that run's params and metric histories, and points to its checkpoint. `--recompute` runs every trial.
+plan (and the upstream stages only they needed); once the sweep's parent run exists, each gets a child run of
+its own (sweeps/engine/reuse_links.py). `--recompute` runs every trial.
 The report counts a reused trial once (analysis/loader.py drops a link whose computing run it also reads).
 """
 
@@ -26,13 +25,12 @@ import time
 from argparse import Namespace
 from dataclasses import dataclass, field
 
-from sweeps.engine import trial_keys
+from sweeps.engine import reuse_links, trial_keys
 from trainables.core import object_storage, schema
 from trainables.core.errors import SweepInputError
 
 STORE_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}  # a store that may not answer
-_BATCH = 1000  # metrics per log_batch (MLflow's limit)
-TAG_REUSED_STORE = "embsweep.reused_from_store"  # on a link to a run of another store (--reuse-from)
+TAG_REUSED_STORE = reuse_links.TAG_REUSED_STORE
 POLL_S = 2.0  # how often a sweep looks for the trials another sweep computes
 
 
@@ -289,7 +287,7 @@ def settle(plan) -> list[str]:
         if pending:
             time.sleep(POLL_S)
     plan.waiting = []
-    link(plan)
+    reuse_links.link(plan)
     return failures
 
 
@@ -321,77 +319,6 @@ def records(plan) -> dict:
         key, record = trial_keys.trial_key(config, facts)
         out[schema.config_hash(config)] = {"params": record, "tags": {schema.TAG_TRIAL_KEY: key}}
     return out
-
-
-def link(plan) -> None:
-    """Give each reused trial a child run of the sweep's parent: `embsweep.reused_from` (and its sweep),
-    the computing run's params and metric histories, its checkpoint; FINISHED. A trial already linked
-    (the sweep resumed) is left as it is."""
-    from mlflow.entities import Metric, Param, RunTag
-
-    from sweeps.engine.tracking import run_name, trial_params
-
-    if not plan.reused:
-        return
-    client = _client(plan.mlflow_uri)
-    experiment = client.get_run(plan.parent_run_id).info.experiment_id
-    done = {
-        run.data.tags.get(schema.TAG_TRIAL_KEY)
-        for run in client.search_runs(
-            [experiment], f"tags.`{schema.TAG_PARENT}` = '{plan.parent_run_id}'", max_results=50000
-        )
-    }
-    for item in plan.reused:
-        if item.key in done:
-            continue
-        origin, source = item.run, _client(item.store)
-        config = dict(item.config)
-        if "upstream_run_id" in config:
-            config["upstream_run_id"] = origin.data.params.get("upstream_run_id")
-        params = {
-            **trial_params(config, plan.static_params),
-            **{k: v for k, v in origin.data.params.items() if k in schema.RESULT_PARAMS},
-            **item.record,
-        }
-        kept = {
-            k: v for k, v in origin.data.tags.items() if not k.startswith("mlflow.") and k != schema.TAG_CONFIG_HASH
-        }
-        tags = {
-            **kept,
-            schema.TAG_PARENT: plan.parent_run_id,
-            schema.TAG_ROLE: "trial",
-            schema.TAG_CONFIG_HASH: schema.config_hash(config),
-            schema.TAG_TRIAL_KEY: item.key,
-            schema.TAG_REUSED_FROM: origin.info.run_id,
-            schema.TAG_REUSED_SWEEP: item.sweep,
-            **({TAG_REUSED_STORE: item.store} if item.store != plan.mlflow_uri else {}),
-        }
-        run = client.create_run(experiment, run_name=run_name(config, plan.contract), tags=tags)
-        metrics = [
-            Metric(m.key, m.value, m.timestamp, m.step)
-            for name in sorted(origin.data.metrics)
-            for m in source.get_metric_history(origin.info.run_id, name)
-        ]
-        params_list = [Param(k, str(v)[:6000]) for k, v in params.items()]
-        for start in range(0, len(metrics), _BATCH):
-            client.log_batch(run.info.run_id, metrics=metrics[start : start + _BATCH])
-        for start in range(0, len(params_list), 100):  # MLflow's limit of params per batch
-            client.log_batch(run.info.run_id, params=params_list[start : start + 100])
-        client.set_terminated(run.info.run_id, "FINISHED")
-    sweeps = sorted({item.sweep for item in plan.reused})
-    client.log_batch(
-        plan.parent_run_id,
-        params=[Param("trials_reused", str(len(plan.reused))), Param("reused_from_sweeps", ",".join(sweeps)[:6000])],
-        tags=[RunTag("embsweep.trials_reused", str(len(plan.reused)))],
-    )
-
-
-def summary_rows(plan):
-    """The reused trials as rows of the end-of-sweep table (`config/<key>` and each metric's last value)."""
-    import pandas as pd
-
-    rows = [{**{f"config/{k}": v for k, v in item.config.items()}, **item.run.data.metrics} for item in plan.reused]
-    return pd.DataFrame(rows)
 
 
 def check_stores(args) -> None:

@@ -22,6 +22,7 @@ from sweeps.engine import (
     checkpoint_keeping,
     presets,
     reuse,
+    reuse_links,
     seal,
     simulate,
     startup,
@@ -200,14 +201,14 @@ def run_sweep(plan: SweepPlan):
     if not plan.configs and (plan.reused or plan.waiting) and not plan.restore_tune:
         if plan.parent_run_id is None:
             begin(plan)
-        reuse.link(plan)
+        reuse_links.link(plan)
         _finish(plan, None)
         return None
     startup.ray_and_store(plan, lambda: (_init_ray(plan), _check_resources(plan)))
     _credentials_stay_on_their_nodes()
     if plan.parent_run_id is None:
         begin(plan)
-    reuse.link(plan)
+    reuse_links.link(plan)
     if plan.stages:
         from sweeps.engine.stages_plan import prepare_stages
 
@@ -271,7 +272,7 @@ def _finish(plan: SweepPlan, results) -> None:
     if "trial_failed" in frame:
         frame = frame[frame["trial_failed"].isna()]
     if plan.reused:
-        frame = pd.concat([frame, reuse.summary_rows(plan)], ignore_index=True)
+        frame = pd.concat([frame, reuse_links.summary_rows(plan)], ignore_index=True)
     print(summary_table(frame, plan.contract))
     ui_uri = plan.mlflow_uri
     print(f"\nResults: {plan.sweep_dir}")
