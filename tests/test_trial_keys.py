@@ -276,3 +276,17 @@ def test_one_byte_of_a_data_file_changes_the_plans_checksums_so_the_key(data_dir
     dev.write_bytes(bytes(data))
     _, after = load_task("stsb", tmp_path)
     assert after != before and _key(data=after) != _key(data=before)
+
+
+@pytest.mark.parametrize("capability, kind", [((9, 0), "cuda:tf32"), ((7, 0), "cuda:fp16")])
+def test_the_device_kind_says_what_precision_auto_runs_under_on_this_gpu(monkeypatch, capability, kind):
+    import torch
+
+    from trainables.encoders import precision
+
+    monkeypatch.setattr(precision, "trials_on_gpu", lambda args: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert trial_keys.device_kind({"gpus_per_trial": "auto"}) == kind
+    monkeypatch.setattr(precision, "trials_on_gpu", lambda args: None)
+    assert trial_keys.device_kind({}) == "cluster"
+    assert trial_keys.device_kind({"simulate": True}) == "simulated"
