@@ -343,8 +343,7 @@ class Setting:
     name:    the setting's name: the trial-config key, the MLflow param and (dashed) the flag
     kind:    how its values are parsed and checked (a `Kind`)
     default: the typed default (None: unset, e.g. "the model's own"); `source` says where it comes from
-    help:    one line for --help
-    group:   the --help section
+    help:    one line for --help; group: its --help section
     axis:    a sweep axis (models, layers, seeds, ...): the grid varies it, the trial config holds one value
     config:  whether the trial config (so MLflow) carries it as it is (axes and engine settings do not)
     flag:    the command-line flag (default `--<name with dashes>`); `aliases`: old flags that still
@@ -352,8 +351,7 @@ class Setting:
     per:     objectives (or variants) a value may be given for alone: `OBJECTIVE=VALUE[,...]`
     const:   the value of a flag given without one (e.g. `--resume` alone); MISSING: a value is required
     trial:   an engine setting every trial's config carries, as the trial reads it (sweeps/engine/plan.py)
-    result:  whether its value can change a trial's result (its scores, its model): the settings that do are
-             part of the trial's key (sweeps/engine/trial_keys.py), by which a finished trial is reused
+    result:  whether its value can change a trial's result: if so, it is part of the trial's key (trial_keys.py)
     """
 
     name: str
