@@ -346,8 +346,7 @@ class Setting:
     help:    one line for --help; group: its --help section
     axis:    a sweep axis (models, layers, seeds, ...): the grid varies it, the trial config holds one value
     config:  whether the trial config (so MLflow) carries it as it is (axes and engine settings do not)
-    flag:    the command-line flag (default `--<name with dashes>`); `aliases`: old flags that still
-             work with a warning
+    flag:    the command-line flag (default `--<name with dashes>`); `aliases`: old flags, working with a warning
     per:     objectives (or variants) a value may be given for alone: `OBJECTIVE=VALUE[,...]`
     const:   the value of a flag given without one (e.g. `--resume` alone); MISSING: a value is required
     trial:   an engine setting every trial's config carries, as the trial reads it (sweeps/engine/plan.py)
