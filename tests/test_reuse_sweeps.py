@@ -1,6 +1,8 @@
 """Sweeps that remember (sweeps/engine/reuse.py), through the whole engine with simulated trials: a sweep
 run again links every finished trial and schedules none; a trial whose checkpoint is gone is computed again
-with one line saying so; --recompute runs everything; the report counts a reused trial once."""
+with one line saying so; --recompute runs everything; the report counts a reused trial once. Sweeps run in
+this process share the tests' Ray (`ray_session`); the ones run at once, or with the bucket's credentials,
+are processes of their own."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def _parent(client, name: str) -> str:
 
 
 @pytest.mark.sweep
-def test_a_sweep_run_again_links_its_trials_recomputes_a_lost_one_and_recompute_runs_all(tmp_path, capsys):
+def test_a_sweep_run_again_links_its_trials_recomputes_a_lost_one_and_recompute_runs_all(tmp_path, capsys, ray_session):
     storage = tmp_path / "runs"
     common = [*SIMULATED, "--storage-path", str(storage)]
     client = MlflowClient(tracking_uri=f"sqlite:///{storage}/mlflow.db")
@@ -90,7 +92,7 @@ def _table(out: str) -> list[str]:
 
 
 @pytest.mark.sweep
-def test_extend_runs_only_the_new_cells_as_dry_run_says_and_its_table_is_a_fresh_sweeps(tmp_path, capsys):
+def test_extend_runs_only_the_new_cells_as_dry_run_says_and_its_table_is_a_fresh_sweeps(tmp_path, capsys, ray_session):
     storage = tmp_path / "runs"
     common = [*SIMULATED, "--storage-path", str(storage)]
     client = MlflowClient(tracking_uri=f"sqlite:///{storage}/mlflow.db")
@@ -176,7 +178,7 @@ def test_keys_reuse_and_extend_with_the_sweeps_on_an_object_store(tmp_path, s3):
 
 
 @pytest.mark.sweep
-def test_reuse_from_another_store_and_a_deleted_run_is_computed_again_with_one_line(tmp_path, capsys):
+def test_reuse_from_another_store_and_a_deleted_run_is_computed_again_with_one_line(tmp_path, capsys, ray_session):
     one, two = tmp_path / "one", tmp_path / "two"
     assert main([*SIMULATED, "--storage-path", str(one), "--name", "there"], method="tmft", prog="electra_layers") == 0
     other = f"sqlite:///{one}/mlflow.db"
