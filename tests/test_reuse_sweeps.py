@@ -197,3 +197,25 @@ def test_reuse_from_another_store_and_a_deleted_run_is_computed_again_with_one_l
     assert "reused: 3 of 4 trials" in out
     (line,) = [line for line in out.splitlines() if line.startswith("recomputing")]
     assert f"its run {deleted} (sweep there) was deleted" in line
+
+
+@pytest.mark.sweep
+def test_seeds_by_need_on_an_extended_sweep_continues_its_rounds_without_rerunning_a_trial(
+    tmp_path, capsys, ray_session
+):
+    storage = tmp_path / "runs"
+    common = [*SIMULATED, "--storage-path", str(storage), "--seeds-by-need", "--initial-seeds", "2"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{storage}/mlflow.db")
+    assert main([*common, "--seeds", "0-2", "--name", "first"], method="tmft", prog="electra_layers") == 0
+    first = {r.data.tags[schema.TAG_TRIAL_KEY] for r in _trials(client, _parent(client, "first"))}
+    capsys.readouterr()
+    grow = [*common, "--extend", "first", "--seeds", "0-5", "--name", "grown"]
+    assert main(grow, method="tmft", prog="electra_layers") == 0
+    out = capsys.readouterr().out
+    assert "seeds by need, round 0" in out
+    grown = _trials(client, _parent(client, "grown"))
+    linked = {r.data.tags[schema.TAG_TRIAL_KEY] for r in grown if schema.TAG_REUSED_FROM in r.data.tags}
+    computed = [r.data.tags[schema.TAG_TRIAL_KEY] for r in grown if schema.TAG_REUSED_FROM not in r.data.tags]
+    assert linked == first  # every trial of the sweep it extends, linked
+    seeds = [int(r.data.params["seed"]) for r in grown if r.data.tags[schema.TAG_TRIAL_KEY] in computed]
+    assert not set(computed) & first and all(seed >= 2 for seed in seeds)  # round 0's seeds were all known
