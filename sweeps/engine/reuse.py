@@ -123,7 +123,10 @@ def keyed_runs(uri: str, keys: set) -> dict[str, list]:
         runs = _paged(
             client.search_runs,
             experiment_ids=experiments[start : start + 100],
-            filter_string=f"tags.`{schema.TAG_ROLE}` = 'trial' and attributes.status = 'FINISHED'",
+            filter_string=(  # MLflow's search takes no list of tag values: every keyed run, picked here
+                f"tags.`{schema.TAG_ROLE}` = 'trial' and attributes.status = 'FINISHED' "
+                f"and tags.`{schema.TAG_TRIAL_KEY}` LIKE '%'"
+            ),
             run_view_type=ViewType.ALL,
         )
         for run in runs:
