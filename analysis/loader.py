@@ -5,7 +5,9 @@ whatever their status: the summary decides what counts as complete. Columns:
 
 - identity: `run_id`, `parent_run_id`, `sweep` (the sweep's name: the trial's or its parent's
   `embsweep.sweep` tag, else the parent run's name), `experiment`, `run_name`, `status`,
-  `start_time`, `end_time` (UTC timestamps), `config_hash`;
+  `start_time`, `end_time` (UTC timestamps), `config_hash`, `reused_from` (the run that computed a
+  trial linked instead of run: sweeps/engine/reuse.py; such a link is left out where that run is read
+  too, so a reused trial counts once);
 - every param of the run (the schema's `PARAMS` first; `layer`, `seed`, `epochs`, `batch_size`,
   `params_truncated` and `params_paper` as integers, `lr` as a float; any other param kept as text); their names
   are in `frame.attrs["param_columns"]`;
@@ -29,7 +31,15 @@ import pandas as pd
 
 from analysis.names import RANDOM_INIT_SUFFIX
 from trainables.core.errors import SweepInputError
-from trainables.core.schema import PARAMS, TAG_CONFIG_HASH, TAG_PARENT, TAG_ROLE, TAG_SIMULATED, TAG_SWEEP
+from trainables.core.schema import (
+    PARAMS,
+    TAG_CONFIG_HASH,
+    TAG_PARENT,
+    TAG_REUSED_FROM,
+    TAG_ROLE,
+    TAG_SIMULATED,
+    TAG_SWEEP,
+)
 
 ROLE_TRIAL = "trial"
 ROLE_SWEEP = "sweep"
@@ -45,6 +55,7 @@ ID_COLUMNS = (
     "start_time",
     "end_time",
     "config_hash",
+    "reused_from",
 )
 # Primary metric of a task -> its companion reported beside it (Table 2: Spearman / Pearson).
 COMPANION = {"spearman": "pearson", "f1": "accuracy"}
@@ -127,6 +138,7 @@ def _row(run, experiments: dict[str, str], parents: dict) -> dict:
             "start_time": _timestamp(info.start_time),
             "end_time": _timestamp(info.end_time),
             "config_hash": data.tags.get(TAG_CONFIG_HASH) or data.params.get("config_hash"),
+            "reused_from": data.tags.get(TAG_REUSED_FROM),
         }
     )
     return row
@@ -167,6 +179,13 @@ def _mark_random_init(frame: pd.DataFrame) -> pd.DataFrame:
         random = frame["random_init"].astype(str).str.lower() == "true"
         frame.loc[random, "model"] = frame.loc[random, "model"].astype(str) + RANDOM_INIT_SUFFIX
     return frame
+
+
+def _count_once(frame: pd.DataFrame) -> pd.DataFrame:
+    """A reused trial counted once: a run linked from another (`reused_from`, sweeps/engine/reuse.py) is
+    dropped where the run that computed it is read too."""
+    linked = frame["reused_from"].notna() & frame["reused_from"].isin(frame["run_id"])
+    return frame[~linked].reset_index(drop=True)
 
 
 def _order_and_type(frame: pd.DataFrame) -> pd.DataFrame:
@@ -227,7 +246,7 @@ def load_runs(
             f"No trial runs (tag {TAG_ROLE} = '{ROLE_TRIAL}') in {where} at {tracking_uri}; run a sweep first, "
             "or pass the --experiment the sweep logged to."
         )
-    frame = _order_and_type(_mark_random_init(frame))
+    frame = _order_and_type(_mark_random_init(_count_once(frame)))
     frame.attrs["simulated"] = _simulated(frame, tracking_uri)
     frame.attrs["param_columns"] = [c for c in frame.columns if c in param_names]
     return frame

@@ -42,6 +42,7 @@ import pandas as pd
 
 from analysis.loader import COMPANION
 from trainables.core.method import best_value
+from trainables.core.schema import TRIAL_KEY_PARAMS
 
 CONTRACT_KEYS = (
     "sweep_axes",
@@ -91,6 +92,8 @@ PROVENANCE = {
     "seed_spread",
     "params_truncated",
     "params_paper",
+    "reused_from",
+    *TRIAL_KEY_PARAMS,
     *CONTRACT_KEYS,
     *REFERENCE,
     AVERAGED,

@@ -16,20 +16,8 @@ from sweeps.engine.runner import parser_for
 from sweeps.engine.scripts import sweep_scripts
 from trainables.core.errors import SweepInputError
 from trainables.core.paths import PROJECT_ROOT
-from trainables.core.settings import (
-    Auto,
-    Choice,
-    Flag,
-    Float,
-    FloatList,
-    Int,
-    IntList,
-    Names,
-    Text,
-    When,
-    by_name,
-    check_applies,
-)
+from trainables.core.setting_conditions import When, check_applies
+from trainables.core.settings import Auto, Choice, Flag, Float, FloatList, Int, IntList, Names, Text, by_name
 from trainables.methods import get_method
 
 

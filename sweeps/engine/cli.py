@@ -20,6 +20,7 @@ from pathlib import Path
 from sweeps.engine import instances, presets
 from trainables.core.errors import SweepInputError
 from trainables.core.paths import default_data_dir
+from trainables.core.setting_conditions import When
 from trainables.core.settings import (
     INT64_MAX,
     SEED_MAX,
@@ -29,9 +30,9 @@ from trainables.core.settings import (
     Float,
     Int,
     Kind,
+    Names,
     Setting,
     Text,
-    When,
     add_to_parser,
     resolve,
 )
@@ -235,6 +236,7 @@ ENGINE = (
         "nothing (scores stay in MLflow); a running trial always keeps what a retry needs",
         group=RUN,
         trial=True,
+        result=False,  # what stays on disk, not the scores; a reused trial's checkpoint is checked to exist
     ),
     Setting(
         "best_dtype",
@@ -274,6 +276,34 @@ ENGINE = (
         group=RUN,
         const="latest",
         metavar="SWEEP_DIR",
+    ),
+    Setting(
+        "recompute",
+        Flag(),
+        False,
+        "run every trial, even one that a finished run with the same trial key (its method, result-changing "
+        "settings, model, data and code) already computed; by default such a trial is linked, not run "
+        "(sweeps/engine/reuse.py)",
+        group=RUN,
+    ),
+    Setting(
+        "reuse_from",
+        Names(),
+        None,
+        "more MLflow stores (comma-separated tracking URIs) whose finished trials with the same key are linked "
+        "instead of run, beside the sweep's own store",
+        group=RUN,
+        metavar="URI[,URI...]",
+    ),
+    Setting(
+        "extend",
+        Text(),
+        None,
+        "a finished sweep (its folder, or its name under --storage-path) to grow: the values given for its axes "
+        "(--seeds, --layers, --models) are added to its own, its other settings are kept, and only the new "
+        "cells run; the new sweep links the old one's trials, so its report covers them all",
+        group=RUN,
+        metavar="SWEEP",
     ),
     Setting(
         "force",
@@ -333,7 +363,8 @@ ENGINE = (
         applies_when=(When("dry_run"),),
     ),
 )
-ENGINE = tuple(setting.but(config=False) for setting in ENGINE)  # the sweep's settings, not a trial's
+# the sweep's settings, not a trial's: only those every trial carries (`trial`) can change its result
+ENGINE = tuple(setting.but(config=False, result=setting.trial and setting.result) for setting in ENGINE)
 TRIAL_SETTINGS = tuple(setting for setting in ENGINE if setting.trial)  # the ones every trial config carries
 
 

@@ -19,7 +19,8 @@ from trainables.core import endpoints, object_storage
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Method, MetricContract, PlanContext
 from trainables.core.paths import PROJECT_ROOT
-from trainables.core.settings import check_applies, resolve
+from trainables.core.setting_conditions import check_applies
+from trainables.core.settings import resolve
 from trainables.methods import get_method
 
 
@@ -45,6 +46,8 @@ class SweepPlan:
     stages: dict = field(default_factory=dict)  # upstream stage specs by key (sweeps/engine/stages_plan.py)
     failed_stages: dict = field(default_factory=dict)
     failed_trials: list = field(default_factory=list)
+    reused: list = field(default_factory=list)  # trials linked from finished runs, not run (sweeps/engine/reuse.py)
+    waiting: list = field(default_factory=list)  # trials another running sweep computes (sweeps/engine/trial_claims.py)
     method_cls: type[Method] | None = None  # the class registered as `method`, resolved once by plan_sweep
     prog: str = "sweep"  # the script that made the sweep (recorded in sweep.json)
     ray_log: str = ""  # where Ray's own log lines go (`ray_logs_to_file`)

@@ -21,6 +21,8 @@ from sweeps.engine import (
     actor_deaths,
     checkpoint_keeping,
     presets,
+    reuse,
+    reuse_links,
     seal,
     simulate,
     startup,
@@ -77,7 +79,12 @@ def _tuner(plan: SweepPlan, trainable, resources: "TrialResources"):
         verbose=0,
         callbacks=[
             MlflowSweepCallback(
-                plan.mlflow_uri, plan.parent_run_id, plan.static_params, sweep_dir=plan.sweep_dir, contract=contract
+                plan.mlflow_uri,
+                plan.parent_run_id,
+                plan.static_params,
+                sweep_dir=plan.sweep_dir,
+                contract=contract,
+                trial_records=reuse.records(plan),
             ),
             StoreGuard(plan.sweep_dir),
             ProgressLine(contract, estimates=estimates, total=planned_trials(args, len(plan.configs))),
@@ -188,13 +195,20 @@ def begin(plan: SweepPlan) -> None:
 
 
 def run_sweep(plan: SweepPlan):
-    """Run (or resume) the sweep; return Ray Tune's ResultGrid."""
+    """Run (or resume) the sweep; return Ray Tune's ResultGrid (None when every trial was reused: no Ray)."""
     from ray import tune
 
+    if not plan.configs and (plan.reused or plan.waiting) and not plan.restore_tune:
+        if plan.parent_run_id is None:
+            begin(plan)
+        reuse_links.link(plan)
+        _finish(plan, None)
+        return None
     startup.ray_and_store(plan, lambda: (_init_ray(plan), _check_resources(plan)))
     _credentials_stay_on_their_nodes()
     if plan.parent_run_id is None:
         begin(plan)
+    reuse_links.link(plan)
     if plan.stages:
         from sweeps.engine.stages_plan import prepare_stages
 
@@ -244,17 +258,21 @@ def failed_trials(results, contract: MetricContract) -> list[str]:
 
 
 def _finish(plan: SweepPlan, results) -> None:
+    import pandas as pd
+
     from sweeps.engine.summary import summary_table
     from sweeps.engine.tracking import finish_parent_run, training_view
 
-    failures = failed_trials(results, plan.contract)
+    failures = (failed_trials(results, plan.contract) if results is not None else []) + reuse.settle(plan)
     plan.failed_trials = failures
     spooled = finish_parent_run(
         plan.mlflow_uri, plan.parent_run_id, "FAILED" if failures else "FINISHED", plan.sweep_dir
     )
-    frame = results.get_dataframe()
+    frame = results.get_dataframe() if results is not None else pd.DataFrame()
     if "trial_failed" in frame:
         frame = frame[frame["trial_failed"].isna()]
+    if plan.reused:
+        frame = pd.concat([frame, reuse_links.summary_rows(plan)], ignore_index=True)
     print(summary_table(frame, plan.contract))
     ui_uri = plan.mlflow_uri
     print(f"\nResults: {plan.sweep_dir}")
@@ -308,12 +326,19 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
             print(presets.listing(method_cls, build_parser, args.data_dir))
             return 0
         args = presets.apply(parser, argv, args, method_cls, given)
+        reuse.check_stores(args)
+        if args.extend:
+            from sweeps.engine.extend import extended_args
+
+            args = extended_args(args, method_cls, parser, given)
         if args.dry_run:
             from sweeps.engine import dry_run
 
-            print(dry_run.describe(check_sweep(args, method_cls, prog, given)))
+            checked = check_sweep(args, method_cls, prog, given)
+            print("\n".join([dry_run.describe(checked), *reuse.dry_run_lines(checked)]))
             return 0
         plan = plan_sweep(args, method=method_cls, prog=prog, given=given)
+        reuse.apply(plan)
         startup.mark("planned")
         run_sweep(plan)
     except SweepInputError as error:

@@ -9,7 +9,9 @@ next seed. The sweep ends when no configuration gets one. Each round's decisions
 why a configuration got or did not get another seed) are printed and logged on the sweep's MLflow
 parent run as `seeds_by_need/round_<k>.json`, plus the metric `seed_round_trials` per round. The
 searcher's state is saved by Tune with the experiment (`searcher-state-*.pkl`, sealed like Tune's
-other pickles), so `--resume` continues at the round it was in.
+other pickles), so `--resume` continues at the round it was in. A trial reused from a finished run
+(sweeps/engine/reuse.py, e.g. on a sweep that `--extend`s another) counts with its recorded value where a
+round asks for it, and is not run: an extended sweep continues the rounds where they stand.
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ def config_key(config: dict, seed_axis: str) -> str:
 class SeedsByNeed(Searcher):
     """Suggests the grid's trials round by round (see the module docstring)."""
 
-    def __init__(self, configs, contract, initial: int, width: float, pooled: bool = True, log=None):
+    def __init__(self, configs, contract, initial: int, width: float, pooled: bool = True, log=None, known=None):
         super().__init__(metric=contract.primary, mode=contract.mode)
+        self.known = dict(known or {})  # config_key(config, "") -> primary value of a trial reused, not run
         self.contract, self.initial, self.width, self.pooled, self.log = contract, initial, width, pooled, log
         seed = contract.seed
         self.configs: dict[str, list[dict]] = {}  # configuration -> its grid configs in seed order
@@ -69,15 +72,22 @@ class SeedsByNeed(Searcher):
         return True  # the contract's metric and mode are this searcher's own
 
     def suggest(self, trial_id: str):
-        if self.finished:
-            return Searcher.FINISHED
-        if not self.queue:
-            return None  # the round is still running
-        config = self.queue.pop(0)
-        key = config_key(config, self.contract.seed)
-        self.pending[trial_id] = key
-        self.started[key] += 1
-        return dict(config)
+        while not self.finished:
+            if not self.queue:
+                if self.pending:
+                    return None  # the round is still running
+                self._next_round()  # a round whose every trial was known already: decided at once
+                continue
+            config = self.queue.pop(0)
+            key = config_key(config, self.contract.seed)
+            self.started[key] += 1
+            value = self.known.get(config_key(config, ""))
+            if value is not None:  # finished before (a reused trial): its value counts, nothing runs
+                self.values[key].append(float(value))
+                continue
+            self.pending[trial_id] = key
+            return dict(config)
+        return Searcher.FINISHED
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         key = self.pending.pop(trial_id, None)
@@ -179,6 +189,11 @@ def tuner(plan, trainable, run_config, ordered: list[dict], placeholders: dict):
         args["seed_ci_width"],
         pooled=args["seed_spread"] == "pooled",
         log=MlflowRounds(plan.mlflow_uri, plan.parent_run_id),
+        known={
+            config_key(item.config, ""): item.run.data.metrics[plan.contract.primary]
+            for item in plan.reused
+            if plan.contract.primary in item.run.data.metrics
+        },
     )
     search = ConcurrencyLimiter(searcher, max_concurrent=args["max_concurrent"]) if args["max_concurrent"] else searcher
     tune_config = tune.TuneConfig(

@@ -209,12 +209,14 @@ class MlflowSweepCallback(tune.Callback):
         static_params: dict | None = None,
         sweep_dir: str | None = None,
         contract=None,
+        trial_records: dict | None = None,
     ):
         self.tracking_uri = tracking_uri
         self.parent_run_id = parent_run_id
         self.static_params = dict(static_params or {})
         self.sweep_dir = sweep_dir
         self.contract = contract
+        self.trial_records = dict(trial_records or {})  # config hash -> {"params", "tags"}: each trial's key
         self._writer = None
         self._seen: dict[str, set] = {}
 
@@ -235,6 +237,7 @@ class MlflowSweepCallback(tune.Callback):
         state.update(_writer=None, _seen={})
         state.setdefault("sweep_dir", None)
         state.setdefault("contract", None)
+        state.setdefault("trial_records", {})
         self.__dict__.update(state)
 
     def _op(self, kind: str, config: dict, **fields) -> dict:
@@ -245,8 +248,13 @@ class MlflowSweepCallback(tune.Callback):
         key = schema.config_hash(config)
         if key in self._seen:
             return
-        params = {k: _param_value(v) for k, v in trial_params(config, self.static_params).items()}
-        self.writer.submit(self._op("run", config, name=run_name(config, self.contract), params=params))
+        record = self.trial_records.get(key, {})
+        params = {
+            k: _param_value(v)
+            for k, v in {**trial_params(config, self.static_params), **record.get("params", {})}.items()
+        }
+        name = run_name(config, self.contract)
+        self.writer.submit(self._op("run", config, name=name, params=params, tags=record.get("tags", {})))
         self._seen[key] = set()
 
     # --- Tune hooks -----------------------------------------------------------------------

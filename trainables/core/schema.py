@@ -77,6 +77,11 @@ TAG_FAILURE = "embsweep.failure"  # why a trial failed for good (not retried)
 TAG_CHECKPOINT = "embsweep.checkpoint"  # the trial's latest checkpoint; its best-dev model is <checkpoint>/best
 TAG_SIMULATED = "embsweep.simulated"  # "true" on a --simulate sweep's runs: synthetic scores, never a measurement
 TAG_BEST_DIGEST = "embsweep.best_digest"  # digest of <checkpoint>/best.files.json: what a copy is checked against
+TAG_TRIAL_KEY = "embsweep.trial_key"  # the trial's key: what decides its result (sweeps/engine/trial_keys.py)
+TAG_REUSED_FROM = "embsweep.reused_from"  # on a trial run linked, not computed: the run that computed it
+TAG_REUSED_SWEEP = "embsweep.reused_from_sweep"  # ... and that run's sweep
+# the params a trial run records of what its key was made of (its config's own params and data_sha_* besides)
+TRIAL_KEY_PARAMS = ("trial_key_fields", "model_identity", "code_hash", "device_kind")
 # on every experiment the tool creates: MLflow 3's UI then opens it on its training runs, not in GenAI mode
 EXPERIMENT_KIND_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 BEST_FILES = "best.files.json"  # beside best/ in a checkpoint: each file of best/ with its size and sha256

@@ -1,18 +1,17 @@
 """Settings: every value a sweep takes, declared once, typed.
 
-A method (`Method.settings`), an upstream stage kind (`StageKind.settings`) and the engine
-(sweeps/engine/cli.py) each declare their settings as a tuple of `Setting`s:
+A method (`Method.settings`), an upstream stage kind (`StageKind.settings`) and the engine (sweeps/engine/cli.py) each
+declare their settings as a tuple of `Setting`s (conditions on other settings: trainables/core/setting_conditions.py):
 
     LR = Setting("lr", Float(above=0), 2e-5, "peak learning rate (AdamW)", source="ELECTRA paper §3.1")
 
-From one declaration come: the command-line flag (`--lr`) with its `--help` line (the help, the
-allowed values and the source of the default), the value `--preset` and `--smoke-test` set (by the
-setting's name), the parse and the check (`resolve`: once, before anything starts, with one
-`SweepInputError` naming the flag), the trial config (`config_values`: every setting with
-`config=True`, in the form runs have always recorded it), and so the MLflow params, which are the
-trial config. Settings several methods share (models, seeds, layers, learning rate, batch size, ...)
-are declared once in `SHARED` below (evaluation sets: trainables/evaluation/sets.py `EVAL_SETS`);
-a method takes them and changes what differs (`LR.but(default=3e-5, source=...)`).
+From one declaration come: the command-line flag (`--lr`) with its `--help` line (the help, the allowed values and the
+source of the default), the value `--preset` and `--smoke-test` set (by the setting's name), the parse and the check
+(`resolve`: once, before anything starts, with one `SweepInputError` naming the flag), the trial config
+(`config_values`: every setting with `config=True`, in the form runs have always recorded it), and so the MLflow
+params, which are the trial config. Settings several methods share (models, seeds, layers, learning rate, batch size,
+...) are declared once in `SHARED` below (evaluation sets: trainables/evaluation/sets.py `EVAL_SETS`); a method takes
+them and changes what differs (`LR.but(default=3e-5, source=...)`).
 
 Kinds parse a command-line text or an already typed value (a preset's, a resumed sweep's) to the typed value, or raise
 `ValueError` with what is wrong: `Int`, `Float`, `Choice`, `Flag`, `Text`, `IntList` (`0,1,2`, `0-4`, optionally a
@@ -337,63 +336,20 @@ class Auto(Kind):
 
 
 @dataclass(frozen=True)
-class When:
-    """A condition a setting applies under: another setting's (`setting`, by name) value.
-
-    values: the other's value is one of these (a list value: holds one of these); `not_values`: is none of these;
-    neither: the other is on (a flag) or set; `unset`: the other is not set (None or off)."""
-
-    setting: str
-    values: tuple = ()
-    not_values: tuple = ()
-    unset: bool = False
-
-    def holds(self, value) -> bool:
-        held = value if isinstance(value, (list, tuple)) else [value]
-        if self.values:
-            return any(v in self.values for v in held)
-        if self.not_values:
-            return not any(v in self.not_values for v in held)
-        present = value is not None and value is not False and value != [] and value != ""
-        return not present if self.unset else present
-
-    def says(self, other: Setting) -> str:
-        """The condition in words: `with --seeds-by-need`, `when --objective holds tsdae`."""
-        if self.values:
-            verb = "holds" if isinstance(other.default, (list, tuple)) else "is"
-            return f"when {other.option} {verb} {' or '.join(map(str, self.values))}"
-        if self.not_values:
-            return f"when {other.option} is not {' or '.join(map(str, self.not_values))}"
-        return f"{'without' if self.unset else 'with'} {other.option}"
-
-    def fix(self, other: Setting) -> str:
-        if self.values:
-            if isinstance(other.default, (list, tuple)):
-                return f"add {self.values[0]} to {other.option}"
-            return f"pass {other.option} {self.values[0]}"
-        if self.not_values:
-            return f"give {other.option} another value"
-        return f"{'leave out' if self.unset else 'add'} {other.option}"
-
-
-@dataclass(frozen=True)
 class Setting:
     """One value a sweep takes.
 
     name:    the setting's name: the trial-config key, the MLflow param and (dashed) the flag
     kind:    how its values are parsed and checked (a `Kind`)
     default: the typed default (None: unset, e.g. "the model's own"); `source` says where it comes from
-    help:    one line for --help
-    group:   the --help section
+    help:    one line for --help; group: its --help section
     axis:    a sweep axis (models, layers, seeds, ...): the grid varies it, the trial config holds one value
     config:  whether the trial config (so MLflow) carries it as it is (axes and engine settings do not)
-    flag:    the command-line flag (default `--<name with dashes>`); `aliases`: old flags that still
-             work with a warning
+    flag:    the command-line flag (default `--<name with dashes>`); `aliases`: old flags, working with a warning
     per:     objectives (or variants) a value may be given for alone: `OBJECTIVE=VALUE[,...]`
     const:   the value of a flag given without one (e.g. `--resume` alone); MISSING: a value is required
     trial:   an engine setting every trial's config carries, as the trial reads it (sweeps/engine/plan.py)
-    applies_when: the conditions (`When`, each on another setting) it does anything under; `check_applies`
-             refuses it given without them, or warns when `warn_alone` (the paper's code accepted it too)
+    result:  whether its value can change a trial's result: if so, it is part of the trial's key (trial_keys.py)
     """
 
     name: str
@@ -410,8 +366,9 @@ class Setting:
     const: Any = field(default=None)
     metavar: str | None = None
     trial: bool = False
-    applies_when: tuple[When, ...] = ()
-    warn_alone: bool = False
+    applies_when: tuple = ()  # setting_conditions.When: the conditions it does anything under
+    warn_alone: bool = False  # given without them: a warning, not a refusal
+    result: bool = True
 
     @property
     def option(self) -> str:
@@ -551,32 +508,6 @@ def resolve(args: argparse.Namespace, settings) -> argparse.Namespace:
     return args
 
 
-def check_applies(args: argparse.Namespace, settings, given: set) -> list[str]:
-    """Each setting given on the command line (`given`: its name) whose `applies_when` does not hold for `args`
-    (the values the sweep runs with): a `SweepInputError` naming both flags and the fix, or, for a setting with
-    `warn_alone`, a warning printed to stderr. Returns the warnings."""
-    declared = by_name(settings)
-    warnings = []
-    for setting in settings:
-        if setting.name not in given:
-            continue
-        for condition in setting.applies_when:
-            other = declared[condition.setting]
-            value = getattr(args, other.name, other.default)
-            if condition.holds(value):
-                continue
-            now = "off" if isinstance(other.kind, Flag) else "not set" if value is None else shown(value)
-            message = (
-                f"{setting.option} applies only {condition.says(other)} (here {other.option}: {now}); "
-                f"{condition.fix(other)}, or leave {setting.option} out"
-            )
-            if not setting.warn_alone:
-                raise SweepInputError(message)
-            print(f"warning: {message} (it has no effect here)", file=sys.stderr)
-            warnings.append(message)
-    return warnings
-
-
 def config_values(args: argparse.Namespace, settings) -> dict:
     """The trial-config entries of the settings that go into it (`config=True`, not an axis)."""
     return {
@@ -612,7 +543,6 @@ def value_for(value, objective: str):
     return value
 
 
-# --- the settings several methods share (a method takes them and changes only what differs) -----
 MODELS = Setting(
     "models",
     Names(repeats=False),

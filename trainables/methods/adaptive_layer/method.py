@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from trainables.core import settings as shared
 from trainables.core.method import Estimate, Method, MethodInfo, MethodPlan, MetricContract, TrialCost, register_method
-from trainables.core.settings import Choice, Float, Int, Setting, When
+from trainables.core.setting_conditions import When
+from trainables.core.settings import Choice, Float, Int, Setting
 from trainables.encoders.loading import config_without_loading, local_model_folder, model_list
 from trainables.methods.adaptive_layer.trainable import AdaptiveLayerTrainable
 from trainables.methods.adaptive_layer.training import DEFAULTS

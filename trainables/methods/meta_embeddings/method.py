@@ -91,7 +91,8 @@ import numpy as np
 from trainables.core import settings as shared
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Method, MethodInfo, MethodPlan, MetricContract, register_method
-from trainables.core.settings import Choice, Float, Int, Kind, Names, Setting, When
+from trainables.core.setting_conditions import When
+from trainables.core.settings import Choice, Float, Int, Kind, Names, Setting
 from trainables.evaluation.sets import SUITE
 from trainables.methods.meta_embeddings import paper, token_embeddings
 from trainables.methods.meta_embeddings.models import (

@@ -21,7 +21,8 @@ from dataclasses import replace
 from trainables.core import object_storage
 from trainables.core.errors import SweepInputError
 from trainables.core.method import MethodInfo, MethodPlan, MetricContract, register_method
-from trainables.core.settings import Names, Setting, When, by_name, merge
+from trainables.core.setting_conditions import When
+from trainables.core.settings import Names, Setting, by_name, merge
 from trainables.encoders.mlm import check_model
 from trainables.encoders.precision import stage_precision
 from trainables.methods.tmft import dapt, word_similarity

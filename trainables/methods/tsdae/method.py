@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from trainables.core import settings as shared
 from trainables.core.errors import SweepInputError
 from trainables.core.method import Method, MethodInfo, MethodPlan, MetricContract, register_method
-from trainables.core.settings import Choice, Flag, Int, Kind, Names, Setting, When
+from trainables.core.setting_conditions import When
+from trainables.core.settings import Choice, Flag, Int, Kind, Names, Setting
 from trainables.encoders.loading import model_list
 from trainables.evaluation.sets import EVAL_SETS, eval_set_names, main_metric
 from trainables.methods.tsdae import paper
