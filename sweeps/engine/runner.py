@@ -21,6 +21,7 @@ from sweeps.engine import (
     actor_deaths,
     checkpoint_keeping,
     presets,
+    ray_internals,
     seal,
     simulate,
     startup,
@@ -295,6 +296,7 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
     a trial or stage failed, else 0."""
     from sweeps.engine.stages_plan import StageError
 
+    ray_internals.require_supported_versions()  # before Ray is imported, let alone started
     quiet()
     method_cls = get_method(method)
     parser = build_parser(prog, description, method_cls, defaults)
