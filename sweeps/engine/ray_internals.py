@@ -41,6 +41,8 @@ import inspect
 import sys
 from dataclasses import dataclass
 
+from packaging.specifiers import SpecifierSet
+
 SUPPORTED_RAY = ">=2.60.0,<2.61"  # the versions the whole test suite ran with; widen only after it passes there
 TORCH_FLOOR = "2.13"  # the lowest torch the tests ran with
 RAY_FIX = f"pip install 'ray[tune]{SUPPORTED_RAY}'"
@@ -64,7 +66,6 @@ def _installed(package: str) -> str | None:
 
 def version_refusals() -> list[str]:
     """One line per installed Ray or torch this project does not run with (empty: both are fine)."""
-    from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
 
     lines = []
@@ -225,11 +226,16 @@ def staging_folder(controller) -> str:
 # --- searchers, trainables -------------------------------------------------------------------------
 
 
+def optuna_study(searcher):
+    """The Optuna study an `OptunaSearch` asks."""
+    return searcher._ot_study
+
+
 def prune_optuna_trial(searcher, trial_id: str) -> None:
     """Tell Optuna that the trial `searcher` (an `OptunaSearch`) just proposed for `trial_id` was pruned."""
     import optuna
 
-    searcher._ot_study.tell(searcher._ot_trials.pop(trial_id), state=optuna.trial.TrialState.PRUNED)
+    optuna_study(searcher).tell(searcher._ot_trials.pop(trial_id), state=optuna.trial.TrialState.PRUNED)
 
 
 def set_iteration(trainable, iteration: int) -> None:
