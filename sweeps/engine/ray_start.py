@@ -6,6 +6,7 @@ and the driver's cloud credentials kept off the trials' runtime environments."""
 from __future__ import annotations
 
 import os
+import sys
 
 from sweeps.engine import ray_internals
 from trainables.core import endpoints
@@ -42,9 +43,10 @@ def quiet() -> None:
     os.environ.update(QUIET_ENV)
     for name, level in QUIET_LOGGERS.items():
         logging.getLogger(name).setLevel(level)
-    from transformers.utils import logging as transformers_logging
+    if {"transformers", "huggingface_hub"} & set(sys.modules):  # imported before the environment above was set
+        from transformers.utils import logging as transformers_logging
 
-    transformers_logging.disable_progress_bar()
+        transformers_logging.disable_progress_bar()
 
 
 def init_ray(plan) -> None:

@@ -19,7 +19,6 @@ from argparse import Namespace
 
 from sweeps.engine import (
     actor_deaths,
-    checkpoint_keeping,
     presets,
     ray_internals,
     seal,
@@ -211,7 +210,9 @@ def run_sweep(plan: SweepPlan):
         tuner = _tuner(plan, trainable, resources)
         seal.record(plan.sweep_dir, ["tuner.pkl"])  # written by the Tuner just now
     startup.mark("fit")
-    with state_saves.hooked(seal.SealingSaves(plan.sweep_dir), checkpoint_keeping.Deferring()), actor_deaths.handled():
+    from sweeps.engine.checkpoint_keeping import Deferring
+
+    with state_saves.hooked(seal.SealingSaves(plan.sweep_dir), Deferring()), actor_deaths.handled():
         results = tuner.fit()
     startup.mark("fit_done")
     _finish(plan, results)
