@@ -80,7 +80,7 @@ class ParetoASHA(FIFOScheduler):
 
     def __init__(self, metric: str, mode: str, size_metric: str, max_t: int, eta: int = 3, state_path=None):
         super().__init__()
-        TrialScheduler.set_search_properties(self, metric, mode)  # `self.metric`; Tune's call below changes nothing
+        TrialScheduler.set_search_properties(self, metric, mode)  # sets `self.metric` (Tune's later call: the override)
         self.objective_mode, self.size_metric = mode, size_metric
         self.max_t, self.eta, self.state_path = int(max_t), int(eta), state_path
         self.rungs = milestones(self.max_t, 1, self.eta)
@@ -186,7 +186,6 @@ class DistinctOptunaSearch(OptunaSearch):
         self._points, self._seen = points, set()
 
     def suggest(self, trial_id: str):
-
         for _ in range(self.MAX_ASKS):
             if self._points is not None and len(self._seen) >= self._points:
                 return Searcher.FINISHED
