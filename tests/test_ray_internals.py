@@ -222,6 +222,7 @@ def test_the_refusal_comes_before_ray_or_torch_is_imported(tmp_path):
 
 def test_the_installed_versions_pass_and_the_range_matches_the_declared_dependency():
     from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
     assert ray_internals.version_refusals() == []
@@ -234,7 +235,7 @@ def test_the_installed_versions_pass_and_the_range_matches_the_declared_dependen
         name: min(Version(s.version) for s in declared[name] if s.operator in (">=", "==", "~="))
         for name in ("ray", "torch")
     }  # the lowest versions pyproject.toml lets a user install
-    assert lows["ray"] in ray_internals.SpecifierSet(ray_internals.SUPPORTED_RAY), lows
+    assert lows["ray"] in SpecifierSet(ray_internals.SUPPORTED_RAY), lows
     assert lows["torch"].release >= Version(ray_internals.TORCH_FLOOR).release, lows
     highs = [Version(s.version) for s in declared["ray"] if s.operator in ("<", "<=", "==")]
     assert highs and max(highs) <= Version(re.search(r"<=?([\d.]+)", ray_internals.SUPPORTED_RAY).group(1)), (
