@@ -362,7 +362,7 @@ CANARY = textwrap.dedent(
         seen["after"].append(sorted(p.name.split("-")[0] for p in staging.glob("experiment_state-*.json")))
 
 
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)  # never a cluster found running
     os.environ["AWS_ACCESS_KEY_ID"] = "canary"
     results = {}
     for arm in ("propagated", "stopped"):
