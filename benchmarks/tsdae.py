@@ -146,7 +146,7 @@ def main(argv=None) -> int:
 
     from trainables.core.paths import default_data_dir
     from trainables.encoders.loading import resolve_model
-    from trainables.methods.tsdae.training import read_corpus
+    from trainables.methods.tsdae.checks import read_corpus
     from trainables.training.device import pick_device
 
     data_dir = args.data_dir or default_data_dir()

@@ -9,8 +9,8 @@ after that does it call the cloud provider (`bootstrap_config`: key pairs, secur
 images). This module runs exactly those first two steps, which read local files only: no cloud
 SDK, no credentials, no network.
 
-Both functions live in Ray's private `ray.autoscaler._private.util` (checked against
-ray 2.60.0): this is the one place to touch when a Ray upgrade moves them.
+Both functions are private to Ray's autoscaler: sweeps/engine/ray_internals.py names them, the one
+place to touch when a Ray upgrade moves them.
 
 Then what the launch itself would refuse, or run into, which Ray's schema lets through
 (`launch_problems`), each as one line: `CHANGE_ME` placeholders left anywhere, a project ref that is
@@ -50,7 +50,8 @@ def validate_cluster_config(path) -> dict:
     (unknown key, wrong type, a head_node_type missing from available_node_types, ...).
     """
     import jsonschema
-    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    from sweeps.engine.ray_internals import prepare_config, validate_config
 
     path = Path(path)
     try:
@@ -81,19 +82,19 @@ FAKE = "fake_multinode"
 
 def _prepare_fake_multinode(path: Path, config: dict) -> dict:
     """The fake provider's config as its autoscaler will read it: no defaults merged, so none missing."""
-    from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_TYPE
-    from ray.autoscaler._private.monitor import BASE_READONLY_CONFIG
-    from ray.autoscaler._private.util import fill_node_type_min_max_workers
+    from sweeps.engine.ray_internals import fake_multinode_names, fill_node_type_min_max_workers
 
-    missing = [key for key in BASE_READONLY_CONFIG if key not in config and key != "docker"]
+    fake = fake_multinode_names()
+
+    missing = [key for key in fake.launcher_keys if key not in config and key != "docker"]
     if missing:
         raise ValueError(
             f"{path}: the {FAKE} provider has no defaults, and its autoscaler crashes without these keys: "
             f"{', '.join(missing)}; add them (empty values are fine)"
         )
-    if config.get("head_node_type") != FAKE_HEAD_NODE_TYPE:
+    if config.get("head_node_type") != fake.head_node_type:
         raise ValueError(
-            f"{path}: the {FAKE} provider names its head's type {FAKE_HEAD_NODE_TYPE!r}; set head_node_type "
+            f"{path}: the {FAKE} provider names its head's type {fake.head_node_type!r}; set head_node_type "
             "and that node type's name to it"
         )
     if config["provider"].get("disable_node_updaters") is not True:
@@ -293,6 +294,9 @@ def check_cluster_config(path) -> tuple[dict, list[str]]:
 
 
 def main(argv=None) -> int:
+    from sweeps.engine.ray_internals import require_supported_versions
+
+    require_supported_versions()  # Ray's own checks run below, from its private modules
     args = sys.argv[1:] if argv is None else list(argv)
     if len(args) != 1 or args[0] in ("-h", "--help"):
         print("usage: python -m sweeps.cluster_config CLUSTER_YAML", file=sys.stderr)

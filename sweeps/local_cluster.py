@@ -36,6 +36,7 @@ import psutil
 import yaml
 
 from sweeps.cluster_config import validate_cluster_config
+from sweeps.engine import ray_internals
 
 CLUSTER_FILE = Path(__file__).resolve().parents[1] / "cluster_local.yaml"
 DEFAULT_TEMP = Path(tempfile.gettempdir()) / "embsweep-local-cluster"
@@ -109,9 +110,9 @@ def up(
     if state and _cluster_processes(temp_dir):
         raise RuntimeError(f"a local cluster already runs from {temp_dir} at {state['address']}; `down` it first")
     temp_dir.mkdir(parents=True, exist_ok=True)
-    import ray._private.services as services
+    import ray.util
 
-    ip = services.get_node_ip_address()
+    ip = ray.util.get_node_ip_address()
     port = _free_port()
     address = f"{ip}:{port}"
     config_path, config = _config_for(temp_dir, address, max_workers, gpus, idle_timeout_minutes)
@@ -160,18 +161,13 @@ def worker_nodes(temp_dir: Path = DEFAULT_TEMP, gcs=None) -> int:
         text = status(temp_dir).stdout
         active = text.split("Active:")[1].split("Pending:")[0] if "Active:" in text else ""
         return sum(int(line.split()[0]) for line in active.splitlines() if "gpu_worker" in line)
-    from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
-
-    raw = gcs.internal_kv_get(DEBUG_AUTOSCALING_STATUS.encode(), None)
-    active = json.loads(raw).get("autoscaler_report", {}).get("active_nodes", {}) if raw else {}
+    active = ray_internals.autoscaler_report(gcs).get("active_nodes", {})
     return int(active.get("gpu_worker", 0))
 
 
 def gcs_client(temp_dir: Path = DEFAULT_TEMP):
     """A client of this cluster's GCS, for `worker_nodes` (Ray's own, as `ray status` makes it)."""
-    import ray._raylet
-
-    return ray._raylet.GcsClient(address=read_state(Path(temp_dir).resolve())["address"])
+    return ray_internals.gcs_client(read_state(Path(temp_dir).resolve())["address"])
 
 
 def _cluster_processes(temp_dir: Path) -> list[psutil.Process]:
@@ -223,6 +219,7 @@ UP_ONLY = ("--max-workers", "--gpus-per-worker", "--idle-timeout-minutes")  # wh
 
 
 def main(argv=None) -> int:
+    ray_internals.require_supported_versions()
     parser = argparse.ArgumentParser(prog="python -m sweeps.local_cluster", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--temp-dir", type=Path, default=DEFAULT_TEMP, help="the cluster's own Ray temp folder")

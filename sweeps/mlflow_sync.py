@@ -17,7 +17,7 @@ import io
 import sys
 from pathlib import Path
 
-from sweeps.engine.tracking import SPOOL_FILE, MlflowWriter, read_spool, recover_queued
+from sweeps.engine.mlflow_writes import SPOOL_FILE, MlflowWriter, read_spool, recover_queued
 
 
 class RefusedWrite(RuntimeError):

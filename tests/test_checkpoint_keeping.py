@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from ray.tune import Checkpoint
 
-from sweeps.engine import checkpoint_keeping, state_saves
+from sweeps.engine import checkpoint_keeping, ray_internals, state_saves
 from sweeps.engine.checkpoint_keeping import KeepLatest
 
 
@@ -58,28 +58,28 @@ def test_a_restored_keeper_starts_empty():
     assert again._latest == {} and again._queued == [] and again._ready == []
 
 
-def test_deferring_tells_the_controllers_keepers_of_each_save_and_deletes_the_rest_when_fit_ends(tmp_path, monkeypatch):
-    from ray.tune.execution.tune_controller import TuneController
-
+def test_deferring_tells_the_running_keepers_of_each_save_and_deletes_the_rest_when_fit_ends(tmp_path, monkeypatch):
+    tune_controller = ray_internals.tune_controller()
     saved = []
 
     def stub(controller):
         saved.append(controller)
 
-    monkeypatch.setattr(TuneController, "save_to_dir", stub)
-    keep, trial = KeepLatest(), SimpleNamespace(trial_id="t1")
+    monkeypatch.setattr(tune_controller, ray_internals.SAVE_TO_DIR, stub)
     waits = []
-    controller = SimpleNamespace(
-        _storage=SimpleNamespace(syncer=SimpleNamespace(wait=lambda: waits.append(1))),
-        _callbacks=SimpleNamespace(_callbacks=[object(), keep]),
-    )
+    monkeypatch.setattr(ray_internals, "wait_for_state_upload", lambda controller: waits.append(1))
+    deferring = checkpoint_keeping.Deferring()  # made before the fit, as the runner makes it
+    keep, trial = KeepLatest(), SimpleNamespace(trial_id="t1")
+    keep.setup(stop=None, num_samples=1, total_num_samples=1)  # as Tune's controller sets up its callbacks
+    controller = object()
     first, second = _checkpoints(tmp_path, 0, 1)
-    with state_saves.hooked(checkpoint_keeping.Deferring()):
+    with state_saves.hooked(deferring):
         keep.on_checkpoint(0, [], trial, first)
-        TuneController.save_to_dir(controller)
+        getattr(tune_controller, ray_internals.SAVE_TO_DIR)(controller)
         keep.on_checkpoint(0, [], trial, second)
-        TuneController.save_to_dir(controller)  # Tune's last save (awaited by Tune itself)
+        getattr(tune_controller, ray_internals.SAVE_TO_DIR)(controller)  # Tune's last save (awaited by Tune itself)
         assert _left(tmp_path) == ["checkpoint_000000", "checkpoint_000001"]
     assert saved == [controller, controller] and len(waits) == 2
     assert _left(tmp_path) == ["checkpoint_000001"]
-    assert TuneController.save_to_dir is stub  # the patch is undone
+    assert getattr(tune_controller, ray_internals.SAVE_TO_DIR) is stub  # the patch is undone
+    assert KeepLatest.running == []  # forgotten once the fit ended

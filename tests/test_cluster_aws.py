@@ -65,8 +65,10 @@ def aws(monkeypatch, tmp_path):
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     from moto import mock_aws
-    from ray.autoscaler._private.aws import config as aws_config
-    from ray.autoscaler._private.aws import utils as aws_utils
+
+    from sweeps.engine.ray_internals import aws_launcher
+
+    aws_config, aws_utils = aws_launcher().config, aws_launcher().utils
 
     # the two 15 s waits for IAM propagation, which moto does not need
     monkeypatch.setattr(aws_config, "time", types.SimpleNamespace(sleep=lambda seconds: None))
@@ -90,11 +92,13 @@ def filled_cluster_yaml(tmp_path, image_id: str):
 
 def test_ray_up_bootstraps_and_launches_every_node_type_against_moto(aws, tmp_path):
     import boto3
-    from ray.autoscaler._private.aws.config import bootstrap_aws
-    from ray.autoscaler._private.aws.node_provider import AWSNodeProvider
-    from ray.autoscaler._private.commands import get_or_create_head_node
-    from ray.autoscaler._private.updater import NodeUpdaterThread
     from ray.autoscaler.tags import TAG_RAY_NODE_KIND, TAG_RAY_USER_NODE_TYPE
+
+    from sweeps.engine.ray_internals import aws_launcher
+
+    launcher = aws_launcher()
+    bootstrap_aws, AWSNodeProvider = launcher.bootstrap_aws, launcher.AWSNodeProvider
+    get_or_create_head_node, NodeUpdaterThread = launcher.get_or_create_head_node, launcher.NodeUpdaterThread
 
     ec2 = boto3.client("ec2", region_name=REGION)
     image = next(i for i in ec2.describe_images(Owners=["amazon"])["Images"] if "ubuntu" in i["Name"].lower())
@@ -124,7 +128,7 @@ def test_ray_up_bootstraps_and_launches_every_node_type_against_moto(aws, tmp_pa
     # the head node, created and set up as `ray up` does, over a recording ssh
     provider = AWSNodeProvider(config["provider"], config["cluster_name"])
     runner = RecordingRunner()
-    get_or_create_head_node(config, str(path), False, False, True, None, _provider=provider, _runner=runner)
+    get_or_create_head_node(config, str(path), False, False, True, None, provider, runner)
     (head,) = provider.non_terminated_nodes({TAG_RAY_NODE_KIND: "head"})
     head_instance = ec2.describe_instances(InstanceIds=[head])["Reservations"][0]["Instances"][0]
     assert head_instance["InstanceType"] == "m5.2xlarge" and head_instance["ImageId"] == image["ImageId"]
@@ -142,7 +146,7 @@ def test_ray_up_bootstraps_and_launches_every_node_type_against_moto(aws, tmp_pa
     config["setup_commands"].append("echo edited")
     config["head_setup_commands"].append("echo edited")
     again = RecordingRunner()
-    get_or_create_head_node(config, str(path), True, False, True, None, _provider=provider, _runner=again)
+    get_or_create_head_node(config, str(path), True, False, True, None, provider, again)
     assert any("echo edited" in c for c in again.remote())
     assert not any("ray stop" in c or "ray start" in c for c in again.remote()), again.remote()
 
@@ -220,9 +224,10 @@ def test_without_the_checker_boto3_refuses_the_misspelt_key_only_at_launch(aws, 
     """What the checker saves: Ray's bootstrap accepts `InstanceTyp`; boto3 refuses it when the node is created."""
     import boto3
     from botocore.exceptions import ParamValidationError
-    from ray.autoscaler._private.aws.config import bootstrap_aws
-    from ray.autoscaler._private.aws.node_provider import AWSNodeProvider
-    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    from sweeps.engine.ray_internals import aws_launcher, prepare_config, validate_config
+
+    bootstrap_aws, AWSNodeProvider = aws_launcher().bootstrap_aws, aws_launcher().AWSNodeProvider
 
     ec2 = boto3.client("ec2", region_name=REGION)
     image = next(i for i in ec2.describe_images(Owners=["amazon"])["Images"] if "ubuntu" in i["Name"].lower())

@@ -130,7 +130,9 @@ def finish(driver: subprocess.Popen, place, timeout: float = 900) -> None:
 def worker_raylets(cluster) -> dict[str, psutil.Process]:
     """The live worker nodes' raylets by node id (the fake provider gives each its id in its environment,
     the head too)."""
-    from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
+    from sweeps.engine.ray_internals import fake_multinode_names
+
+    head_node_id = fake_multinode_names().head_node_id
 
     found = {}
     for process in local_cluster._cluster_processes(cluster["temp"]):
@@ -140,7 +142,7 @@ def worker_raylets(cluster) -> dict[str, psutil.Process]:
             node = process.environ().get("RAY_OVERRIDE_NODE_ID_FOR_TESTING")
         except (psutil.Error, IndexError):
             continue
-        if node and node != FAKE_HEAD_NODE_ID:
+        if node and node != head_node_id:
             found[node] = process
     return found
 

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from sweeps import local_cluster
+from sweeps.engine import ray_internals
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
@@ -122,13 +123,12 @@ def test_up_refuses_a_temp_folder_too_long_for_rays_sockets(tmp_path):
 
 def test_worker_nodes_reads_the_autoscalers_status_through_a_kept_gcs_client(tmp_path):
     """No `ray status` process per sample: the autoscaler's status is read from the GCS as `ray status` reads it."""
-    from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
 
     class Gcs:
         status = {"autoscaler_report": {"active_nodes": {"ray.head.default": 1, "gpu_worker": 3}}}
 
         def internal_kv_get(self, key, namespace):
-            assert key == DEBUG_AUTOSCALING_STATUS.encode()
+            assert key == ray_internals.autoscaler_status_key()
             return json.dumps(self.status).encode() if self.status else None
 
     gcs = Gcs()

@@ -14,6 +14,7 @@ import torch
 from trainables.methods.meta_embeddings import models as me
 from trainables.methods.meta_embeddings import token_embeddings as te
 from trainables.methods.meta_embeddings import trainable as mt
+from trainables.methods.meta_embeddings import variants
 
 
 # --- word merging -----------------------------------------------------------------------------------
@@ -619,7 +620,9 @@ def test_settings_are_typed_and_the_trial_config_keeps_what_runs_recorded():
     assert args.sources == ["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-mpnet-base-v2"]
     assert args.methods == ["unsup", "sup", "sse", "conc", "avg", "svd", "gcca"] and args.pooling == ["max", "mean"]
     assert args.seeds == [0, 1, 2] and args.sets == ["sts12", "sts13", "sts14", "stsb"] and args.optimizer is None
-    assert set(args.variants) == {v for vs in me.VARIANTS.values() for v in vs if v != "-"} - set(me.ABLATIONS)
+    assert set(args.variants) == {v for vs in variants.VARIANTS.values() for v in vs if v != "-"} - set(
+        variants.ABLATIONS
+    )
     assert parser.parse_args(["--variants", "all"]).variants is None
     assert parser.parse_args(["--sets", "papers", "--seeds", "0-3"]).sets == "papers"
     assert MetaEmbeddings.base_config(args) == {

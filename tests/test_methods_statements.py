@@ -93,8 +93,8 @@ def test_appendix_as_tables_have_presets_and_are_not_in_the_no_preset_table():
 def test_the_wiki_sample_is_sized_where_it_matters(data_dir):
     """11,914 lines, 11,548 distinct sentences: SimCSE's epoch at 512 is 23 steps; the SED teachers' 50K CT
     steps of 30 sentences draw each sentence about 130 times."""
+    from trainables.methods.tsdae.checks import read_corpus
     from trainables.methods.tsdae.settings import batch_sentences, batching
-    from trainables.methods.tsdae.training import read_corpus
 
     lines = (data_dir / "wiki-sentences" / "wiki1m-prefix.txt").read_text().splitlines()
     sentences = read_corpus("wiki", data_dir, None)[0]

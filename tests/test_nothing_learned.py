@@ -87,7 +87,7 @@ def test_sed_refuses_a_binary_corpus(refused, tmp_path, tiny_models):
 def test_blank_lines_inside_a_corpus_are_dropped_and_counted(tmp_path, capsys):
     from trainables.data.sentences import read_text_corpus
     from trainables.methods.sed.targets import read_corpus as sed_corpus
-    from trainables.methods.tsdae.training import read_corpus as tsdae_corpus
+    from trainables.methods.tsdae.checks import read_corpus as tsdae_corpus
 
     corpus = _corpus(tmp_path, "mine.txt", b"\xef\xbb\xbfA man plays.\n\n  \nA dog runs. \r\n\n")
     assert read_text_corpus(corpus) == ["A man plays.", "A dog runs."]

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sweeps.engine import state_saves
+from sweeps.engine import ray_internals, state_saves
 
 
 class Recorder:
@@ -24,45 +24,53 @@ class Recorder:
 
 
 def _controller(wait):
-    return SimpleNamespace(_storage=SimpleNamespace(syncer=SimpleNamespace(wait=wait), experiment_fs_path="/sweep"))
+    return SimpleNamespace(wait=wait, location="/sweep")
 
 
 @pytest.fixture
 def tune_saves(monkeypatch):
-    from ray.tune.execution.tune_controller import TuneController
-
+    """Tune's controller with a recording save, and a stand-in controller's upload and location read as
+    ray_internals reads a real one's (tests/test_ray_internals.py holds those to Tune's)."""
+    controller = ray_internals.tune_controller()
     calls = []
-    monkeypatch.setattr(TuneController, "save_to_dir", lambda controller: calls.append("save"))
-    return TuneController, calls
+    monkeypatch.setattr(controller, ray_internals.SAVE_TO_DIR, lambda controller: calls.append("save"))
+    monkeypatch.setattr(ray_internals, "wait_for_state_upload", lambda controller: controller.wait())
+    monkeypatch.setattr(ray_internals, "experiment_location", lambda controller: controller.location)
+    return controller, calls
+
+
+def _save(tune_controller, controller):
+    """What Tune's loop calls to save its state."""
+    getattr(tune_controller, ray_internals.SAVE_TO_DIR)(controller)
 
 
 def test_each_save_waits_once_then_calls_every_hook_around_tunes_save(tune_saves):
-    TuneController, calls = tune_saves
-    original = TuneController.save_to_dir
+    tune_controller, calls = tune_saves
+    original = getattr(tune_controller, ray_internals.SAVE_TO_DIR)
     waits = []
     with state_saves.hooked(Recorder("a", calls), Recorder("b", calls)):
-        TuneController.save_to_dir(_controller(lambda: waits.append(1)))
+        _save(tune_controller, _controller(lambda: waits.append(1)))
     assert waits == [1]
     assert calls == [("a", "before", True), ("b", "before", True), "save", ("a", "after"), ("b", "after"),
                      ("a", "done"), ("b", "done")]  # fmt: skip
-    assert TuneController.save_to_dir is original
+    assert getattr(tune_controller, ray_internals.SAVE_TO_DIR) is original
 
 
 def test_a_failed_upload_is_warned_and_told_to_the_hooks(tune_saves, capsys):
-    TuneController, calls = tune_saves
+    tune_controller, calls = tune_saves
 
     def failing():
         raise OSError("bucket gone")
 
     with state_saves.hooked(Recorder("a", calls)):
-        TuneController.save_to_dir(_controller(failing))
+        _save(tune_controller, _controller(failing))
     assert calls[:2] == [("a", "before", False), "save"]
     assert "saving Ray Tune's state into /sweep failed: bucket gone" in capsys.readouterr().err
 
 
 def test_a_fit_that_raised_undoes_the_wrap_without_done(tune_saves):
-    TuneController, calls = tune_saves
-    original = TuneController.save_to_dir
+    tune_controller, calls = tune_saves
+    original = getattr(tune_controller, ray_internals.SAVE_TO_DIR)
     with pytest.raises(RuntimeError), state_saves.hooked(Recorder("a", calls)):
         raise RuntimeError("fit failed")
-    assert calls == [] and TuneController.save_to_dir is original
+    assert calls == [] and getattr(tune_controller, ray_internals.SAVE_TO_DIR) is original

@@ -109,9 +109,8 @@ def test_an_analysis_out_with_such_a_key_is_refused_before_anything_is_read(comm
 def test_a_finished_sweep_writes_the_secret_nowhere(s3, sweep_env, tiny_models, monkeypatch, capsys):
     """The secret key given as AWS does (the environment): not in the terminal, the bucket, the MLflow
     store, sweep.json or Ray's session logs of a sweep that ran to the end on the object store."""
-    import ray
-
     from sweeps.electra_layers import main
+    from sweeps.engine import ray_internals
 
     secret = f"planted-{uuid.uuid4().hex}"
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)  # moto takes any secret
@@ -125,7 +124,7 @@ def test_a_finished_sweep_writes_the_secret_nowhere(s3, sweep_env, tiny_models, 
     assert any(key.endswith("sweep.json") for key in s3.keys())
     leaks = [key for key in s3.keys() if secret.encode() in s3.read(key)]
     places = [sweep_env["tmp"]]
-    session = ray._private.worker._global_node.get_session_dir_path()
+    session = ray_internals.session_dir()
     places.append(Path(session))
     for place in places:
         for path in Path(place).rglob("*"):

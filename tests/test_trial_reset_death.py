@@ -49,7 +49,7 @@ SCRIPT = textwrap.dedent(
             return True
 
 
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)  # never a cluster found running
     tuner = tune.Tuner(
         Trial,
         param_space={"x": tune.grid_search([0, 1])},

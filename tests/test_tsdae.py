@@ -43,7 +43,7 @@ def test_every_objective_runs_through_the_sweep_script(sweep_env):
 
 @pytest.mark.parametrize("kind", ["mpnet"])
 def test_encoders_without_a_causal_decoder_are_refused(kind, tiny_models):
-    from trainables.methods.tsdae.training import check_decoder
+    from trainables.methods.tsdae.checks import check_decoder
 
     with pytest.raises(SweepInputError, match="no causal-LM decoder.*--objective mlm,simcse,ct"):
         check_decoder(tiny_models[kind], "my-mpnet")

@@ -355,7 +355,7 @@ def test_every_tsdae_preset_is_on_the_methods_page_and_the_wiki_sample_is_sized_
     text = _methods_md()
     for name in _tsdae_presets():
         assert f"--preset {name} " in text, name
-    from trainables.methods.tsdae.training import read_corpus
+    from trainables.methods.tsdae.checks import read_corpus
 
     lines = (data_dir / "wiki-sentences" / "wiki1m-prefix.txt").read_text().splitlines()
     sentences = read_corpus("wiki", data_dir, None)[0]

@@ -15,39 +15,18 @@ reaches Tune as before.
 
 from __future__ import annotations
 
-import contextlib
 import logging
+
+from sweeps.engine import ray_internals
 
 logger = logging.getLogger("ray.tune.actor_deaths")  # beside Tune's own lines: in the sweep's log file
 
 
-@contextlib.contextmanager
 def handled():
-    """While a Tuner runs: a trial's failure is counted once per actor death."""
-    from ray.exceptions import RayActorError
-    from ray.tune.execution.tune_controller import TuneController
-    from ray.tune.experiment import Trial
-
-    inner = TuneController._schedule_trial_task
-
-    def _schedule_trial_task(controller, trial, method_name, *args, on_error=None, **kwargs):
-        if on_error is None:
-            return inner(controller, trial, method_name, *args, **kwargs)
-        tracked_actor = controller._trial_to_actor.get(trial)
-
-        def counted_once(failed_trial, exception):
-            if method_name == "reset":
-                controller._resetting_trials.discard(failed_trial)
-            already_handled = tracked_actor not in controller._actor_to_trial
-            if isinstance(exception, RayActorError) and already_handled and failed_trial.status == Trial.PENDING:
-                logger.warning("%s: its actor's death was counted once already; the trial waits for a new actor", trial)
-                return None
-            return on_error(failed_trial, exception)
-
-        return inner(controller, trial, method_name, *args, on_error=counted_once, **kwargs)
-
-    TuneController._schedule_trial_task = _schedule_trial_task
-    try:
-        yield
-    finally:
-        TuneController._schedule_trial_task = inner
+    """While a Tuner runs: a trial's failure is counted once per actor death (the wrap of Tune's trial
+    tasks is in sweeps/engine/ray_internals.py `one_failure_per_actor_death`)."""
+    return ray_internals.one_failure_per_actor_death(
+        lambda trial: logger.warning(
+            "%s: its actor's death was counted once already; the trial waits for a new actor", trial
+        )
+    )

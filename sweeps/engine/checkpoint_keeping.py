@@ -17,6 +17,7 @@ same way. What is left when the sweep ends is deleted after Tune's last, awaited
 from __future__ import annotations
 
 import sys
+from typing import ClassVar
 
 from ray import tune
 
@@ -57,6 +58,8 @@ def _delete(checkpoint, earlier) -> None:
 class KeepLatest(tune.Callback):
     """Each trial's latest checkpoint only, the older ones deleted once no saved state names them."""
 
+    running: ClassVar[list] = []  # the keepers of the fit running in this driver (Tune set them up), for `Deferring`
+
     def __init__(self):
         self._reset()
 
@@ -70,6 +73,9 @@ class KeepLatest(tune.Callback):
 
     def __setstate__(self, state):
         self._reset()
+
+    def setup(self, stop=None, num_samples=None, total_num_samples=None, **info):
+        KeepLatest.running.append(self)  # Tune's controller sets up the callbacks it runs, restored ones too
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
         earlier = self._latest.get(trial.trial_id)
@@ -89,14 +95,16 @@ class KeepLatest(tune.Callback):
 
 
 class Deferring:
-    """A `state_saves` hook: tells the controller's `KeepLatest` callbacks when Tune saves its experiment
-    state, and has them delete what they hold back once `Tuner.fit` has returned (its last save awaited)."""
+    """A `state_saves` hook: tells the running fit's `KeepLatest` callbacks when Tune saves its experiment
+    state, and has them delete what they hold back once `Tuner.fit` has returned (its last save awaited).
+    Made just before the fit: the keepers of an earlier fit in this process are forgotten."""
 
     def __init__(self):
+        KeepLatest.running.clear()
         self._seen: list[KeepLatest] = []
 
     def before(self, controller, uploaded: bool) -> None:
-        self._seen = [c for c in getattr(controller._callbacks, "_callbacks", []) if isinstance(c, KeepLatest)]
+        self._seen = list(KeepLatest.running)
         for keeper in self._seen:
             keeper.state_saving(uploaded)
 
@@ -107,3 +115,4 @@ class Deferring:
     def done(self) -> None:  # nothing held back is named by the state any more
         for keeper in self._seen:
             keeper.state_saving(True)
+        KeepLatest.running.clear()

@@ -43,7 +43,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 from ray.tune.search.sample import Categorical, Domain
 
-from sweeps.engine import storage
+from sweeps.engine import ray_internals, storage
 from trainables.core import object_storage
 from trainables.core.errors import SweepInputError
 from trainables.core.pareto import nondominated_ranks, survival_order
@@ -76,11 +76,12 @@ def rung_decision(records: dict, key: str, eta: int) -> tuple[bool, int]:
 class ParetoASHA(FIFOScheduler):
     """MO-ASHA: asynchronous successive halving by non-dominated rank (see the module docstring)."""
 
-    _supports_buffered_results = False
+    supports_buffered_results = False  # each result is judged as it comes
 
     def __init__(self, metric: str, mode: str, size_metric: str, max_t: int, eta: int = 3, state_path=None):
         super().__init__()
-        self._metric, self._mode, self.size_metric = metric, mode, size_metric
+        TrialScheduler.set_search_properties(self, metric, mode)  # sets `self.metric` (Tune's later call: the override)
+        self.objective_mode, self.size_metric = mode, size_metric
         self.max_t, self.eta, self.state_path = int(max_t), int(eta), state_path
         self.rungs = milestones(self.max_t, 1, self.eta)
         self.records: dict[str, dict[str, list[float]]] | None = None  # rung -> config hash -> objectives
@@ -95,12 +96,12 @@ class ParetoASHA(FIFOScheduler):
         return self.records
 
     def objectives(self, result: dict) -> list[float]:
-        score = float(result[self._metric])
-        return [-score if self._mode == "max" else score, float(result[self.size_metric])]
+        score = float(result[self.metric])
+        return [-score if self.objective_mode == "max" else score, float(result[self.size_metric])]
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         iteration = int(result.get("training_iteration", 0))
-        if iteration not in self.rungs and iteration != self.max_t or self._metric not in result:
+        if iteration not in self.rungs and iteration != self.max_t or self.metric not in result:
             return TrialScheduler.CONTINUE
         return TrialScheduler.CONTINUE if self.judge(trial, result) else TrialScheduler.STOP
 
@@ -185,8 +186,6 @@ class DistinctOptunaSearch(OptunaSearch):
         self._points, self._seen = points, set()
 
     def suggest(self, trial_id: str):
-        import optuna
-
         for _ in range(self.MAX_ASKS):
             if self._points is not None and len(self._seen) >= self._points:
                 return Searcher.FINISHED
@@ -197,7 +196,7 @@ class DistinctOptunaSearch(OptunaSearch):
             if key not in self._seen:
                 self._seen.add(key)
                 return config
-            self._ot_study.tell(self._ot_trials.pop(trial_id), state=optuna.trial.TrialState.PRUNED)
+            ray_internals.prune_optuna_trial(self, trial_id)
         return Searcher.FINISHED
 
 

@@ -6,7 +6,9 @@ and the driver's cloud credentials kept off the trials' runtime environments."""
 from __future__ import annotations
 
 import os
+import sys
 
+from sweeps.engine import ray_internals
 from trainables.core import endpoints
 from trainables.core.errors import SweepInputError
 from trainables.encoders.cost import CUDA_ALLOCATOR_ENV
@@ -30,7 +32,7 @@ QUIET_LOGGERS = {
     "ray": "WARNING",
     "ray.tune": "WARNING",
     "ray.train": "WARNING",
-    "ray._private.authentication": "ERROR",
+    ray_internals.AUTH_LOGGER: "ERROR",
 }
 
 
@@ -41,9 +43,10 @@ def quiet() -> None:
     os.environ.update(QUIET_ENV)
     for name, level in QUIET_LOGGERS.items():
         logging.getLogger(name).setLevel(level)
-    from transformers.utils import logging as transformers_logging
+    if {"transformers", "huggingface_hub"} & set(sys.modules):  # imported before the environment above was set
+        from transformers.utils import logging as transformers_logging
 
-    transformers_logging.disable_progress_bar()
+        transformers_logging.disable_progress_bar()
 
 
 def init_ray(plan) -> None:
@@ -91,12 +94,7 @@ def ray_logs_to_file() -> str:
     import logging
     import tempfile
 
-    import ray
-
-    try:
-        folder = ray._private.worker._global_node.get_logs_dir_path()  # Ray has no public name for it
-    except AttributeError:
-        folder = tempfile.gettempdir()
+    folder = ray_internals.ray_logs_dir() or tempfile.gettempdir()  # Ray has no public name for it
     path = os.path.join(folder, f"embsweep-driver-{os.getpid()}.log")
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -117,9 +115,7 @@ CLOUD_CREDENTIAL_ENV = frozenset(
 
 def credentials_stay_on_their_nodes() -> None:
     """Ray Tune copies the driver's AWS credentials into every trial actor's runtime environment
-    (`ray.tune.execution.class_cache.ENV_VARS_TO_PROPAGATE`), which Ray's runtime_env_agent writes to its
+    (ray_internals.py `stop_propagating`), which Ray's runtime_env_agent writes to its
     log on each node. Trials upload their checkpoints with the credentials of the node they run on (its
     instance role or environment), so the driver's are not copied."""
-    from ray.tune.execution import class_cache
-
-    class_cache.ENV_VARS_TO_PROPAGATE = frozenset(class_cache.ENV_VARS_TO_PROPAGATE) - CLOUD_CREDENTIAL_ENV
+    ray_internals.stop_propagating(CLOUD_CREDENTIAL_ENV)

@@ -135,9 +135,9 @@ class TrialResources:
         )
 
     def __call__(self, config: dict):
-        from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
+        from ray.tune import PlacementGroupFactory
 
-        return resource_dict_to_pg_factory({"cpu": self.cpu, "gpu": self.gpu(config)})
+        return PlacementGroupFactory([{"CPU": self.cpu, "GPU": self.gpu(config)}])
 
     def describe(self, plan) -> str:
         trials = len(plan.configs) if plan.args["search"] == "grid" else plan.args["num_samples"]

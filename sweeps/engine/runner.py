@@ -19,8 +19,8 @@ from argparse import Namespace
 
 from sweeps.engine import (
     actor_deaths,
-    checkpoint_keeping,
     presets,
+    ray_internals,
     reuse,
     reuse_links,
     seal,
@@ -224,7 +224,9 @@ def run_sweep(plan: SweepPlan):
         tuner = _tuner(plan, trainable, resources)
         seal.record(plan.sweep_dir, ["tuner.pkl"])  # written by the Tuner just now
     startup.mark("fit")
-    with state_saves.hooked(seal.SealingSaves(plan.sweep_dir), checkpoint_keeping.Deferring()), actor_deaths.handled():
+    from sweeps.engine.checkpoint_keeping import Deferring
+
+    with state_saves.hooked(seal.SealingSaves(plan.sweep_dir), Deferring()), actor_deaths.handled():
         results = tuner.fit()
     startup.mark("fit_done")
     _finish(plan, results)
@@ -313,6 +315,7 @@ def main(argv=None, *, method: str, prog: str = "sweep", description: str = "", 
     a trial or stage failed, else 0."""
     from sweeps.engine.stages_plan import StageError
 
+    ray_internals.require_supported_versions()  # before Ray is imported, let alone started
     quiet()
     method_cls = get_method(method)
     parser = build_parser(prog, description, method_cls, defaults)

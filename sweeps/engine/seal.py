@@ -36,7 +36,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from sweeps.engine import storage
+from sweeps.engine import ray_internals, storage
 from trainables.core import object_storage
 from trainables.core.errors import SweepInputError
 
@@ -212,7 +212,7 @@ class SealingSaves:
         pass
 
     def after(self, controller) -> None:
-        staging = Path(controller._storage.experiment_driver_staging_path)
+        staging = Path(ray_internals.staging_folder(controller))
         record_files(
             self.sweep_dir, {p.name: p.read_bytes() for p in staging.iterdir() if p.is_file() and is_tune_file(p.name)}
         )

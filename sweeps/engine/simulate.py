@@ -76,11 +76,11 @@ class Shares:
         return cls(resources.cpu, shares, tuple(resources.axes), resources.fixed_gpu)
 
     def __call__(self, config: dict):
-        from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
+        from ray.tune import PlacementGroupFactory
 
         unit = tuple(config.get(axis) for axis in self.axes)
         gpu = self.gpu.get(unit, 1.0 if self.fixed_gpu is None else self.fixed_gpu)
-        return resource_dict_to_pg_factory({"cpu": self.cpu, "gpu": gpu})
+        return PlacementGroupFactory([{"CPU": self.cpu, "GPU": gpu}])
 
 
 def _unit(text: str) -> float:

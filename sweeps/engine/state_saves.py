@@ -1,4 +1,5 @@
-"""Hooks around Ray Tune's saves of its experiment state, with one wrap of `TuneController.save_to_dir`.
+"""Hooks around Ray Tune's saves of its experiment state, through one wrap of
+Tune's `save_to_dir` (sweeps/engine/ray_internals.py `around_state_saves`).
 
 Two parts of the engine act on those saves: `seal` records the HMACs of the files a save writes into
 Tune's staging folder before Tune copies them into the sweep folder, and `checkpoint_keeping` deletes
@@ -14,33 +15,29 @@ from __future__ import annotations
 import contextlib
 import sys
 
+from sweeps.engine import ray_internals
+
 
 @contextlib.contextmanager
 def hooked(*hooks):
     """While a Tuner runs: call `hooks` around every experiment-state save, and `done` after a fit that returned."""
-    from ray.tune.execution.tune_controller import TuneController
 
-    inner = TuneController.save_to_dir
-
-    def save_to_dir(controller, *args, **kwargs):
+    def before(controller):
         try:  # a copy still running would take the files written below before they are sealed
-            controller._storage.syncer.wait()
+            ray_internals.wait_for_state_upload(controller)
             uploaded = True
         except Exception as error:
-            where = getattr(controller._storage, "experiment_fs_path", "the sweep folder")
+            where = ray_internals.experiment_location(controller)
             print(f"warning: saving Ray Tune's state into {where} failed: {error}", file=sys.stderr)
             uploaded = False
         for hook in hooks:
             hook.before(controller, uploaded)
-        result = inner(controller, *args, **kwargs)
+
+    def after(controller):
         for hook in hooks:
             hook.after(controller)
-        return result
 
-    TuneController.save_to_dir = save_to_dir
-    try:
+    with ray_internals.around_state_saves(before, after):
         yield
-    finally:
-        TuneController.save_to_dir = inner
     for hook in hooks:
         hook.done()

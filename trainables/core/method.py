@@ -25,7 +25,8 @@ It declares:
   reproduces and the paper's published numbers; `--preset NAME`, `--list-presets`) and
   `estimate(args) -> Estimate` (trials and GPU-hours of a grid from public configs alone, without
   loading any model, for `--list-presets`);
-- `trainable`: the Ray Tune Trainable class a trial runs.
+- `trainable`: the Ray Tune Trainable class a trial runs, or its path `"package.module:Class"`, imported
+  only when a plan or a trial needs it (not to print `--help` or refuse a flag).
 
 The contract is logged on the sweep's parent run and on every trial run (`MetricContract.params`),
 and the analysis groups and selects by what was logged.
@@ -293,7 +294,7 @@ class Method:
     """Base of every registered method (see the module docstring)."""
 
     name: ClassVar[str] = ""
-    trainable: ClassVar[type | None] = None
+    trainable: ClassVar[type | str | None] = None  # the class, or "module:Class" (imported on first use)
     info: ClassVar[MethodInfo | None] = None
     settings: ClassVar[tuple[Setting, ...]] = ()
     smoke: ClassVar[dict] = {}
@@ -331,8 +332,14 @@ class Method:
 
     @classmethod
     def trainable_class(cls) -> type:
+        """The Ray Tune Trainable class of a trial (its module imported now when `trainable` names it)."""
         if cls.trainable is None:
             raise NotImplementedError(f"method {cls.name!r} declares no trainable")
+        if isinstance(cls.trainable, str):
+            import importlib
+
+            module, name = cls.trainable.split(":")
+            return getattr(importlib.import_module(module), name)
         return cls.trainable
 
 

@@ -14,14 +14,16 @@ import copy
 import types
 from argparse import Namespace
 from pathlib import Path
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from trainables.core.errors import SweepInputError
 from trainables.core.method import PlanContext
 from trainables.core.paths import models_dir
 from trainables.encoders.tiny import smoke_model
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 # Offline installers for models that a package index ships (see trainables/encoders/assets.py).
 _HUB_IGNORE = ["*.h5", "*.msgpack", "*.onnx", "*.ot", "flax_*", "tf_*", "rust_*", "onnx/*", "openvino/*", "*.tflite"]
@@ -178,6 +180,8 @@ def model_depth(config) -> int:
 
 def layer_list(model: nn.Module) -> tuple[nn.Module, str]:
     """Return (parent module, attribute name) of the model's transformer-layer ModuleList."""
+    from torch import nn
+
     depth = model_depth(model.config)
     for module in model.modules():
         for attr, child in module.named_children():
@@ -218,6 +222,8 @@ def _zero_layers(model: nn.Module) -> nn.Module:
 
 def truncate(full: nn.Module, layer: int) -> nn.Module:
     """A copy of `full` holding only its embeddings and first `layer` layers (no pooler)."""
+    from torch import nn
+
     depth = model_depth(full.config)
     if not 0 <= layer <= depth:
         raise SweepInputError(f"Layer {layer} is outside 0..{depth} for this model ({depth} layers).")
@@ -248,6 +254,7 @@ def load_pretrained(path) -> nn.Module:
 
 def random_init(path, layer: int, seed: int) -> nn.Module:
     """The same architecture, randomly initialised (the paper's Appendix E control), truncated."""
+    import torch
     from transformers import AutoModel
 
     config = load_config(path)

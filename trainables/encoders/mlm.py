@@ -4,8 +4,6 @@ baseline. `head="authors"` always builds a new head and trains only its tied dec
 
 from __future__ import annotations
 
-import torch
-
 from trainables.core.errors import SweepInputError
 
 HEADS = ("auto", "authors")
@@ -27,6 +25,7 @@ def check_model(model_path) -> None:
 
 def mlm_model(model_path, head: str = "auto", random_weights: bool = False, seed: int = 0):
     """(AutoModelForMaskedLM, "pretrained" | "new"): the model with its MLM head, see the module doc."""
+    import torch
     from transformers import AutoConfig, AutoModelForMaskedLM
 
     torch.manual_seed(seed)

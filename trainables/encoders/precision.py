@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from trainables.core.errors import SweepInputError
 
+if TYPE_CHECKING:
+    import torch
+
 PRECISIONS = ("auto", "fp32", "tf32", "bf16", "fp16")
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # torch dtypes by name
 
 
 class PrecisionError(SweepInputError):
@@ -52,6 +54,8 @@ def _cpu_refusal(name: str) -> str:
 def check_request(name: str, on_gpu: bool | None) -> None:
     """Refuse an unknown name, or one the trials' device cannot run (`on_gpu` False: CPU trials;
     None: not known here, each trial checks on its own device)."""
+    import torch
+
     if name not in PRECISIONS:
         raise SweepInputError(f"--precision {name!r} is not one of {', '.join(PRECISIONS)}")
     if on_gpu is False and name in ("tf32", "fp16"):
@@ -64,6 +68,8 @@ def trials_on_gpu(args) -> bool | None:
     """Whether a sweep's trials will run on a CUDA GPU: never with --gpus-per-trial 0; on a local
     Ray, when this machine has one (--local-gpus alone declares logical GPUs, not devices); on a
     cluster (--address), not known to the driver: None."""
+    import torch
+
     if args.gpus_per_trial == 0:
         return False
     if not getattr(args, "address", None):
@@ -86,20 +92,28 @@ class Precision:
 
     @property
     def dtype(self) -> torch.dtype | None:
-        return _DTYPES.get(self.name)
+        import torch
+
+        return getattr(torch, _DTYPES[self.name]) if self.name in _DTYPES else None
 
     def autocast(self):
         """The context to run forwards in (a no-op for fp32 and tf32)."""
+        import torch
+
         if self.dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device_type, dtype=self.dtype)
 
     def grad_scaler(self) -> torch.amp.GradScaler:
         """A scaler that is active for fp16 only (a pass-through otherwise)."""
+        import torch
+
         return torch.amp.GradScaler(self.device_type, enabled=self.name == "fp16")
 
     def apply_matmul_settings(self) -> None:
         """TF32 matmuls for tf32 only; the process-wide flags are set again by every trial."""
+        import torch
+
         if self.device_type == "cuda":
             allow = self.name == "tf32"
             torch.backends.cuda.matmul.allow_tf32 = allow
@@ -107,11 +121,15 @@ class Precision:
 
 
 def _bf16_ok(device: torch.device) -> bool:
+    import torch
+
     return torch.cuda.is_bf16_supported(including_emulation=False) if device.type == "cuda" else True
 
 
 def resolve(name: str, device: torch.device) -> Precision:
     """The precision a trial on `device` runs under (`auto` decided here)."""
+    import torch
+
     device = torch.device(device)
     if name not in PRECISIONS:
         raise SweepInputError(f"--precision {name!r} is not one of {', '.join(PRECISIONS)}")
@@ -142,6 +160,8 @@ def adamw(param_groups, lr: float, device: torch.device, weight_decay: float = 0
     """AdamW, fused into one kernel per step on CUDA and the CPU (the same update to float rounding,
     fewer launches; on the CPU 7x faster than the per-tensor loop for MiniLM). `weight_decay` applies
     to groups that do not set their own; 0 unless given (not torch's 0.01, which no method asks for)."""
+    import torch
+
     return torch.optim.AdamW(
         param_groups, lr=lr, weight_decay=weight_decay, fused=torch.device(device).type in FUSED_ADAMW_DEVICES
     )
@@ -149,6 +169,8 @@ def adamw(param_groups, lr: float, device: torch.device, weight_decay: float = 0
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A host tensor on `device`: through pinned memory, without waiting, on CUDA."""
+    import torch
+
     if torch.device(device).type == "cuda":
         return tensor.pin_memory().to(device, non_blocking=True)
     return tensor.to(device)

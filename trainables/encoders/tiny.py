@@ -12,8 +12,6 @@ import re
 from collections import Counter
 from pathlib import Path
 
-import torch
-
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 KINDS = ("bert", "electra-discriminator", "electra-generator", "mpnet", "deberta-v2")
 
@@ -81,6 +79,7 @@ def build_tiny_model(
 ) -> Path:
     """Write a tiny random `kind` model folder (config, weights, tokenizer) and return its path; its
     vocabulary is the `words` most frequent words of `sentences` plus characters and word pieces."""
+    import torch
     from transformers import AutoModel, BertTokenizerFast
 
     directory = Path(directory)

@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from scipy.stats import pearsonr, spearmanr
 
 
 def correlations(predicted, gold) -> dict[str, float]:
+    from scipy.stats import pearsonr, spearmanr
+
     predicted, gold = np.asarray(predicted, dtype=np.float64), np.asarray(gold, dtype=np.float64)
     return {
         "spearman": float(spearmanr(predicted, gold).statistic * 100.0),

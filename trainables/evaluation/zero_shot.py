@@ -18,19 +18,36 @@ pipeline with a head (named e.g. `cls+dense`) pools, then runs the model's own m
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from trainables.core.errors import SweepInputError
 from trainables.encoders.loading import mean_pool, model_depth, truncate
 from trainables.encoders.st_folder import Pipeline, own_pipeline
 
+if TYPE_CHECKING:
+    import torch
+
 POOLINGS = ("mean", "cls", "max")
 OWN = "own"  # --pooling's word for the model's own pipeline
+
+
+def _inference_mode(function):
+    """`torch.inference_mode()` as a decorator, torch imported when the function is first called."""
+
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        import torch
+
+        with torch.inference_mode():
+            return function(*args, **kwargs)
+
+    return run
 
 
 def default_max_length(model_path, tokenizer=None) -> int:
@@ -79,7 +96,7 @@ def _check_request(model, layers: list[int], poolings: list[str]) -> None:
         raise ValueError(f"poolings {unknown or poolings} not understood; known: {', '.join(POOLINGS)}")
 
 
-@torch.inference_mode()
+@_inference_mode
 def pooled_layers(
     model,
     tokenizer,
@@ -97,6 +114,8 @@ def pooled_layers(
     copy when that is less than the model's depth). `device`: where the model already is unless
     given (then the model is moved there); `max_length`: `default_max_length` of the model's
     folder; `on_batch()` is called after each batch (progress). The model's train/eval mode is kept."""
+    import torch
+
     _check_request(model, layers, poolings)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     max_length = max_length or default_max_length(model.name_or_path, tokenizer)
@@ -170,9 +189,11 @@ def load_head(folder, head) -> list:
     return [loaded[i].eval() for i, module in enumerate(listing) if str(module.get("path")) in set(head)]
 
 
-@torch.inference_mode()
+@_inference_mode
 def apply_head(modules: list, embeddings: np.ndarray) -> np.ndarray:
     """Pooled vectors [n, hidden] through the head's modules (float32 on the CPU), as the model's forward."""
+    import torch
+
     features = {"sentence_embedding": torch.from_numpy(np.asarray(embeddings, dtype=np.float32))}
     for module in modules:
         features = module(features)

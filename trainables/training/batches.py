@@ -20,12 +20,17 @@ encoded whole. Evaluation encodes each distinct sentence once, in the same lengt
 
 from __future__ import annotations
 
-import torch
-from torch.nn.utils.rnn import pad_sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 def pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad to the longest sequence; return (input_ids, attention_mask)."""
+    import torch
+    from torch.nn.utils.rnn import pad_sequence
+
     ids = pad_sequence([torch.tensor(s, dtype=torch.long) for s in sequences], batch_first=True, padding_value=pad_id)
     mask = pad_sequence([torch.ones(len(s), dtype=torch.long) for s in sequences], batch_first=True, padding_value=0)
     return ids, mask
@@ -38,6 +43,8 @@ def train_batches(
     lengths: list[int], batch_size: int, generator: torch.Generator, length_grouped: bool
 ) -> list[list[int]]:
     """Index batches for one epoch: shuffled, or length-grouped (see the module docstring)."""
+    import torch
+
     order = torch.randperm(len(lengths), generator=generator).tolist()
     if not length_grouped:
         return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sys
 
+from sweeps.engine import ray_internals  # Tune's step count is private: the one module naming Ray's internals
+
 
 def exists(filesystem, path: str) -> bool:
     import pyarrow.fs
@@ -63,6 +65,6 @@ class RestoresNewest:
             if newest is None:
                 return
             super().restore(Checkpoint(newest, filesystem=checkpoint.filesystem))
-            self._iteration = self.epoch  # one step is one epoch; Tune's count of the newer checkpoint
+            ray_internals.set_iteration(self, self.epoch)  # one step is one epoch; Tune's count of the newer checkpoint
             return
         super().restore(checkpoint_path)

@@ -23,13 +23,16 @@ dot product, and their max with the cosine (`spearman_max4`): the authors' selec
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
 
 from trainables.core.registry import Registry
 from trainables.evaluation.metrics import correlations
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 # A primary metric -> the companion reported beside it (Table 2: Spearman / Pearson).
 COMPANIONS = {"spearman": "pearson", "f1": "accuracy"}
@@ -134,6 +137,8 @@ class Task:
 
     def outputs(self, u: torch.Tensor, v: torch.Tensor, head) -> torch.Tensor:
         """What evaluation keeps per pair (one row per pair)."""
+        import torch.nn.functional as F
+
         return F.cosine_similarity(u, v)
 
     def metrics(self, outputs: dict[str, np.ndarray], labels: dict[str, np.ndarray]) -> dict[str, float]:
@@ -150,6 +155,8 @@ class CosineRegression(Task):
     scale = 1.0
 
     def loss(self, u, v, labels, head):
+        import torch.nn.functional as F
+
         return F.mse_loss(F.cosine_similarity(u, v), labels / self.scale)
 
     def metrics(self, outputs, labels):
@@ -234,6 +241,9 @@ class WordSimilarity(CosineRegression):
         return build_ws_dataset(data_dir, seed, split_method), {"wordsim": ws_checksum(data_dir)}
 
     def outputs(self, u, v, head):
+        import torch
+        import torch.nn.functional as F
+
         return torch.stack(
             [
                 F.cosine_similarity(u, v),
@@ -269,6 +279,8 @@ class MRPC(Task):
         return load_mrpc(data_dir), mrpc_checksums(data_dir)
 
     def loss(self, u, v, labels, head):
+        import torch.nn.functional as F
+
         return F.binary_cross_entropy_with_logits(F.cosine_similarity(u, v), labels)
 
     def metrics(self, outputs, labels):
@@ -297,12 +309,18 @@ class SICK(Task):
         return float(example.label)
 
     def build_head(self, hidden_size):
+        from torch import nn
+
         return nn.Linear(3 * hidden_size, self.n_classes)
 
     def outputs(self, u, v, head):
+        import torch
+
         return head(torch.cat([u, v, torch.abs(u - v)], dim=1))
 
     def loss(self, u, v, labels, head):
+        import torch.nn.functional as F
+
         return F.cross_entropy(self.outputs(u, v, head), labels.long())
 
     def metrics(self, outputs, labels):

@@ -197,9 +197,10 @@ class EpochTrainable(RestoresNewest, tune.Trainable):
             if finished and self.trial_config.get("best_dtype", LEGACY_BEST_DTYPE) == "float16":
                 store_half(Path(checkpoint_dir) / BEST_DIR)
             if finished and (Path(checkpoint_dir) / BEST_DIR / "modules.json").is_file():
+                from sweeps.engine.ray_internals import experiment_dir_name
                 from trainables.encoders.model_card import write_model_card
 
-                sweep = getattr(getattr(self, "_storage", None), "experiment_dir_name", None)
+                sweep = experiment_dir_name(self)
                 write_model_card(Path(checkpoint_dir) / BEST_DIR, self.trial_config, self._final_result, sweep)
             _list_best(Path(checkpoint_dir))
         (Path(checkpoint_dir) / "trial.json").write_text(json.dumps(self.trial_config, indent=2, default=str))

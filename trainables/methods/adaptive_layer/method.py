@@ -25,9 +25,15 @@ from trainables.core.method import Estimate, Method, MethodInfo, MethodPlan, Met
 from trainables.core.setting_conditions import When
 from trainables.core.settings import Choice, Float, Int, Setting
 from trainables.encoders.loading import config_without_loading, local_model_folder, model_list
-from trainables.methods.adaptive_layer.trainable import AdaptiveLayerTrainable
-from trainables.methods.adaptive_layer.training import DEFAULTS
 from trainables.training.pair_tasks import COMPANIONS, get_task, task_names
+
+DEFAULTS = {  # AdaptiveLayerLoss's own defaults (sentence-transformers 6.2)
+    "n_layers_per_step": 1,
+    "last_layer_weight": 1.0,
+    "prior_layers_weight": 1.0,
+    "kl_div_weight": 1.0,
+    "kl_temperature": 0.3,
+}
 
 TMFT = "ELECTRA paper §3 (TMFT's)"  # the source of the training settings, TMFT's (docs/methods.md M1)
 TRAINING = "training (TMFT's, docs/methods.md M1)"
@@ -161,7 +167,7 @@ class AdaptiveData:
 class AdaptiveLayer(Method):
     """One model per (model, seed) trained with AdaptiveLayerLoss, scored at every layer."""
 
-    trainable = AdaptiveLayerTrainable
+    trainable = "trainables.methods.adaptive_layer.trainable:AdaptiveLayerTrainable"  # imported when needed
     info = MethodInfo(
         display_name="Adaptive layers (one run)",
         description="adaptive layers: every layer from one run (sentence-transformers' AdaptiveLayerLoss)",

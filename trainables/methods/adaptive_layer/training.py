@@ -24,16 +24,9 @@ from torch import nn
 
 from trainables.encoders.loading import mean_pool
 from trainables.encoders.precision import to_device
+from trainables.methods.adaptive_layer.method import DEFAULTS
 from trainables.training.batches import forward_chunks, pad
 from trainables.training.pair_training import PairFineTuning
-
-DEFAULTS = {  # AdaptiveLayerLoss's own defaults (sentence-transformers 6.2)
-    "n_layers_per_step": 1,
-    "last_layer_weight": 1.0,
-    "prior_layers_weight": 1.0,
-    "kl_div_weight": 1.0,
-    "kl_temperature": 0.3,
-}
 
 
 class TaskPairLoss(nn.Module):

@@ -37,7 +37,14 @@ from trainables.encoders.precision import stage_precision
 from trainables.evaluation import layer_embeddings
 from trainables.evaluation.sets import PAPER_SETS, SUITE, suite_sets
 from trainables.evaluation.zero_shot import OWN, POOLINGS
-from trainables.methods.evaluate.trainable import EvaluateData, EvaluateTrainable
+
+
+def trainable_module():
+    """trainables/methods/evaluate/trainable.py (torch, Ray Tune), imported when a plan or a trial needs it."""
+    import trainables.methods.evaluate.trainable as module
+
+    return module
+
 
 WHAT = "what to evaluate"
 
@@ -88,7 +95,7 @@ CITATION = """@inproceedings{reimers-gurevych-2019-sentence,
 
 @register_method("evaluate")
 class Evaluate(Method):
-    trainable = EvaluateTrainable
+    trainable = "trainables.methods.evaluate.trainable:EvaluateTrainable"  # imported when a trial or a plan needs it
     info = MethodInfo(
         display_name="Zero-shot evaluation",
         description="zero-shot evaluation: models x poolings x layers on STS12-16, STS-B and SICK-R",
@@ -245,7 +252,7 @@ class Evaluate(Method):
                     costs[(model, layer)] = TrialCost(memory_bytes=0.0, seconds=0.0, gpu=False)
         return MethodPlan(
             configs=configs,
-            data=EvaluateData(suite),
+            data=trainable_module().EvaluateData(suite),
             costs=costs,
             stages=specs,
             checksums={f"eval_{k}": v for k, v in suite.checksums.items()},

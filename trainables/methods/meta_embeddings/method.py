@@ -95,7 +95,7 @@ from trainables.core.setting_conditions import When
 from trainables.core.settings import Choice, Float, Int, Kind, Names, Setting
 from trainables.evaluation.sets import SUITE
 from trainables.methods.meta_embeddings import paper, token_embeddings
-from trainables.methods.meta_embeddings.models import (
+from trainables.methods.meta_embeddings.variants import (
     ABLATIONS,
     BASELINE_INPUTS,
     BASELINES,
@@ -107,7 +107,14 @@ from trainables.methods.meta_embeddings.models import (
     check_fit_sentences,
     default_optimizer,
 )
-from trainables.methods.meta_embeddings.trainable import MetaData, MetaEmbeddingTrainable
+
+
+def trainable_module():
+    """trainables/methods/meta_embeddings/trainable.py (torch, Ray Tune), imported when a plan or a trial needs it."""
+    import trainables.methods.meta_embeddings.trainable as module
+
+    return module
+
 
 DEFAULT_SOURCES = "sentence-transformers/all-MiniLM-L6-v2,sentence-transformers/all-mpnet-base-v2"
 DEFAULT_SOURCE_LIST = DEFAULT_SOURCES.split(",")
@@ -352,7 +359,7 @@ CITATION = """@inproceedings{takahashi-bollegala-2022-unsupervised,
 class MetaEmbeddings(Method):
     """UNSUP and the baselines over cached frozen sources (module docstring)."""
 
-    trainable = MetaEmbeddingTrainable
+    trainable = "trainables.methods.meta_embeddings.trainable:MetaEmbeddingTrainable"  # imported when needed
     info = MethodInfo(
         display_name="UNSUP meta-embeddings",
         description="sentence meta-embeddings: UNSUP (paper, authors_code), SSE, CONC, AVG, SVD, GCCA, SUP of "
@@ -453,7 +460,7 @@ class MetaEmbeddings(Method):
                 np.asarray([e.score for e in examples], dtype=np.float32),
             )
 
-        data = MetaData(
+        data = trainable_module().MetaData(
             pairs(splits["train"]),
             pairs(splits["dev"]),
             np.asarray([row[s] for s in suite.sentences]),

@@ -150,7 +150,7 @@ TRIAL_MEMORY, TRAINED_SECONDS, BASELINE_SECONDS = 2e9, 60.0, 5.0
 
 def trial_cost(meta: str) -> TrialCost:
     """The plan's flat cost of one trial of `meta` (UNSUP and SUP train on a GPU; the baselines do not)."""
-    from trainables.methods.meta_embeddings.models import TRAINED
+    from trainables.methods.meta_embeddings.variants import TRAINED
 
     trained = meta in TRAINED
     return TrialCost(memory_bytes=TRIAL_MEMORY, seconds=TRAINED_SECONDS if trained else BASELINE_SECONDS, gpu=trained)

@@ -13,19 +13,17 @@ from trainables.core.errors import SweepInputError
 from trainables.encoders.precision import adamw
 from trainables.methods.meta_embeddings import token_embeddings
 from trainables.methods.meta_embeddings.models import (
-    ABLATIONS,
-    TRAINED,
     MetaModel,
     authors_code_loss,
     baseline_vectors,
     batch_words,
-    default_optimizer,
     paper_loss,
     paper_terms,
     sentence_vectors,
     sup_mse_loss,
     sup_signed_loss,
 )
+from trainables.methods.meta_embeddings.variants import ABLATIONS, TRAINED, default_optimizer
 from trainables.training.divergence import CAUSES, check_step
 from trainables.training.trainable import EpochTrainable
 

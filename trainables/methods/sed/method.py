@@ -68,7 +68,14 @@ from trainables.methods.sed.targets import (
     resolve_teachers,
     stage_config,
 )
-from trainables.methods.sed.trainable import SEDData, SEDTrainable
+
+
+def trainable_module():
+    """trainables/methods/sed/trainable.py (torch, Ray Tune), imported when a plan or a trial needs it."""
+    import trainables.methods.sed.trainable as module
+
+    return module
+
 
 SMOKE_TEACHER_SEEDS = (1, 2)  # --smoke-test without --teachers: two tiny random BERTs
 WHAT = "what to distil"
@@ -158,7 +165,7 @@ CITATION = """@article{carlsson2021sentence,
 class SED(Method):
     """Sentence ensemble distillation: targets stage, then teachers, ensemble and student seeds."""
 
-    trainable = SEDTrainable
+    trainable = "trainables.methods.sed.trainable:SEDTrainable"  # imported when a trial or a plan needs it
     info = MethodInfo(
         display_name="SED (ensemble distillation)",
         description="a student distilled to the mean embedding of an ensemble of teachers",
@@ -271,7 +278,7 @@ class SED(Method):
         configs += [{**base, "member": "student", "replica": seed, "seed": seed} for seed in args.seeds]
         return MethodPlan(
             configs=configs,
-            data=SEDData(corpus_ids, pad_id, suite, dev),
+            data=trainable_module().SEDData(corpus_ids, pad_id, suite, dev),
             stages={spec["key"]: spec},
             costs=cls._costs(student[1], size, corpus_ids, args),
             checksums={"corpus": checksum},

@@ -10,13 +10,16 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from trainables.core.errors import SweepInputError
 from trainables.core.settings import Names
 from trainables.stages.upstream import STAGES, StageKind, encoding_result
+
+if TYPE_CHECKING:
+    import torch
 
 DEV_SET = "stsb_dev"
 
@@ -209,6 +212,8 @@ def eval_sentences(suite, dev) -> list[str]:
 # --- pooling ----------------------------------------------------------------------------------
 def pooled(model, input_ids, attention_mask, layers: int) -> torch.Tensor:
     """The mean over the last `layers` layers of the masked mean over tokens."""
+    import torch
+
     from trainables.encoders.loading import mean_pool
 
     output = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=layers > 1)
@@ -275,6 +280,7 @@ def stage_config(
 
 def compute(spec: dict, out_dir: Path) -> dict:
     """Targets and evaluation embeddings of the ensemble (see the module docstring)."""
+    import torch
     from transformers import AutoTokenizer
 
     from trainables.encoders.loading import load_pretrained

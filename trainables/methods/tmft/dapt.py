@@ -38,9 +38,7 @@ import contextlib
 import math
 import time
 from pathlib import Path
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
 from trainables.core import settings as shared
 from trainables.core.errors import SweepInputError
@@ -48,6 +46,9 @@ from trainables.core.settings import Auto, Choice, Float, Int, Names, Setting
 from trainables.data.sentences import DAPT_SOURCES
 from trainables.encoders.mlm import HEADS, MLM_PROBABILITY, mlm_model
 from trainables.stages.upstream import STAGES, StageKind, stage_settings
+
+if TYPE_CHECKING:
+    import torch
 
 STAGE_DEFAULTS = {
     "epochs": 10,
@@ -178,6 +179,8 @@ def length_chunk_count(config: dict, device, tokenizer) -> int:
     """Parts per batch: on the CPU a batch runs in CPU_CHUNKS length-sorted parts (less padding,
     the same gradient); on a GPU in one (small parts would wait on kernel launches). Right
     padding only. `config["chunks"]` overrides (tests)."""
+    import torch
+
     if tokenizer.padding_side != "right":
         return 1
     return int(config.get("chunks") or (CPU_CHUNKS if torch.device(device).type == "cpu" else 1))
@@ -186,6 +189,8 @@ def length_chunk_count(config: dict, device, tokenizer) -> int:
 def length_chunks(batch: dict, chunks: int) -> list[dict]:
     """The batch's rows sorted by length and cut into `chunks` parts, each trimmed of the padding
     columns all its rows share (right padding: the other positions' outputs do not change)."""
+    import torch
+
     if chunks <= 1:
         return [dict(batch)]
     lengths = batch["attention_mask"].sum(1)
@@ -265,6 +270,8 @@ def _collator(tokenizer, config: dict, seed: int):
 
 def compute(spec: dict, out_dir: Path) -> dict:
     """Run the DAPT stage of `spec` (model_path, data_dir, config) and write `out_dir/encoder/`."""
+    import torch
+    import torch.nn.functional as F
     from transformers import get_linear_schedule_with_warmup
 
     from trainables.encoders.precision import adamw, resolve

@@ -37,7 +37,6 @@ from trainables.evaluation import layer_embeddings
 from trainables.evaluation.sets import EVAL_SETS, check_scorable, main_metric
 from trainables.methods.tmft import paper
 from trainables.methods.tmft.encoder import ZERO_SHOT_STAGE
-from trainables.methods.tmft.trainable import TMFTData, TMFTTrainable
 from trainables.training.batches import CPU_FORWARD_CHUNK
 from trainables.training.pair_tasks import COMPANIONS, get_task, task_names
 
@@ -104,11 +103,18 @@ CITATION = """@inproceedings{rep-etal-2024-electra,
 }"""
 
 
+def trainable_module():
+    """trainables/methods/tmft/trainable.py (torch, Ray Tune), imported when a plan or a trial needs it."""
+    import trainables.methods.tmft.trainable as module
+
+    return module
+
+
 @register_method("tmft")
 class TMFT(Method):
     """Truncated model fine-tuning: models x layers x seeds on a pair task (docs/methods.md M1)."""
 
-    trainable = TMFTTrainable
+    trainable = "trainables.methods.tmft.trainable:TMFTTrainable"  # imported when a trial or a plan needs it
     info = MethodInfo(
         display_name="TMFT",
         description="truncated model fine-tuning: models x layers x seeds on a pair task",
@@ -225,7 +231,7 @@ class TMFT(Method):
         }
         planned = MethodPlan(
             configs=configs,
-            data=TMFTData(tasks, suite),
+            data=trainable_module().TMFTData(tasks, suite),
             costs=cls.costs(tasks, args),
             checksums=checksums,
             static_params=static,
@@ -259,7 +265,7 @@ class TMFT(Method):
                 model,
                 path,
                 sorted({c["layer"] for c in mine}),
-                [TMFTTrainable.pooling],
+                [cls.trainable_class().pooling],
                 sets,
                 default_max_length(path),
                 args.eval_batch_size,

@@ -45,12 +45,18 @@ from trainables.core.settings import Choice, Flag, Int, Kind, Names, Setting
 from trainables.encoders.loading import model_list
 from trainables.evaluation.sets import EVAL_SETS, eval_set_names, main_metric
 from trainables.methods.tsdae import paper
+from trainables.methods.tsdae.checks import CT_KEEP, CT_VARIANTS, OBJECTIVES, check_corpus, check_decoder, read_corpus
 from trainables.methods.tsdae.cost import trial_cost
 from trainables.methods.tsdae.noise import DEFAULT_RATIOS, NOISES, RATIOS
 from trainables.methods.tsdae.settings import FINAL_WEIGHTS, SIMCSE_SETTINGS, TSDAE_B, corpus_settings, flag_value
 from trainables.methods.tsdae.stage import NOISE
-from trainables.methods.tsdae.trainable import TSDAEData, TSDAETrainable
-from trainables.methods.tsdae.training import CT_KEEP, CT_VARIANTS, OBJECTIVES, check_corpus, check_decoder, read_corpus
+
+
+def trainable_module():
+    """trainables/methods/tsdae/trainable.py (torch, Ray Tune), imported when a plan or a trial needs it."""
+    import trainables.methods.tsdae.trainable as module
+
+    return module
 
 
 @dataclass(frozen=True)
@@ -299,7 +305,7 @@ CITATION = """@inproceedings{wang-etal-2021-tsdae-using,
 
 @register_method("tsdae")
 class TSDAE(Method):
-    trainable = TSDAETrainable
+    trainable = "trainables.methods.tsdae.trainable:TSDAETrainable"  # imported when a trial or a plan needs it
     info = MethodInfo(
         display_name="TSDAE",
         description="TSDAE and its unsupervised baselines (MLM, SimCSE, CT) on an unlabelled corpus",
@@ -450,7 +456,7 @@ class TSDAE(Method):
         checksums.update({f"eval_{k}": v for k, v in dev.checksums.items()})
         return MethodPlan(
             configs=configs,
-            data=TSDAEData(corpora, dev, suites),
+            data=trainable_module().TSDAEData(corpora, dev, suites),
             costs=costs,
             checksums=checksums,
             static_params={

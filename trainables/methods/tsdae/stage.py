@@ -8,9 +8,9 @@ from pathlib import Path
 
 from trainables.core import settings as shared
 from trainables.core.settings import Choice, Int, Setting, Text
+from trainables.methods.tsdae.checks import check_corpus, check_decoder, read_corpus
 from trainables.methods.tsdae.noise import NOISES
 from trainables.methods.tsdae.settings import LAST_BATCH, PAPER
-from trainables.methods.tsdae.training import Training, check_corpus, check_decoder, read_corpus
 from trainables.stages.upstream import STAGES, StageKind, stage_settings
 
 NOISE = Setting(
@@ -101,6 +101,7 @@ def compute(spec: dict, out_dir: Path) -> dict:
     and write `out_dir/encoder/` (a transformers model folder TMFT starts from)."""
     import time
 
+    from trainables.methods.tsdae.training import Training  # torch: imported when the stage runs
     from trainables.stages.progress import StageProgress
     from trainables.training.device import pick_device, seed_everything
     from trainables.training.divergence import check_converging

@@ -4,35 +4,12 @@ corpus, without Ray: the trials (trainable.py) and the `tsdae` stage (stage.py) 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 
-from trainables.core.errors import SweepInputError
 from trainables.encoders.precision import adamw
 from trainables.methods.tsdae.noise import DEFAULT_RATIOS, Noise, vocabulary_words
 from trainables.methods.tsdae.settings import CT_GROUP, learning_rate, resolve
-
-OBJECTIVES = ("none", "tsdae", "mlm", "simcse", "ct")
-
-
-CT_VARIANTS = ("official", "in-batch")
-CT_KEEP = ("second", "better")  # official CT: the copy scored and kept (method.py --ct-keep)
-
-
-def check_decoder(model_path, model: str) -> None:
-    """Refuse an architecture that transformers has no causal LM (with cross-attention) for."""
-    from transformers import AutoConfig
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-
-    config = AutoConfig.from_pretrained(str(model_path))
-    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
-        raise SweepInputError(
-            f"TSDAE: {model} is a {config.model_type!r} model, and transformers has no causal-LM decoder "
-            f"with cross-attention for {config.model_type!r}; use a BERT/RoBERTa/ELECTRA-family model "
-            "for --objective tsdae, or --objective mlm,simcse,ct for this one"
-        )
 
 
 def sentence_model(model_path: str, pooling: str, max_length: int):
@@ -310,30 +287,3 @@ class _MLMLoss(torch.nn.Module):
         )
         batch = {k: v.to(ids.device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "labels")}
         return self.mlm(**batch).loss
-
-
-def read_corpus(corpus: str, data_dir, max_sentences: int | None, flag: str = "--corpus") -> tuple[list[str], str, str]:
-    """(sentences, corpus name, checksum) of --corpus: a named source of trainables/data/sentences.py
-    (`wiki`, the Wikipedia sample; the domain sets' unlabelled sentences where registered there) or a
-    text file (UTF-8, one sentence a line, blank lines dropped; refused when it holds none)."""
-    from trainables.data import sentences as corpora
-    from trainables.data._io import file_checksum
-    from trainables.training.tokenized import subset
-
-    if corpus in corpora.DAPT_SOURCES:
-        sentences, name = corpora.dapt_corpus(data_dir, (corpus,))
-        checksum = corpora.dapt_corpus_checksum(data_dir, (corpus,))
-    else:
-        sentences = corpora.read_text_corpus(corpus, flag)
-        name, checksum = Path(corpus).name, file_checksum(Path(corpus))
-    return subset(sentences, max_sentences), name, checksum
-
-
-def check_corpus(corpus: str, flag: str = "--corpus") -> None:
-    from trainables.data.sentences import DAPT_SOURCES
-
-    if corpus not in DAPT_SOURCES and not Path(corpus).is_file():
-        raise SweepInputError(
-            f"{flag} {corpus}: no such file and no corpus of that name; pass a text file (one sentence a line) "
-            f"or one of {', '.join(DAPT_SOURCES)}"
-        )
