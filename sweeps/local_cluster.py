@@ -229,6 +229,13 @@ def main(argv=None) -> int:
         "--idle-timeout-minutes", type=float, help="reap a worker idle this long, a fraction too (default: the file's)"
     )
     args = parser.parse_args(argv)
+    if args.command == "up" and not CLUSTER_FILE.is_file():
+        print(
+            f"{CLUSTER_FILE} not found: `up` reads cluster_local.yaml from a checkout of embsweep, which an installed "
+            "wheel does not carry; run it from a checkout (pip install -e .)",
+            file=sys.stderr,
+        )
+        return 2
     if args.command == "up":
         try:
             address = up(

@@ -25,14 +25,22 @@ PACKAGES = ("sweeps", "trainables", "analysis")
 pytestmark = pytest.mark.slow
 
 
-def pip(python: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    """This environment's pip acting on the venv of `python` (pip's --python)."""
+def outside_env() -> dict:
+    """This environment's variables without those that would put the checkout or another Ray in reach."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "RAY_ADDRESS")}
+
+
+def pip(python: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """This environment's pip acting on the venv of `python` (pip's --python), run from that venv's
+    folder: from the checkout, its `embsweep.egg-info` would count as embsweep installed."""
     return subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), *args],
         check=True,
         capture_output=True,
         text=True,
-        **kwargs,
+        cwd=python.parents[1],
+        env=outside_env(),
+        timeout=timeout,
     )
 
 
@@ -47,6 +55,7 @@ def site_packages(python: Path) -> Path:
         check=True,
         capture_output=True,
         text=True,
+        env=outside_env(),
     )
     return Path(out.stdout.strip())
 
@@ -62,6 +71,8 @@ def build_wheel(out: Path, scratch: Path) -> Path:
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
         check=True,
         capture_output=True,
+        cwd=scratch,
+        env=outside_env(),
     )
     (wheel,) = out.glob("embsweep-*.whl")
     return wheel
@@ -76,7 +87,7 @@ def test_the_wheel_runs_a_smoke_sweep_a_report_and_every_help_outside_the_checko
     (installed / "embsweep-deps.pth").write_text("\n".join(sorted(deps)) + "\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "RAY_ADDRESS")}
+    env = outside_env()
     env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
 
     def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -93,6 +104,12 @@ def test_the_wheel_runs_a_smoke_sweep_a_report_and_every_help_outside_the_checko
     for command in commands:
         shown = run(*command, "--help")
         assert shown.returncode == 0 and "usage" in shown.stdout, (command, shown.stdout[-500:], shown.stderr[-2000:])
+
+    for command in (["sweeps.local_cluster", "up"], ["analysis", "docs", "--check"]):  # need the checkout's files
+        refused = run(str(python), "-m", *command)
+        assert refused.returncode == 2 and " checkout" in refused.stderr, (command, refused.stderr[-2000:])
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr[-2000:]
+    assert not list(elsewhere.iterdir())
 
     uri = f"sqlite:///{elsewhere / 'mlflow.db'}"
     smoke = run(
@@ -127,6 +144,8 @@ def test_installing_beside_the_lowest_torch_keeps_that_torch(tmp_path):
         check=True,
         capture_output=True,
         text=True,
+        cwd=tmp_path,
+        env=outside_env(),
     ).stdout.strip()
     assert before.split("+")[0] == lowest_torch()
     report = tmp_path / "report.json"
