@@ -194,6 +194,9 @@ def _docs(check: bool) -> int:
     from trainables.core.paths import PROJECT_ROOT
 
     docs = PROJECT_ROOT / "docs"
+    if not docs.is_dir():
+        print(f"{docs} not found: `python -m analysis docs` writes a checkout's docs/; run it in one", file=sys.stderr)
+        return 2
     if check:
         pages = stale(docs)
         for page in pages:

@@ -298,8 +298,12 @@ def main(argv=None) -> int:
 
     require_supported_versions()  # Ray's own checks run below, from its private modules
     args = sys.argv[1:] if argv is None else list(argv)
-    if len(args) != 1 or args[0] in ("-h", "--help"):
-        print("usage: python -m sweeps.cluster_config CLUSTER_YAML", file=sys.stderr)
+    usage = "usage: python -m sweeps.cluster_config CLUSTER_YAML"
+    if args in (["-h"], ["--help"]):
+        print(usage + "\n\n" + __doc__.split("\n\n")[0])
+        return 0
+    if len(args) != 1:
+        print(f"{usage} (one file)", file=sys.stderr)
         return 2
     try:
         _, notes = check_cluster_config(args[0])

@@ -233,6 +233,13 @@ def main(argv=None) -> int:
     if args.command != "up" and given:
         print(f"error: {given[0]} applies only to `up` (it sizes the cluster up starts); leave it out", file=sys.stderr)
         return 2
+    if args.command == "up" and not CLUSTER_FILE.is_file():
+        print(
+            f"{CLUSTER_FILE} not found: `up` reads cluster_local.yaml from a checkout of embsweep, which an installed "
+            "wheel does not carry; run it from a checkout (pip install -e .)",
+            file=sys.stderr,
+        )
+        return 2
     if args.command == "up":
         try:
             address = up(
