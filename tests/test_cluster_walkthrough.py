@@ -101,12 +101,13 @@ def tracking_server(tmp_path, head):
     command = doc_commands("ray exec cluster.yaml --tmux 'cd ~/embsweep && python -m sweeps.mlflow_server")[0]
     inner = shlex.split(command)[-1].split("&&", 1)[1]
     port = free_port()
-    inner = inner.replace("$HOME", str(tmp_path / "home")).replace("/mnt/shared", str(tmp_path / "shared"))
+    inner = inner.replace("~/", f"{tmp_path / 'home'}/").replace("/mnt/shared", str(tmp_path / "shared"))
     inner = inner.replace("--port 5000", f"--port {port}")
     argv = shlex.split(inner)
-    assert argv[:3] == ["python", "-m", "sweeps.mlflow_server"] and "--backend-store-uri" in argv
+    assert argv[:3] == ["python", "-m", "sweeps.mlflow_server"] and "--local-store" in argv
     assert not any("/mnt/shared" in a and a.endswith(".db") for a in shlex.split(command))  # not SQLite on NFS
     (tmp_path / "home").mkdir()
+    (tmp_path / "shared").mkdir()  # the mounted file system
     log = tmp_path / "mlflow.log"
     process = subprocess.Popen(
         [sys.executable, *argv[1:]], cwd=ROOT, env=head.env, start_new_session=True, stdout=open(log, "w"),
