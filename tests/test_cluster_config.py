@@ -311,24 +311,6 @@ def test_the_python_check_of_node_setup_names_the_version_needed():
     ]
 
 
-def test_the_docs_backup_of_the_mlflow_store_copies_it_to_the_shared_folder(tmp_path):
-    """docs/cluster.md section 6: the store on the head's disk, copied with SQLite's online backup."""
-    import sqlite3
-
-    text = (ROOT / "docs" / "cluster.md").read_text()
-    (line,) = {ln for ln in text.splitlines() if ln.startswith('ray exec cluster.yaml "python -c')}
-    remote = shlex.split(line)[-1]  # what the head's shell runs
-    home, shared = tmp_path / "home", tmp_path / "shared"
-    home.mkdir(), shared.mkdir()
-    with sqlite3.connect(home / "mlflow.db") as store:
-        store.execute("create table runs (id text)")
-        store.execute("insert into runs values ('r1')")
-    remote = remote.replace("python", shlex.quote(sys.executable), 1).replace("/mnt/shared", str(shared))
-    done = subprocess.run(["bash", "-c", remote], env={**os.environ, "HOME": str(home)}, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert sqlite3.connect(shared / "mlflow-backup.db").execute("select id from runs").fetchall() == [("r1",)]
-
-
 LOCAL_YAML = CLUSTER_YAML.with_name("cluster_local.yaml")
 
 
