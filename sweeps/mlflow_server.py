@@ -16,8 +16,8 @@ Sweeps then log to it with `--mlflow-uri http://127.0.0.1:5000`. A PostgreSQL st
 (`postgresql://user@host:5432/db`) needs the driver (`pip install -e '.[postgres]'`); a missing
 driver or an unreachable database is refused (exit 2) before the server starts. MLflow's background job
 runner (GenAI jobs: a job process and several Huey consumers, ~1 GB) is off unless `--enable-jobs`
-is given: a sweep's runs do not use it. Arguments after `--` go to `mlflow server` unchanged. The process is
-replaced by `mlflow server` (same pid; Ctrl-C stops it).
+is given: a sweep's runs do not use it. Arguments after `--` go to `mlflow server` unchanged. Without
+`--local-store` the process is replaced by `mlflow server` (same pid; Ctrl-C stops it).
 
 On a cluster, whose nodes go away, `--local-store FILE` keeps the SQLite store on this node's disk and its
 home on the storage path: `<storage-path>/mlflow.db`, a folder's or an s3:// URI's, restored from there when

@@ -145,7 +145,7 @@ def docs_server_command(home: Path, shared: Path, port: int) -> list[str]:
         re.sub(r"\s+", " ", line).strip()
         for line in text.splitlines()
         if line.startswith("ray exec cluster.yaml --tmux 'cd ~/embsweep && python -m sweeps.mlflow_server")
-        and "--local-store" in line
+        and "--storage-path /mnt/shared " in line
     }
     inner = shlex.split(command)[-1].split("&&", 1)[1]
     inner = inner.replace("~/", f"{home}/").replace("/mnt/shared", str(shared)).replace("--port 5000", f"--port {port}")
@@ -299,3 +299,45 @@ def test_a_second_head_on_the_same_shared_folder_is_refused_in_one_line(tmp_path
         assert owner["pid"] == head.process.pid
     finally:
         head.stop()
+
+
+@pytest.mark.sweep
+def test_a_server_whose_home_is_a_bucket_restores_and_copies_there(tmp_path, s3):
+    """The cluster without a shared file system: `--storage-path s3://...` with `--local-store`; the history and the
+    artifacts in the bucket, through a head's end (SIGTERM, its disk deleted) and a new head."""
+    storage = s3.uri("embsweep")
+    ids = []
+    for name in ("head1", "head2"):
+        port = free_port()
+        log = tmp_path / f"{name}.log"
+        command = [sys.executable, "-m", "sweeps.mlflow_server", "--storage-path", storage,
+                   "--local-store", str(tmp_path / name / "mlflow.db"), "--port", str(port)]  # fmt: skip
+        server = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                  start_new_session=True, stdout=open(log, "w"), stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            uri = f"http://127.0.0.1:{port}"
+            deadline = time.time() + 120
+            while not _answers(uri):
+                assert time.time() < deadline and server.poll() is None, log.read_text()[-3000:]
+                time.sleep(0.5)
+            assert runs_served(uri, "electra-layers") == sorted(ids)
+            ids += log_runs(uri, "electra-layers", 1)
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(timeout=60) == 0, log.read_text()[-3000:]
+        finally:
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGKILL)
+        shutil.rmtree(tmp_path / name)
+    assert "embsweep/mlflow.db" in s3.keys("embsweep/") and "embsweep/mlflow.db.owner" not in s3.keys("embsweep/")
+    (tmp_path / "copy.db").write_bytes(s3.read("embsweep/mlflow.db"))
+    assert stored_runs(tmp_path / "copy.db") == sorted(ids)
+
+
+def _answers(uri: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri + "/health", timeout=2):
+            return True
+    except OSError:
+        return False
