@@ -326,7 +326,11 @@ def _serve_keeping_home(args: argparse.Namespace, command: list[str], environmen
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(number, lambda received, frame: stop.append(received))
     env = {**os.environ, **environment, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "true" if args.enable_jobs else "false"}
-    server = subprocess.Popen(command, env=env, process_group=0, preexec_fn=_die_with_parent)
+    try:
+        server = subprocess.Popen(command, env=env, process_group=0, preexec_fn=_die_with_parent)
+    except OSError:
+        keeper.lease.release()
+        raise
     try:
         while server.poll() is None and not stop:
             time.sleep(1.0)
