@@ -28,6 +28,7 @@ import socket
 import sqlite3
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from trainables.core import object_storage
@@ -149,34 +150,67 @@ def _gone(owner: dict) -> bool:
     return False
 
 
+def _generation_of(location) -> str | None:
+    data = object_storage.read_bytes(location)
+    return data.decode().strip() if data else None
+
+
 class Keeper:
-    """Copies a store to its home as its writes pause, at least every `interval` seconds, and once at the end."""
+    """Copies a store to its home as its writes pause, at least every `interval` seconds, and once at the end.
+
+    Each copy is stamped with a new generation, written beside the home (`mlflow.db.generation`) and beside the
+    store: a store whose stamp is not its home's was left behind while another server wrote the home (a node that
+    comes back after the history moved on), and is refused rather than copied over the newer history."""
 
     def __init__(self, store: Path, home: str, interval: float, say=print):
         self.store, self.home, self.interval, self.say = Path(store), home, interval, say
         self.lease = Lease(home)
-        self.copied = signature(self.store)  # what the home holds (restored, or nothing to copy yet)
-        self.last_copy = time.monotonic()
-        self.last_change = time.monotonic()
-        self.seen = self.copied
-        self.last_renew = time.monotonic()
+        self.home_generation = object_storage.join(object_storage.parent(home), f"{HOME_NAME}.generation")
+        self.store_generation = self.store.with_name(f"{self.store.name}.generation")
+        self.copied: tuple | None = None  # the store's signature the home holds; None: not known to hold it
+        self.seen: tuple = ()
+        self.last_copy = self.last_change = self.last_renew = time.monotonic()
 
     def start(self) -> None:
-        """Own the home, and restore the store from it where the store does not exist; before the server starts."""
+        """Own the home, and restore the store from it where the store does not exist (or refuse one left behind);
+        before the server starts."""
         self.lease.acquire()
+        try:
+            at_home = self._restore_or_check()
+        except BaseException:
+            self.lease.release()
+            raise
+        self.store.parent.mkdir(parents=True, exist_ok=True)
+        self.seen = signature(self.store)
+        self.copied = self.seen if at_home else None  # a store its home does not hold yet: copied at the first tick
+
+    def _restore_or_check(self) -> bool:
+        """Restore a missing store from the home; refuse a store left behind. True when the home holds the store."""
+        home_generation = _generation_of(self.home_generation)
         if not self.store.exists():
             if restore(self.home, self.store):
+                if home_generation:
+                    self.store_generation.write_text(home_generation)
                 self.say(f"restored the MLflow store {self.store} from {redact(self.home)}")
             else:
                 self.say(f"no MLflow history in {redact(self.home)} yet: a new store, copied there as it is written")
-        self.store.parent.mkdir(parents=True, exist_ok=True)
-        self.copied = self.seen = signature(self.store)
+            return True
+        mine = self.store_generation.read_text().strip() if self.store_generation.exists() else None
+        if home_generation and mine != home_generation:
+            raise SweepInputError(
+                f"the MLflow store {self.store} is not the last copy of its home {redact(self.home)} (another server "
+                f"has written the home since): move {self.store} away, and this server restores the home's history"
+            )
+        return home_generation is not None
 
     def copy(self, why: str) -> None:
         if not self.store.exists() or self.lease.tag is None:
             return
         current = signature(self.store)
         size = back_up(self.store, self.home)
+        generation = uuid.uuid4().hex
+        object_storage.write_bytes(self.home_generation, generation.encode())
+        self.store_generation.write_text(generation)
         self.copied, self.last_copy = current, time.monotonic()
         self.say(f"copied the MLflow store to {redact(self.home)} ({size / 1e6:.1f} MB, {why})")
 
@@ -192,7 +226,9 @@ class Keeper:
             self.seen, self.last_change = current, now
         if current == self.copied:
             return
-        if now - self.last_change >= QUIET_S:
+        if self.copied is None:
+            self.copy("a store its home did not hold")
+        elif now - self.last_change >= QUIET_S:
             self.copy("writes paused")
         elif now - self.last_copy >= self.interval:
             self.copy(f"every {self.interval:g} s")

@@ -341,3 +341,25 @@ def _answers(uri: str) -> bool:
             return True
     except OSError:
         return False
+
+
+def test_a_store_left_behind_while_another_server_wrote_the_home_is_refused(tmp_path):
+    (tmp_path / "shared").mkdir()
+    home = mlflow_home.home_of(str(tmp_path / "shared"))
+    quiet = {"say": lambda _: None}
+    a = mlflow_home.Keeper(a_store(tmp_path / "nodeA" / "mlflow.db", ["r1"]), home, 60, **quiet)
+    a.start()
+    a.finish("SIGTERM received")
+    b = mlflow_home.Keeper(tmp_path / "nodeB" / "mlflow.db", home, 60, **quiet)  # a new node: restores, writes
+    b.start()
+    a_store(b.store, ["r2"])
+    b.finish("SIGTERM received")
+    again = mlflow_home.Keeper(a.store, home, 60, **quiet)  # node A comes back with its old store
+    with pytest.raises(SweepInputError) as refused:
+        again.start()
+    assert str(refused.value) == (
+        f"the MLflow store {a.store} is not the last copy of its home {home} (another server has written the home "
+        f"since): move {a.store} away, and this server restores the home's history"
+    )
+    assert runs_in(Path(home)) == ["r1", "r2"]  # nothing copied over the newer history
+    mlflow_home.Keeper(b.store, home, 60, **quiet).start()  # the store that wrote the home last goes on
