@@ -32,7 +32,8 @@ NEEDS_DASHBOARD = "the Ray dashboard needs ray[default] (pip install -e '.[clust
 
 def doc_commands(prefix: str) -> list[str]:
     """The commands of docs/cluster.md's code blocks that start with `prefix`, continuation lines joined."""
-    blocks = re.findall(r"```\n(.*?)```", DOCS.read_text(), re.S)
+    fenced = re.findall(r"(?m)^[ \t]*```([\w-]*)[^\n]*\n(.*?)^[ \t]*```", DOCS.read_text(), re.S)
+    blocks = [block for fence, block in fenced if fence != "text"]  # a diagram or an output is ```text
     commands = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
     return [re.sub(r"\s+", " ", c).strip() for c in commands if c.startswith(prefix)]
 

@@ -211,7 +211,8 @@ def test_the_script_refuses_to_start_without_a_sweep(tmp_path):
 
 def docs_sbatch() -> list[str]:
     """docs/cluster.md's sbatch command, as written (variables set before it included)."""
-    blocks = re.findall(r"```\n(.*?)```", DOCS.read_text(), re.S)
+    fenced = re.findall(r"(?m)^[ \t]*```([\w-]*)[^\n]*\n(.*?)^[ \t]*```", DOCS.read_text(), re.S)
+    blocks = [block for fence, block in fenced if fence != "text"]  # a diagram or an output is ```text
     lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
     (command,) = [line.split("#", 1)[0].strip() for line in lines if "sbatch cluster/slurm.sbatch" in line]
     return shlex.split(command)
