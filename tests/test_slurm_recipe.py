@@ -225,7 +225,6 @@ class Job:
         self.env = stand_ins(tmp_path, gpus_seen=4, fake_ray=False)
         self.port = free_port()
         self.local = Path("/tmp") / f"sl{self.port}"  # the job's TMPDIR: Ray's socket paths must stay short
-        self.local.mkdir()
         self.env.update(TMPDIR=str(self.local), RAY_PORT=str(self.port))
         command = docs_sbatch()
         assigned = [word for word in command if re.fullmatch(r"[A-Z_]+=.*", word)]
@@ -238,6 +237,7 @@ class Job:
         self.storage = Path(self.env["STORAGE"])
         self.store = self.local / f"embsweep-{self.env.get('SLURM_JOB_ID', '4242')}" / "mlflow.db"  # the node's copy
         self.log = tmp_path / "job.out"
+        self.local.mkdir()
         self.process = subprocess.Popen(
             [*command, "--smoke-test", "--data-dir", str(data_dir), *extra],
             cwd=ROOT,
