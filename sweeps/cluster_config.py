@@ -18,9 +18,10 @@ not a pinned commit, a Ray version in the setup that is not this machine's; and 
 aws only: a node type without ImageId, node_config keys and values that boto3's own EC2
 `RunInstances` model (botocore's service model, read offline) refuses, an unknown instance type,
 a provider key Ray does not read (`availability_zones`) or zones outside the region, GPU resources
-other than the instance type's GPUs (sweeps/engine/instances.py). On success it prints "valid" and
-the vCPU quota the cluster needs at full size, per quota (`quota_lines`), and the IAM PassRole a
-worker instance profile needs.
+other than the instance type's GPUs (sweeps/engine/instances.py), shared storage in another region than
+`provider.region` (the setup's EFS_REGION, or a DATA_URI bucket's `region=`: `storage_region_problems`).
+On success it prints "valid" and the vCPU quota the cluster needs at full size, per quota
+(`quota_lines`), and the IAM PassRole a worker instance profile needs.
 
 Ray's fake multi-node provider (`fake_multinode`, cluster_local.yaml) ships no defaults file, so
 `prepare_config` cannot fill one in, and its autoscaler reads the config as written: for it the file
@@ -229,12 +230,37 @@ def _aws_problems(config: dict) -> list[str]:
     return problems
 
 
+def storage_region_problems(config: dict) -> list[str]:
+    """The shared storage in another region than the nodes (aws): an EFS file system whose region (EFS_REGION of
+    the setup) is not provider.region cannot be mounted (its name resolves only in its own region's VPC); a bucket
+    whose region the setup names (DATA_URI's `region=`) in another region is reached across regions."""
+    region = config["provider"].get("region")
+    commands = _commands(config)
+    problems = []
+    for efs_region in sorted(set(re.findall(r"\bEFS_REGION=([^;\s$\"]+);", commands))):
+        if region and efs_region != region:
+            problems.append(
+                f"setup_commands: EFS_REGION={efs_region} but provider.region is {region}: nodes mount EFS only in "
+                f"their own region: use a file system in {region} (EFS_ID, EFS_REGION={region}), or set "
+                f"provider.region to {efs_region}"
+            )
+    for uri in sorted(set(re.findall(r"\bDATA_URI=(s3://[^;\s]+)", commands))):
+        bucket_region = dict(re.findall(r"[?&](region)=([^&]+)", uri)).get("region")
+        if region and bucket_region and bucket_region != region:
+            problems.append(
+                f"setup_commands: DATA_URI's bucket is in {bucket_region} (its region=) but provider.region is "
+                f"{region}: every node would copy across regions, billed per GB: use a bucket in {region}, or set "
+                f"provider.region to {bucket_region}"
+            )
+    return problems
+
+
 def launch_problems(config: dict) -> list[str]:
     """What a launch of `config` (as written, before Ray merges its setup commands into each node's) would refuse
     or run into, one line each; [] when none."""
     problems = _placeholders(config) + _setup_pins(config)
     if config["provider"].get("type") == "aws":
-        problems += _aws_problems(config)
+        problems += _aws_problems(config) + storage_region_problems(config)
     return problems
 
 

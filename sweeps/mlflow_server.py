@@ -6,6 +6,7 @@
         --allowed-hosts mlflow.example.org
     python -m sweeps.mlflow_server --backend-store-uri postgresql://... \
         --storage-path 's3://bucket/runs?endpoint_override=minio.internal:9000&scheme=http'
+    python -m sweeps.mlflow_server --storage-path /mnt/shared --local-store ~/mlflow.db   # on a cluster
 
 The store is `sqlite:///<storage-path>/mlflow.db` (the file a local sweep writes by default, so
 the same runs can be served), artifacts go to `<storage-path>/mlartifacts` and are proxied by the
@@ -15,8 +16,14 @@ Sweeps then log to it with `--mlflow-uri http://127.0.0.1:5000`. A PostgreSQL st
 (`postgresql://user@host:5432/db`) needs the driver (`pip install -e '.[postgres]'`); a missing
 driver or an unreachable database is refused (exit 2) before the server starts. MLflow's background job
 runner (GenAI jobs: a job process and several Huey consumers, ~1 GB) is off unless `--enable-jobs`
-is given: a sweep's runs do not use it. Arguments after `--` go to `mlflow server` unchanged. The process is
-replaced by `mlflow server` (same pid; Ctrl-C stops it).
+is given: a sweep's runs do not use it. Arguments after `--` go to `mlflow server` unchanged. Without
+`--local-store` the process is replaced by `mlflow server` (same pid; Ctrl-C stops it).
+
+On a cluster, whose nodes go away, `--local-store FILE` keeps the SQLite store on this node's disk and its
+home on the storage path: `<storage-path>/mlflow.db`, a folder's or an s3:// URI's, restored from there when
+FILE does not exist and copied there as the writes pause, at least every `--backup-interval` seconds, and when
+the server stops (SIGTERM, SIGINT, SIGHUP): sweeps/mlflow_home.py. The process then stays, as the server's
+parent, to copy; the storage path must exist (a folder not there is most often a volume not mounted).
 
 Artifacts on an object store: `--artifacts-destination s3://bucket/mlartifacts?endpoint_override=host:port&scheme=http`,
 or `--storage-path s3://bucket/runs...` with a `--backend-store-uri` (a database: SQLite needs a local
@@ -34,9 +41,13 @@ they need no credentials for the bucket.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -64,6 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend-store-uri",
         default=None,
         help="another store instead (e.g. sqlite:////abs/mlflow.db or postgresql://...)",
+    )
+    parser.add_argument(
+        "--local-store",
+        default=None,
+        help="keep the SQLite store in this file of this node, its home <storage-path>/mlflow.db: restored from "
+        "there when the file does not exist, copied there as writes pause and when the server stops (a cluster)",
+    )
+    parser.add_argument(
+        "--backup-interval",
+        type=float,
+        default=60.0,
+        help="with --local-store: copy the store to its home at least this often (seconds) while writes go on (60)",
     )
     parser.add_argument(
         "--artifacts-destination",
@@ -123,6 +146,8 @@ def server_environment(args: argparse.Namespace) -> dict[str, str]:
 def server_command(args: argparse.Namespace, extra: list[str] | None = None) -> list[str]:
     if args.backend_store_uri:
         store = args.backend_store_uri
+    elif args.local_store:
+        store = f"sqlite:///{Path(args.local_store).expanduser().resolve()}"
     else:
         store = f"sqlite:///{Path(args.storage_path).expanduser().resolve() / 'mlflow.db'}"
     command = [
@@ -172,6 +197,33 @@ def _refused(args: argparse.Namespace) -> str | None:
         check_destination(args)
     except SweepInputError as error:
         return str(error)
+    return _missing_folder(args)
+
+
+def _missing_folder(args: argparse.Namespace) -> str | None:
+    """One line when the store's folder is not there: the storage path of a --local-store's home (a volume not
+    mounted, most often), or the folder of a SQLite --backend-store-uri (which this command does not create: a
+    folder that should be a mount would be made on a disk that goes away)."""
+    from trainables.core.errors import SweepInputError
+
+    if args.local_store:
+        if object_storage.is_uri(args.storage_path):
+            try:
+                object_storage.check_location(args.storage_path, "--storage-path")
+            except SweepInputError as error:
+                return str(error)
+        elif not Path(args.storage_path).expanduser().is_dir():
+            return (
+                f"--storage-path {args.storage_path} does not exist, and it is the MLflow history's home: mount the "
+                "shared storage there (or create the folder), or give the --storage-path the sweeps use"
+            )
+        return None
+    uri = args.backend_store_uri or ""
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).parent.is_dir():
+        return (
+            f"the folder of the SQLite store {uri} does not exist: create it, or keep the store on this node's disk "
+            "and its home on the storage path with --local-store FILE --storage-path <shared folder or s3:// URI>"
+        )
     return None
 
 
@@ -186,7 +238,7 @@ def _announce(args: argparse.Namespace, command: list[str], environment: dict[st
         flush=True,
     )
     store = command[command.index("--backend-store-uri") + 1]
-    if store.startswith("sqlite:///") and not Path(store[len("sqlite:///") :]).exists():
+    if store.startswith("sqlite:///") and not args.local_store and not Path(store[len("sqlite:///") :]).exists():
         print(
             f"note: {store[len('sqlite:///') :]} does not exist yet: this server starts an empty store. Sweeps run "
             "without --mlflow-uri wrote <their --storage-path>/mlflow.db: give that --storage-path, or "
@@ -221,25 +273,83 @@ def main(argv: list[str] | None = None) -> int:
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     parser = build_parser()
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
-    if object_storage.is_uri(args.storage_path) and not args.backend_store_uri:
+    if args.local_store and args.backend_store_uri:
+        parser.error("--local-store is a SQLite store of this node: give it or --backend-store-uri, not both")
+    if object_storage.is_uri(args.storage_path) and not (args.backend_store_uri or args.local_store):
         parser.error(
-            "--storage-path is a URI: a SQLite store needs a local file; pass --backend-store-uri "
-            "(e.g. postgresql://user@host:5432/mlflow), artifacts then go to <storage-path>/mlartifacts"
+            "--storage-path is a URI: a SQLite store needs a local file; pass --local-store FILE (its home is then "
+            "<storage-path>/mlflow.db) or --backend-store-uri (e.g. postgresql://user@host:5432/mlflow); artifacts "
+            "go to <storage-path>/mlartifacts"
         )
+    if args.backup_interval <= 0:
+        parser.error("--backup-interval must be above 0 seconds")
     if args.print_command:
         return _print_command(args, extra)
     refused = _refused(args)  # a missing driver, an unreachable database or bucket: one line, not a traceback
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return 2
-    if args.backend_store_uri is None:
+    if args.backend_store_uri is None and not args.local_store:
         Path(args.storage_path).expanduser().resolve().mkdir(parents=True, exist_ok=True)
     command, environment = server_command(args, extra), server_environment(args)
+    if args.local_store:
+        return _serve_keeping_home(args, command, environment)
     _announce(args, command, environment)
     os.environ.update(environment)
     os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "true" if args.enable_jobs else "false"
     os.execv(command[0], command)
     return 0  # not reached
+
+
+def _die_with_parent() -> None:
+    """In the server's process: SIGTERM when its parent (the keeper) dies, so that no server outlives it (Linux)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _serve_keeping_home(args: argparse.Namespace, command: list[str], environment: dict[str, str]) -> int:
+    """`mlflow server` as a child, its store copied to the storage path while it runs and when it stops."""
+    from sweeps.mlflow_home import Keeper, home_of
+    from trainables.core.errors import SweepInputError
+
+    store = Path(args.local_store).expanduser().resolve()
+    keeper = Keeper(store, home_of(args.storage_path), args.backup_interval, say=lambda line: print(line, flush=True))
+    try:
+        keeper.start()
+    except SweepInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    _announce(args, command, environment)
+    stop: list[int] = []
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(number, lambda received, frame: stop.append(received))
+    env = {**os.environ, **environment, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "true" if args.enable_jobs else "false"}
+    try:
+        server = subprocess.Popen(command, env=env, process_group=0, preexec_fn=_die_with_parent)
+    except OSError:
+        keeper.lease.release()
+        raise
+    try:
+        while server.poll() is None and not stop:
+            time.sleep(1.0)
+            try:
+                keeper.tick()
+            except Exception as error:  # the storage unreachable beyond its retries: the next tick tries again
+                print(f"warning: could not copy the MLflow store to its home: {error}", flush=True)
+    finally:
+        if server.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+        why = f"{signal.Signals(stop[0]).name} received" if stop else f"the server exited ({server.returncode})"
+        keeper.finish(why)
+    return 0 if stop else server.returncode
 
 
 if __name__ == "__main__":

@@ -288,24 +288,6 @@ def test_the_python_check_of_node_setup_names_the_version_needed():
     ]
 
 
-def test_the_docs_backup_of_the_mlflow_store_copies_it_to_the_shared_folder(tmp_path):
-    """docs/cluster.md section 6: the store on the head's disk, copied with SQLite's online backup."""
-    import sqlite3
-
-    text = (ROOT / "docs" / "cluster.md").read_text()
-    (line,) = {ln for ln in text.splitlines() if ln.startswith('ray exec cluster.yaml "python -c')}
-    remote = shlex.split(line)[-1]  # what the head's shell runs
-    home, shared = tmp_path / "home", tmp_path / "shared"
-    home.mkdir(), shared.mkdir()
-    with sqlite3.connect(home / "mlflow.db") as store:
-        store.execute("create table runs (id text)")
-        store.execute("insert into runs values ('r1')")
-    remote = remote.replace("python", shlex.quote(sys.executable), 1).replace("/mnt/shared", str(shared))
-    done = subprocess.run(["bash", "-c", remote], env={**os.environ, "HOME": str(home)}, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert sqlite3.connect(shared / "mlflow-backup.db").execute("select id from runs").fetchall() == [("r1",)]
-
-
 LOCAL_YAML = CLUSTER_YAML.with_name("cluster_local.yaml")
 
 
@@ -347,3 +329,68 @@ def test_the_fake_provider_rules_do_not_apply_to_other_providers(tmp_path, raw_c
     config = copy.deepcopy(raw_config)
     del config["worker_start_ray_commands"]  # aws has Ray's defaults for it
     validate_cluster_config(write_copy(tmp_path, config))
+
+
+def test_shared_storage_in_another_region_than_the_nodes_is_refused(tmp_path, raw_config):
+    broken = copy.deepcopy(raw_config)
+    broken["provider"]["region"] = "eu-central-1"
+    broken["provider"]["availability_zone"] = "eu-central-1a,eu-central-1b"
+    assert refusal(tmp_path, broken).endswith(
+        "setup_commands: EFS_REGION=us-west-2 but provider.region is eu-central-1: nodes mount EFS only in their own "
+        "region: use a file system in eu-central-1 (EFS_ID, EFS_REGION=eu-central-1), or set provider.region to "
+        "us-west-2"
+    )
+    broken = copy.deepcopy(raw_config)
+    step = broken["setup_commands"][1].replace("STORAGE=nfs;", "STORAGE=s3;")
+    broken["setup_commands"][1] = step.replace("DATA_URI=;", "DATA_URI=s3://lab-data/embsweep/data?region=eu-west-1;")
+    assert "setup_commands: DATA_URI's bucket is in eu-west-1 (its region=) but provider.region is us-west-2" in (
+        refusal(tmp_path, broken)
+    )
+    config = copy.deepcopy(raw_config)  # the bucket's region named, and the nodes' own: nothing to say
+    config["setup_commands"][1] = step.replace("DATA_URI=;", "DATA_URI=s3://lab-data/embsweep/data?region=us-west-2;")
+    check_cluster_config(write_copy(tmp_path, config))
+
+
+MOUNT_ERRORS = {
+    "region": ("eu-central-1a", "mount.nfs4: Failed to resolve server fs-0123abcd.efs.us-west-2.amazonaws.com: "
+               "Name or service not known"),
+    "mount target": ("us-west-2d", "mount.nfs4: Failed to resolve server fs-0123abcd.efs.us-west-2.amazonaws.com: "
+                     "Name or service not known"),
+    "security group": ("us-west-2a", "mount.nfs4: Connection timed out"),
+    "policy": ("us-west-2a", "mount.nfs4: access denied by server while mounting 127.0.0.1:/"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("cause", list(MOUNT_ERRORS))
+def test_a_failed_mount_says_whether_it_is_the_region_the_mount_target_or_the_security_group(
+    tmp_path, cause, raw_config
+):
+    """Setup step 2 as a node runs it, with stand-ins for sudo, mount (failing as mount.nfs4 does), mountpoint and
+    cloud-init (the node's zone, from the instance's metadata); /etc/fstab and /mnt/shared in a folder here."""
+    zone, error = MOUNT_ERRORS[cause]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_ins = {
+        "sudo": '#!/bin/bash\nexec "$@"\n',
+        "mount": f"#!/bin/bash\necho {shlex.quote(error)} >&2\nexit 32\n",
+        "mountpoint": "#!/bin/bash\nexit 1\n",
+        "cloud-init": f'#!/bin/bash\n[ "$*" = "query availability_zone" ] && echo {zone}\n',
+    }
+    for name, text in stand_ins.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "fstab").write_text("")
+    step = raw_config["setup_commands"][1]
+    step = step.replace("/etc/fstab", str(tmp_path / "fstab")).replace("/mnt/shared", str(tmp_path / "shared"))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+    done = subprocess.run(["bash", "-c", step], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"cluster.yaml: cannot mount fs-0123abcd at {tmp_path / 'shared'}: "), line
+    expected = {
+        "region": "EFS_REGION=us-west-2 is not this node's region eu-central-1: use a file system in provider.region",
+        "mount target": "its name does not resolve in zone us-west-2d: give the file system a mount target there",
+        "security group": "no answer from its mount target in zone us-west-2a: its security group must accept TCP 2049",
+        "policy": "the file system's policy refuses this node",
+    }[cause]
+    assert expected in line, line

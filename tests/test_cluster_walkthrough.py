@@ -32,7 +32,8 @@ NEEDS_DASHBOARD = "the Ray dashboard needs ray[default] (pip install -e '.[clust
 
 def doc_commands(prefix: str) -> list[str]:
     """The commands of docs/cluster.md's code blocks that start with `prefix`, continuation lines joined."""
-    blocks = re.findall(r"```\n(.*?)```", DOCS.read_text(), re.S)
+    fenced = re.findall(r"(?m)^[ \t]*```([\w-]*)[^\n]*\n(.*?)^[ \t]*```", DOCS.read_text(), re.S)
+    blocks = [block for fence, block in fenced if fence != "text"]  # a diagram or an output is ```text
     commands = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
     return [re.sub(r"\s+", " ", c).strip() for c in commands if c.startswith(prefix)]
 
@@ -101,12 +102,13 @@ def tracking_server(tmp_path, head):
     command = doc_commands("ray exec cluster.yaml --tmux 'cd ~/embsweep && python -m sweeps.mlflow_server")[0]
     inner = shlex.split(command)[-1].split("&&", 1)[1]
     port = free_port()
-    inner = inner.replace("$HOME", str(tmp_path / "home")).replace("/mnt/shared", str(tmp_path / "shared"))
+    inner = inner.replace("~/", f"{tmp_path / 'home'}/").replace("/mnt/shared", str(tmp_path / "shared"))
     inner = inner.replace("--port 5000", f"--port {port}")
     argv = shlex.split(inner)
-    assert argv[:3] == ["python", "-m", "sweeps.mlflow_server"] and "--backend-store-uri" in argv
+    assert argv[:3] == ["python", "-m", "sweeps.mlflow_server"] and "--local-store" in argv
     assert not any("/mnt/shared" in a and a.endswith(".db") for a in shlex.split(command))  # not SQLite on NFS
     (tmp_path / "home").mkdir()
+    (tmp_path / "shared").mkdir()  # the mounted file system
     log = tmp_path / "mlflow.log"
     process = subprocess.Popen(
         [sys.executable, *argv[1:]], cwd=ROOT, env=head.env, start_new_session=True, stdout=open(log, "w"),
