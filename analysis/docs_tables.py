@@ -1,5 +1,5 @@
 """The docs' generated tables, each written from its one source (`python -m analysis docs`):
-docs/methods.md's table of methods from each method's `MethodInfo` (analysis/methods_table.py), and
+docs/methods/index.md's table of methods from each method's `MethodInfo` (analysis/methods_table.py), and
 docs/data.md's tables of evaluation sets from each set's `SetInfo` (trainables/evaluation/sets.py).
 Each table sits between its markers in its page; the prose around it is the page's own. `--check`
 writes nothing and exits 1 naming each stale page (a test runs the same check, so CI fails when a
@@ -41,7 +41,7 @@ def tables() -> dict[str, list[tuple[str, str, str]]]:
     from analysis import methods_table
 
     return {
-        "methods.md": [(methods_table.BEGIN, methods_table.END, methods_table.section())],
+        "methods/index.md": [(methods_table.BEGIN, methods_table.END, methods_table.section())],
         "data.md": [(_set_begin(s), _set_end(s), sets_table(s)) for s in SECTIONS],
     }
 

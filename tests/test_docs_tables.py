@@ -1,4 +1,4 @@
-"""The docs' generated tables (docs/methods.md's methods, docs/data.md's evaluation sets) are what
+"""The docs' generated tables (docs/methods/index.md's methods, docs/data.md's evaluation sets) are what
 `python -m analysis docs` writes from the code: a stale page fails here, so CI fails with it."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ SPLITS = ("train", "dev", "test")
 KORSTS_FILES = {split: f"sts-{split}.tsv" for split in SPLITS}
 MULTI_MT_HUB = "PhilipMay/stsb_multi_mt"
 LANGUAGES = {"ko": "KorSTS", "de": "stsb_multi_mt", "es": "stsb_multi_mt"}
-# The paper's models per language (docs/methods.md M1).
+# The paper's models per language (docs/methods/electra.md M1).
 PAPER_MODELS = {
     "ko": "klue/bert-base,monologg/koelectra-base-v3-discriminator,monologg/koelectra-base-v3-generator",
     "de": "google-bert/bert-base-german-cased,deepset/gelectra-base,deepset/gelectra-base-generator",

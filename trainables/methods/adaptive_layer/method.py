@@ -1,4 +1,4 @@
-"""Adaptive layers: every layer from one training run (docs/methods.md, "Adaptive layers").
+"""Adaptive layers: every layer from one training run (docs/methods/adaptive-layers.md).
 
 Inputs: the pair task and data TMFT trains on (trainables/training/pair_tasks.py: STS-B by default; MRPC,
 SICK), an encoder. Model: the whole encoder with mean pooling, trained once with sentence-transformers'
@@ -28,8 +28,8 @@ from trainables.methods.adaptive_layer.trainable import AdaptiveLayerTrainable
 from trainables.methods.adaptive_layer.training import DEFAULTS
 from trainables.training.pair_tasks import COMPANIONS, get_task, task_names
 
-TMFT = "ELECTRA paper §3 (TMFT's)"  # the source of the training settings, TMFT's (docs/methods.md M1)
-TRAINING = "training (TMFT's, docs/methods.md M1)"
+TMFT = "ELECTRA paper §3 (TMFT's)"  # the source of the training settings, TMFT's (docs/methods/electra.md M1)
+TRAINING = "training (TMFT's, docs/methods/electra.md M1)"
 LOSS = "AdaptiveLayerLoss (sentence-transformers; its defaults)"
 LIBRARY = "sentence-transformers' AdaptiveLayerLoss default"
 
