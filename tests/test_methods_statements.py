@@ -1,7 +1,7 @@
-"""What the methods pages (docs/methods/*.md) state about presets, scripts, code and data holds (issue 45's "Statements"): every
-preset it names exists and runs through the script it is shown with, every code path it names exists, SED's
-runnable tables are the ones with presets, the "no preset" table lists what has none (and nothing that has
-one), and the sizes it gives the Wikipedia sample are the sample's."""
+"""What the methods pages (docs/methods/*.md) state about presets, scripts, code and data holds (issue 45's
+"Statements"): every preset it names exists and runs through the script it is shown with, every code path it
+names exists, SED's runnable tables are the ones with presets, the "no preset" table lists what has none (and
+nothing that has one), and the sizes it gives the Wikipedia sample are the sample's."""
 
 from __future__ import annotations
 
