@@ -292,10 +292,13 @@ def check_cluster_config(path) -> tuple[dict, list[str]]:
     return prepared, quota_lines(prepared) + pass_role_lines(prepared)
 
 
+USAGE = "python -m sweeps.cluster_config CLUSTER_YAML"  # one argument, no flags
+
+
 def main(argv=None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if len(args) != 1 or args[0] in ("-h", "--help"):
-        print("usage: python -m sweeps.cluster_config CLUSTER_YAML", file=sys.stderr)
+        print(f"usage: {USAGE}", file=sys.stderr)
         return 2
     try:
         _, notes = check_cluster_config(args[0])

@@ -219,7 +219,7 @@ def down(temp_dir: Path = DEFAULT_TEMP, grace: float = 10) -> int:
     return len(processes)
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sweeps.local_cluster", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--temp-dir", type=Path, default=DEFAULT_TEMP, help="the cluster's own Ray temp folder")
@@ -228,7 +228,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--idle-timeout-minutes", type=float, help="reap a worker idle this long, a fraction too (default: the file's)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     if args.command == "up":
         try:
             address = up(
