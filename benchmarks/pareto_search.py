@@ -182,6 +182,12 @@ def main() -> None:
         f"ratio (search / grid) {priced / grid_s:.3f}; epochs run: grid {sum(r['epochs_run'] for r in grid)}, "
         f"search {sum(r['epochs_run'] for r in search)}"
     )
+    _write_results(args, grid, search, grid_front, search_front, stopped, ratios, search_s / grid_s, priced / grid_s)
+
+
+def _write_results(args, grid, search, grid_front, search_front, stopped, ratios, seconds, priced) -> None:
+    """The comparison as benchmarks/results/pareto_search.json (docs/benchmarks.md)."""
+    evaluated = f"the first {args.eval_samples} STS-B dev and test pairs" if args.eval_samples else "full dev, test"
 
     def layers(rows):
         return ", ".join(str(layer) for layer in sorted({r["layer"] for r in rows}))
@@ -203,7 +209,7 @@ def main() -> None:
                 f"{len(search)} ({stopped})",
                 f"layers {layers(search_front)}",
                 f"{ratios['test']:.2f}; {ratios['dev']:.2f}",
-                f"{search_s / grid_s:.2f}; {priced / grid_s:.2f}",
+                f"{seconds:.2f}; {priced:.2f}",
             ],
         ],
         summary=f"{args.model}: layers {args.layers} x lrs {args.lrs}, seeds {args.seeds}, {args.epochs} epochs of "

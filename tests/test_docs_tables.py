@@ -129,3 +129,29 @@ def test_a_new_result_rewrites_only_its_table_and_a_bad_file_is_named(tmp_path, 
     (results / "tsdae.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match=r"benchmarks/results/tsdae.json lacks machine"):
         render(docs)
+
+
+def test_a_benchmark_writes_a_results_file_the_page_renders(tmp_path, monkeypatch):
+    """benchmarks/results_file.py's file is what analysis/benchmark_tables.py reads: command, machine, date,
+    commit, the table; and every benchmark script offers `--results-json` under its own name."""
+    import argparse
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from analysis.benchmark_tables import table
+    from benchmarks import results_file
+
+    parser = argparse.ArgumentParser()
+    results_file.add_flag(parser, "toy")
+    assert parser.parse_args([]).results_json.endswith("benchmarks/results/toy.json")
+    monkeypatch.setattr(sys, "argv", ["benchmarks/toy.py", "--steps", "3"])
+    results_file.write(str(tmp_path / "toy.json"), "toy", ["arm", "seconds"], [["ours", "1.0"]], summary="A toy.")
+    rendered = table("toy", tmp_path)
+    assert "`python benchmarks/toy.py --steps 3`" in rendered and "| ours | 1.0 |" in rendered
+    assert "CPU cores" in rendered and "A toy." in rendered
+    results_file.write("", "toy", ["arm"], [["x"]])  # '' writes nothing
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        if script.stem != "results_file":
+            text = script.read_text()
+            assert f'results_file.add_flag(parser, "{script.stem}' in text, script.name
+            assert "results_file.write(" in text, script.name
