@@ -32,7 +32,7 @@ NEEDS_DASHBOARD = "the Ray dashboard needs ray[default] (pip install -e '.[clust
 
 def doc_commands(prefix: str) -> list[str]:
     """The commands of docs/cluster.md's code blocks that start with `prefix`, continuation lines joined."""
-    blocks = re.findall(r"```\n(.*?)```", DOCS.read_text(), re.S)
+    blocks = re.findall(r"(?m)^```[\w-]*\n(.*?)^```", DOCS.read_text(), re.S)  # every fence, ```text too
     commands = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
     return [re.sub(r"\s+", " ", c).strip() for c in commands if c.startswith(prefix)]
 
