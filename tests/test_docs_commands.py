@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import re
 import shlex
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -34,9 +35,9 @@ def blocks(page: Path) -> list[tuple[str, str, str]]:
     """(fence's info string, the paragraph above the block, the block's text) of every fenced block."""
     text = page.read_text()
     found = []
-    for match in re.finditer(r"(?m)^```([\w-]*)[^\n]*\n(.*?)^```", text, re.S):
+    for match in re.finditer(r"(?m)^([ \t]*)```([\w-]*)[^\n]*\n(.*?)^[ \t]*```", text, re.S):  # in a list too
         before = text[: match.start()].rstrip("\n").split("\n\n")[-1]
-        found.append((match.group(1), before, match.group(2)))
+        found.append((match.group(2), before, textwrap.dedent(match.group(3))))
     return found
 
 
@@ -126,10 +127,11 @@ def test_the_command_finder_reads_continuations_comments_and_markers(tmp_path):
     page.write_text(
         "Text.\n\n```bash\npython sweeps/tsdae.py --steps 10 \\\n    --seeds 0   # a comment\n# only a comment\n```\n\n"
         "*Not run by the tests: it needs a cloud account.*\n\n```\nray up cluster.yaml\n```\n\n"
-        "```text\nan output\n```\n"
+        "```text\nan output\n```\n\n1. A step:\n\n   ```\n   ray down cluster.yaml\n   ```\n"
     )
     found = blocks(page)
-    assert [f for f, _, _ in found] == ["bash", "", "text"]
+    assert [f for f, _, _ in found] == ["bash", "", "text", ""]
+    assert found[3][2] == "ray down cluster.yaml\n"
     assert commands(found[0][2]) == ["python sweeps/tsdae.py --steps 10 --seeds 0"]
     assert NOT_RUN in found[1][1] and NOT_RUN not in found[0][1]
     assert how("python sweeps/tsdae.py --steps 10") == ["sweeps.tsdae", "--steps", "10", "--dry-run"]
