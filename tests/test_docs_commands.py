@@ -139,7 +139,14 @@ def test_the_command_finder_reads_continuations_comments_and_markers(tmp_path):
     assert how("ray up cluster.yaml") is None
 
 
-@pytest.mark.parametrize("page,command", runnable(), ids=lambda v: v if "/" in v else None)
+def cases():
+    """`--list-presets` prices every preset (about 5 s): it runs in the sweep step, the rest in the fast run."""
+    for page, command in runnable():
+        marks = [pytest.mark.sweep] if "--list-presets" in command else []
+        yield pytest.param(page, command, marks=marks, id=f"{page}: {command}")
+
+
+@pytest.mark.parametrize("page,command", cases())
 def test_the_command_runs(page, command, capsys):
     argv = how(command)
     assert argv is not None, f"{page}: {command}"
