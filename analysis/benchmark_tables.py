@@ -49,12 +49,18 @@ def _cell(value) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _commit(commit: str) -> str:
+    """`abc1234` and any words after it as they are."""
+    sha, _, rest = commit.partition(" ")
+    return f"`{sha}`" + (f" {rest}" if rest else "")
+
+
 def table(name: str, results: Path = RESULTS) -> str:
     """The rendered result of one benchmark, with its markers."""
     data = load(name, results)
     lines = [
         begin(name),
-        f"Measured {data['date']} on {data['machine']}, commit `{data['commit']}`: `{data['command']}`",
+        f"Measured {data['date']} on {data['machine']}, commit {_commit(data['commit'])}: `{data['command']}`",
         "",
     ]
     if data.get("source"):
