@@ -6,7 +6,7 @@
     python -m analysis mteb-run --models M[,M...] [--layers last|0,3] [--pooling own|mean|cls|max]
                                 --tasks T1,T2 --out DIR|URI [--data-dir D|hub] [--mlflow-uri URI]
     python -m analysis methods      (the table of every registered method: its MethodInfo)
-    python -m analysis docs [--check]   (write the docs' generated tables: methods, evaluation sets)
+    python -m analysis docs [--check]   (write the docs' generated tables: methods, sets, CLI reference, benchmarks)
     python -m analysis cka --models A,B [--checkpoints DIR] [--data-dir D] [--max-sentences N]
                            [--unique-sentences] --out DIR|URI [--mlflow-uri URI] [--experiment cka]
 
@@ -84,7 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--batch-size", type=int, default=64)
 
     commands.add_parser("methods", help="the table of every registered method, from each method's MethodInfo")
-    docs = commands.add_parser("docs", help="write the docs' generated tables (methods, evaluation sets) from the code")
+    docs = commands.add_parser(
+        "docs", help="write the docs' generated tables (methods, evaluation sets, CLI reference, benchmark results)"
+    )
     docs.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 naming each page whose tables are stale"
     )

@@ -1,6 +1,6 @@
 """Linear CKA between two models' layers (Kornblith et al. 2019; ELECTRA paper, Figure 3).
 
-Definition (docs/methods.md M1): with K = X Xᵀ and L = Y Yᵀ the linear Gram matrices of two
+Definition (docs/methods/electra.md M1): with K = X Xᵀ and L = Y Yᵀ the linear Gram matrices of two
 representations of the same n sentences, K~ = H K H and L~ = H L H their double-centred
 versions (H = I - 11ᵀ/n), the biased-HSIC CKA is <K~, L~>_F / (||K~||_F ||L~||_F).
 `gram_cka` computes exactly that; `linear_cka` computes the same number in feature space,

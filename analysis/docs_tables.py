@@ -1,6 +1,8 @@
 """The docs' generated tables, each written from its one source (`python -m analysis docs`):
-docs/methods.md's table of methods from each method's `MethodInfo` (analysis/methods_table.py), and
-docs/data.md's tables of evaluation sets from each set's `SetInfo` (trainables/evaluation/sets.py).
+docs/methods/index.md's table of methods from each method's `MethodInfo` (analysis/methods_table.py), and
+docs/data.md's tables of evaluation sets from each set's `SetInfo` (trainables/evaluation/sets.py), and
+docs/reference/cli.md from every script's declared settings (analysis/cli_reference.py), and docs/benchmarks.md's
+result tables from the results files the benchmarks write (analysis/benchmark_tables.py).
 Each table sits between its markers in its page; the prose around it is the page's own. `--check`
 writes nothing and exits 1 naming each stale page (a test runs the same check, so CI fails when a
 page and the code differ); a new method or set therefore needs the command, never a hand edit."""
@@ -38,10 +40,15 @@ def sets_table(section: str) -> str:
 
 def tables() -> dict[str, list[tuple[str, str, str]]]:
     """{page under docs/: [(begin marker, end marker, the table with its markers)]}."""
-    from analysis import methods_table
+    from analysis import benchmark_tables, cli_reference, methods_table
 
     return {
-        "methods.md": [(methods_table.BEGIN, methods_table.END, methods_table.section())],
+        "methods/index.md": [(methods_table.BEGIN, methods_table.END, methods_table.section())],
+        "reference/cli.md": [(cli_reference.BEGIN, cli_reference.END, cli_reference.section())],
+        "benchmarks.md": [
+            (benchmark_tables.begin(n), benchmark_tables.end(n), benchmark_tables.table(n))
+            for n in benchmark_tables.names()
+        ],
         "data.md": [(_set_begin(s), _set_end(s), sets_table(s)) for s in SECTIONS],
     }
 

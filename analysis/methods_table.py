@@ -1,6 +1,6 @@
 """The table of every registered method, from each method's `MethodInfo` (`python -m analysis methods`):
 its registry name, display name, description, main metric and the paper it cites (BibTeX title and
-year). docs/methods.md holds this table between its markers, and a test keeps the two the same."""
+year). docs/methods/index.md holds this table between its markers, and a test keeps the two the same."""
 
 from __future__ import annotations
 
@@ -36,5 +36,5 @@ def markdown() -> str:
 
 
 def section() -> str:
-    """The table with the markers around it, as docs/methods.md holds it."""
+    """The table with the markers around it, as docs/methods/index.md holds it."""
     return f"{BEGIN}\n{markdown()}\n{END}"

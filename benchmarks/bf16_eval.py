@@ -25,6 +25,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 
+from benchmarks import results_file  # noqa: E402
 from benchmarks.truncation import make_trial  # noqa: E402
 from trainables.core.paths import default_data_dir  # noqa: E402
 from trainables.encoders.loading import resolve_model  # noqa: E402
@@ -60,6 +61,7 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a trial's one CPU by default)")
     parser.add_argument("--repeats", type=int, default=7, help="forwards timed in each precision")
     parser.add_argument("--timing-only", action="store_true", help="only the forward times, no scores")
+    results_file.add_flag(parser, "bf16_eval")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     trials = best_folders(Path(args.sweep))
@@ -72,7 +74,7 @@ def main(argv=None) -> None:
         f"{'layer':>5} {'dev fp32':>9} {'dev bf16':>9} {'Δ':>7} {'test fp32':>10} {'test bf16':>10} {'Δ':>7}"
         "  s fp32/bf16"
     )
-    largest = 0.0
+    largest, rows = 0.0, []
     for layer, (params, best) in sorted(trials.items()):
         trial = make_trial("truncated", data, {**params, "precision": "fp32"})
         weights = load_file(str(best / "model.safetensors"))
@@ -89,6 +91,9 @@ def main(argv=None) -> None:
             f"{bf16['test']:>10.3f} {moved['test']:>+7.4f}  {fp32_s:.1f}/{bf16_s:.1f}",
             flush=True,
         )
+        rows.append(
+            [layer, f"{fp32['dev']:.3f}", f"{moved['dev']:+.4f}", f"{fp32['test']:.3f}", f"{moved['test']:+.4f}"]
+        )
     if not args.timing_only:
         verdict = "within" if largest <= LIMIT else "over"
         print(f"\nlargest move: {largest:.4f} points ({verdict} the {LIMIT} limit)")
@@ -97,6 +102,17 @@ def main(argv=None) -> None:
         f"the last layer's forward of 128 dev sentences, median of {args.repeats} alternated: fp32 {fp32_ms:.0f} ms, "
         f"bf16 {bf16_ms:.0f} ms ({fp32_ms / bf16_ms:.2f}x)"
     )
+    if rows:
+        results_file.write(
+            args.results_json,
+            "bf16_eval",
+            ["layer", "dev fp32", "dev bf16 − fp32", "test fp32", "test bf16 − fp32"],
+            rows,
+            summary=f"Each best-dev layer scored in fp32 and under bf16 autocast with the same weights "
+            f"(Spearman x100); "
+            f"largest move {largest:.4f} ({'within' if largest <= LIMIT else 'over'} the {LIMIT} limit). One forward "
+            f"of 128 dev sentences: fp32 {fp32_ms:.0f} ms, bf16 {bf16_ms:.0f} ms ({fp32_ms / bf16_ms:.2f}x).",
+        )
 
 
 def forward_times(trial, repeats: int) -> tuple[float, float]:

@@ -37,6 +37,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import results_file  # noqa: E402
+
 GROUPS = (  # (label, substrings of a profiled function's file): first match wins
     ("MLflow (tracking.py, mlflow)", ("sweeps/engine/tracking.py", "/mlflow/", "sqlalchemy", "sqlite3")),
     ("seals (seal.py)", ("sweeps/engine/seal.py",)),
@@ -232,6 +236,31 @@ def overhead(args, folder: str) -> float:
         flush=True,
     )
     print(f"floor (trials x seconds / at once): {trials * args.seconds / args.concurrent:.1f} s", flush=True)
+    results_file.write(
+        args.results_json,
+        "cluster_scale",
+        [
+            "run",
+            "bare Tune, `Tuner.fit` (process)",
+            "engine, `Tuner.fit` (process)",
+            "ratio (processes)",
+            "MLflow writer thread",
+        ],
+        [
+            [
+                "engine first" if args.engine_first else "bare first",
+                f"{bare_fit:.1f} s ({bare_wall:.1f} s)",
+                f"{facts['fit_s']:.1f} s ({wall:.1f} s)",
+                f"**{ratio:.2f}** ({wall / bare_wall:.2f})",
+                f"{facts['writes']:,} writes, {facts['writer_cpu_s']:.1f} s CPU; "
+                f"end waited {facts['close_wait_s']:.1f} s",
+            ]
+        ],
+        summary=f"{trials} trials of {args.seconds:g} s, at most {args.concurrent} at once, {args.cpus_per_trial:g} "
+        "CPU each, through the engine and through bare Ray Tune on the same cluster; the goal is a ratio of at most "
+        "1.25; "
+        f"the floor is {trials * args.seconds / args.concurrent:.1f} s.",
+    )
     print(
         f"MLflow: {facts['writes']} writes on the writer thread, {facts['writer_cpu_s']:.1f} s of its CPU time; "
         f"the sweep's end waited {facts['close_wait_s']:.1f} s for writes still queued",
@@ -263,6 +292,7 @@ def main(argv=None) -> int:
         "profiling slows the driver, so the ratio is then an upper bound",
     )
     parser.add_argument("--engine-first", action="store_true", help="run the engine before bare Tune")
+    results_file.add_flag(parser, "cluster_scale")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="cluster-scale-") as folder:
         overhead(args, folder)
@@ -286,6 +316,7 @@ def grid_main(argv=None) -> int:
     parser.add_argument("--gpus-per-worker", type=int, default=8, help="GPUs of a worker node (cluster_local.yaml: 8)")
     parser.add_argument("--max-concurrent", type=int, default=0, help="trials at once (0: as many as fit)")
     parser.add_argument("--keep", type=Path, help="keep the sweep's storage, MLflow store and timeline here")
+    results_file.add_flag(parser, "cluster_scale_grid")
     parser.add_argument("flags", nargs=argparse.REMAINDER, help="after `--`: more flags of the sweep (e.g. --models)")
     args = parser.parse_args(argv)
     from sweeps import local_cluster
@@ -443,6 +474,34 @@ def print_grid(args, f: dict, dry_hours: float | None, timeline: list) -> None:
     print(f"  trials per GPU id: {len(f['per_gpu'])} GPU ids used; {counts}; at most {most} at once on one")
     dry = "n/a" if dry_hours is None else f"{dry_hours:.2f}"
     print(f"  GPU-hours: simulated {f['simulated_gpu_hours']:.2f} (waits x speedup) against --dry-run's {dry}")
+    results_file.write(
+        args.results_json,
+        "cluster_scale_grid",
+        [
+            "grid, K, trials at once",
+            "first trial",
+            "nodes (s: nodes)",
+            "makespan / bound",
+            "costliest first / as placed, no overhead",
+            "GPU ids used (most at once on one)",
+            "GPU-hours / dry run",
+        ],
+        [
+            [
+                f"{args.grid}, {args.speedup:g}, {args.max_concurrent or 'all'}",
+                f"{f['first_trial_s']:.1f} s",
+                ", ".join(f"{t}: {n}" for t, n in changes),
+                f"{f['compute_makespan_s']:.1f} / {f['bound_s']:.1f} s = **{ratio:.2f}**",
+                f"{f['schedule_costliest_s']:.1f} / {f['schedule_as_placed_s']:.1f} s",
+                f"{len(f['per_gpu'])} ({most})",
+                f"{f['simulated_gpu_hours']:.2f} / {dry}",
+            ]
+        ],
+        summary=f"Grid {args.grid}: {f['trials']} simulated trials, {f['stages']} stages, K = {args.speedup:g}, "
+        f"{cluster}; "
+        "the makespan runs from the first compute to the last trial's end; the bound is the larger of the GPU-seconds "
+        "held over the GPUs and the longest stage-then-trial chain.",
+    )
 
 
 GRID_DOC = """A paper grid at scale on the local cluster: its trials simulated, the autoscaler adding GPU nodes from 0.

@@ -34,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import results_file  # noqa: E402
 from trainables.encoders import cost  # noqa: E402
 
 os.environ.update(cost.CUDA_ALLOCATOR_ENV)
@@ -128,6 +129,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="a tiny model on the CPU")
     parser.add_argument("--steps", type=int, default=5)
+    results_file.add_flag(parser, "contrastive_memory")
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
     if device.type == "cuda":
@@ -135,14 +137,28 @@ def main(argv=None) -> int:
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     shape = TINY if args.smoke else BERT_BASE
     print(f"{'trial':<22}{'allocated GiB':>15}{'reserved GiB':>14}{'estimate GiB':>14}{'ratio':>8}{'s/step':>9}")
+    rows = []
     for name, batch, tokens, objective in TRIALS:
         row = run(name, batch, tokens, objective, shape, args.steps, device)
+        rows.append(
+            [row["trial"], *(f"{row[k]:.2f}" for k in ("allocated_gib", "reserved_gib", "estimate_gib", "ratio"))]
+            + [f"{row['s_per_step']:.3f}"]
+        )
         print(
             f"{row['trial']:<22}{row['allocated_gib']:>15.2f}{row['reserved_gib']:>14.2f}"
             f"{row['estimate_gib']:>14.2f}{row['ratio']:>8.2f}{row['s_per_step']:>9.3f}"
         )
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    where = torch.cuda.get_device_name() if device.type == "cuda" else "the CPU (a tiny model)"
+    results_file.write(
+        "" if args.smoke else args.results_json,  # a smoke run checks the benchmark; it measures nothing worth keeping
+        "contrastive_memory",
+        ["trial", "allocated GiB", "reserved GiB", "estimate GiB", "ratio", "s/step"],
+        rows,
+        summary=f"TSDAE's contrastive baselines at their papers' batches on {where}, {args.steps} steps each, against "
+        "the cost model the plan packs trials by.",
+    )
     return 0
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import results_file  # noqa: E402
 from trainables.core.paths import default_data_dir  # noqa: E402
 
 JOB = [
@@ -106,8 +107,9 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--rounds", type=int, default=1, help="run the arms this many times, alternating their order")
     parser.add_argument("extra", nargs="*", help="more flags for the job, after --")
+    results_file.add_flag(parser, "fixed_costs")
     args = parser.parse_args(argv)
-    results = {}
+    results, rows = {}, []
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     with tempfile.TemporaryDirectory(prefix="fixed-costs-") as tmp:
         trees = {
@@ -119,6 +121,19 @@ def main(argv=None) -> None:
                     trees[arm], Path(tmp, f"{arm}-{round_}"), args.extra, SMOKE if args.smoke else JOB
                 )
                 outside = r["wall"] - r["trial_s"] / args.slots
+                phases = r["phases"]
+                rows.append(
+                    [
+                        f"{arm} ({args.baseline if arm == 'baseline' else 'this tree'}), round {round_ + 1}",
+                        f"{r['load'][0]:.1f}, {r['load'][1]:.1f}",
+                        f"{r['wall']:.1f} s",
+                        f"{r['trial_s']:.1f} ({r['trial_s'] / args.slots:.1f})",
+                        f"**{outside:.1f} s**",
+                        f"{phases['planned']:.1f} s" if "planned" in phases else "",
+                        f"{phases['ray_started']:.1f} s" if "ray_started" in phases else "",
+                        f"{r['wall'] - phases['finished']:.1f} s" if "finished" in phases else "",
+                    ]
+                )
                 print(
                     f"{arm}: wall {r['wall']:.1f} s, {r['trials']} trials {r['trial_s']:.1f} trial-s "
                     f"(/{args.slots} = {r['trial_s'] / args.slots:.1f} s), outside trials {outside:.1f} s; "
@@ -134,6 +149,24 @@ def main(argv=None) -> None:
                         + (f"; exit {r['wall'] - done:.1f} s after finished" if done else "")
                     )
     print(json.dumps(results, indent=1))
+    results_file.write(
+        args.results_json,
+        "fixed_costs",
+        [
+            "run",
+            "load average (start, end)",
+            "wall",
+            f"trial-seconds (/ {args.slots})",
+            "outside trials",
+            "planned at",
+            "Ray up at",
+            "exit after the end",
+        ],
+        rows,
+        summary=f"The {'smoke-test start-up' if args.smoke else 'default job'} from {args.baseline} "
+        f"and from this tree, "
+        f"{args.rounds} round(s) alternating their order; outside trials = wall − trial-seconds / {args.slots}.",
+    )
 
 
 if __name__ == "__main__":

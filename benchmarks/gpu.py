@@ -41,6 +41,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import results_file  # noqa: E402
+
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -314,6 +317,7 @@ def parse_args() -> argparse.Namespace:
         help="a real model folder instead of --models (its own tokenizer): the seeds' scores then compare precisions",
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    results_file.add_flag(parser, "gpu")
     return parser.parse_args()
 
 
@@ -374,7 +378,26 @@ def main() -> None:
                         Path(args.out).write_text(
                             json.dumps({"device": gpu, "cuda_context": context, "rows": rows}, indent=1)
                         )
-    report(rows, gpu, args.gpu_tflops)
+    table = report(rows, gpu, args.gpu_tflops)
+    if not args.smoke:  # a smoke run checks the benchmark; it measures nothing worth keeping
+        results_file.write(
+            args.results_json,
+            "gpu",
+            [
+                "model",
+                "precision",
+                "trials at once",
+                "trials/h",
+                "x fp32 alone",
+                "s/trial",
+                "GiB/trial",
+                "rule GiB",
+                "rule fits",
+            ],
+            table,
+            summary=f"TMFT trials on {gpu}: {args.epochs} epoch(s), batch {args.batch_size}; throughput and memory "
+            "against the packing rule (sweeps/engine/packing.py) and the cost model.",
+        )
 
 
 def measure(args, name, precision, n, task, vocab_size, folder, context, gpu_memory_gb) -> dict:
@@ -420,8 +443,10 @@ def measure(args, name, precision, n, task, vocab_size, folder, context, gpu_mem
     return row
 
 
-def report(rows: list[dict], gpu: str, gpu_tflops: float) -> None:
+def report(rows: list[dict], gpu: str, gpu_tflops: float) -> list[list]:
+    """Prints the tables; returns the first (throughput and memory) as rows for the results file."""
     gib = 1024**3
+    table = []
     print(
         f"\n{'model':<24}{'prec':>5}{'at once':>8}{'trials/h':>10}{'x fp32 alone':>13}{'s/trial':>9}"
         f"{'GiB/trial':>10}{'rule GiB':>9}{'rule fits':>10}"
@@ -437,6 +462,11 @@ def report(rows: list[dict], gpu: str, gpu_tflops: float) -> None:
             f"{row['wall_s'] / row['trials']:>9.1f}{(memory / gib if memory else float('nan')):>10.2f}"
             f"{row['estimate']['memory'] / gib:>9.2f}{row['packing_trials_per_gpu']:>10}"
         )
+        table.append(
+            [row["model"], row["precision_used"], row["trials"], f"{row['trials_per_hour']:.0f}", f"{ratio:.2f}x",
+             f"{row['wall_s'] / row['trials']:.1f}", f"{memory / gib:.2f}" if memory else "",
+             f"{row['estimate']['memory'] / gib:.2f}", row["packing_trials_per_gpu"]]
+        )  # fmt: skip
     print(
         f"\none trial alone on {gpu}: measured GPU-seconds (train + dev/test evaluation) against the cost model "
         f"({f'--gpu-tflops {gpu_tflops:g}' if gpu_tflops else 'its H100 figures'})"
@@ -453,6 +483,7 @@ def report(rows: list[dict], gpu: str, gpu_tflops: float) -> None:
             f"{row['model']:<24}{row['precision_used']:>5}{measured:>11.1f}{row['cpu_s']:>7.1f}{row['estimate']['seconds']:>9.1f}"
             f"{row['estimate']['seconds'] / measured:>15.2f}{row['estimate']['flops'] / measured / 1e12:>18.1f}"
         )
+    return table
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
+from benchmarks import results_file  # noqa: E402
 from benchmarks.truncation import make_trial, stsb_config  # noqa: E402
 from trainables.core.paths import default_data_dir  # noqa: E402
 from trainables.encoders.loading import load_config, model_depth, resolve_model  # noqa: E402
@@ -142,6 +143,7 @@ def main(argv=None) -> None:
         help="the project's arms beside the authors' way: project (default flags), whole (--forward-chunk 0), "
         "grouped (--length-grouped)",
     )
+    results_file.add_flag(parser, "layer_sweep")
     args = parser.parse_args(argv)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if not arms or set(arms) - set(ARMS):
@@ -194,6 +196,7 @@ def main(argv=None) -> None:
             else "   within 2 std of the authors' (difference)"
         )
     )
+    rows = []
     for layer in layers:
         cells, verdicts = [], []
         reference = _stats(results["authors"][1], layer, seeds)
@@ -205,6 +208,17 @@ def main(argv=None) -> None:
                 within = abs(mean - reference[0]) <= bound
                 verdicts.append(f"{'yes' if within else 'NO'} ({mean - reference[0]:+.2f})")
         print(f"{layer:>5}" + "".join(cells) + "   " + " / ".join(verdicts))
+        rows.append([layer, *(cell.strip() for cell in cells), " / ".join(verdicts)])
+    within_what = f"within {args.within}" if args.within else "within 2 seed stds"
+    results_file.write(
+        args.results_json,
+        "layer_sweep",
+        ["layer", *(f"{name}: test Spearman (mean ± std)" for name in results), f"{within_what} of the authors'"],
+        rows,
+        summary=f"{args.model}, layers 0-{layers[-1]}, seeds {args.seeds}, {args.epochs} epoch(s) on "
+        f"{args.train_samples} pairs: "
+        + ", ".join(f"{n} {s:.0f} s ({authors_s / s:.2f}x)" for n, (s, _) in results.items()),
+    )
 
 
 if __name__ == "__main__":

@@ -26,6 +26,10 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import results_file  # noqa: E402
+
 MAIN_JOB = "--models sentence-transformers/all-MiniLM-L6-v2 --seeds 0 --epochs 1 --max-train-samples 1000"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -68,6 +72,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="the --smoke-test sweep instead of the main job")
     parser.add_argument("--flags", default="", help="more flags for both runs")
+    results_file.add_flag(parser, "object_storage")
     args = parser.parse_args()
     flags = ["--smoke-test"] if args.smoke else MAIN_JOB.split()
     flags += shlex.split(args.flags)
@@ -126,6 +131,19 @@ def main() -> int:
         print(f"resume of the finished sweep from the storage URI alone: {resumed:.1f} s; {_cost(resume_cost)}")
         leftovers = sorted(p.name for p in work.iterdir() if p.name not in {"local", "node-cache", "s3.log"})
         print(f"local files beside the runs: {leftovers}")
+        results_file.write(
+            args.results_json,
+            "object_storage",
+            ["", "local folder", "S3"],
+            [
+                ["wall time", f"{local:.1f} s", f"{remote:.1f} s ({remote / local:.2f}x)"],
+                ["requests and bytes", "", _cost(sweep_cost)],
+                ["kept after the sweep", "", f"{stored[0]} objects, {stored[1] / 1e6:.1f} MB"],
+                ["resume of the finished sweep from the URI alone", "", f"{resumed:.1f} s; {_cost(resume_cost)}"],
+            ],
+            summary=f"The job `electra_layers.py {' '.join(flags)}`, both ways in one run: storage on a local folder, "
+            "then on S3 (moto's server on the same machine).",
+        )
     finally:
         server.kill()
     return 0

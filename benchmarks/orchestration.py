@@ -26,6 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import results_file  # noqa: E402
+
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
@@ -73,6 +77,7 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--train-samples", type=int, default=600)
     parser.add_argument("--concurrency", type=int, default=2)
+    results_file.add_flag(parser, "orchestration")
     args = parser.parse_args(argv)
 
     import ray
@@ -123,6 +128,17 @@ def main(argv=None):
     print(
         f"\nlost per trial: reused {per_trial(reuse):.2f} s, fresh {per_trial(fresh):.2f} s; "
         f"sweep wall time fresh / reused = {fresh[0] / reuse[0]:.2f}x"
+    )
+    results_file.write(
+        args.results_json,
+        "orchestration",
+        ["variant", "trials", "wall", "ideal (trial-seconds / at once)", "overhead", "lost per trial"],
+        [
+            [name, v[2], f"{v[0]:.1f} s", f"{v[1]:.1f} s", f"{100 * (v[0] / v[1] - 1):.1f}%", f"{per_trial(v):.2f} s"]
+            for name, v in (("reused actors (default)", reuse), ("fresh worker per trial", fresh))
+        ],
+        summary=f"A sweep of short TMFT trials, {args.concurrency} at once: its wall time against the trials' own "
+        f"times over the trials at once; fresh / reused wall time {fresh[0] / reuse[0]:.2f}x.",
     )
     ray.shutdown()
 

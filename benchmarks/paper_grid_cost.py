@@ -24,12 +24,14 @@ TFLOP/s on the RTX 3090 against 67 on the H100 SXM, so 11.7 effective TFLOP/s on
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import results_file  # noqa: E402
 from benchmarks.gpu import default_tokenizer  # noqa: E402
 from trainables.encoders import cost as encoder_cost
 from trainables.methods.tmft import paper as electra_paper  # noqa: E402
@@ -73,6 +75,9 @@ def trial_seconds(config, task, layer: int, precision: str, tflops: float | None
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    results_file.add_flag(parser, "paper_grid_cost")
+    args = parser.parse_args()
     from trainables.core.paths import default_data_dir
     from trainables.training.tokenized import load_task, tokenize_task
 
@@ -95,6 +100,7 @@ def main() -> None:
         f"(every layer, {SEEDS} seeds, {EPOCHS} epochs, batch {BATCH}); GPU-hours, one trial after another\n"
     )
     print(f"{'':<10}" + "".join(f"{label:>16}" for label, _, _ in columns))
+    rows = []
     for authors in (False, True):
         hours = []
         for _, precision, tflops in columns:
@@ -105,6 +111,16 @@ def main() -> None:
             )
             hours.append(seconds / 3600)
         print(f"{'authors' if authors else 'project':<10}" + "".join(f"{h:>16.1f}" for h in hours))
+        rows.append(["the authors' way" if authors else "the project's", *(f"{h:.1f}" for h in hours)])
+    results_file.write(
+        args.results_json,
+        "paper_grid_cost",
+        ["GPU-hours", *(label for label, _, _ in columns)],
+        rows,
+        summary=f"The paper's English TMFT grid ({trials} trials: every layer, {SEEDS} seeds, {EPOCHS} epochs, batch "
+        f"{BATCH}) priced by the cost model, one trial after another; the paper: around {PAPER_HOURS} GPU-hours on one "
+        "RTX 3090.",
+    )
     print(
         f"\nthe paper (Appendix F): around {PAPER_HOURS} GPU-hours on one RTX 3090, DAPT stages (48.5) and the "
         "multilingual, CKA and random-init runs included"

@@ -36,6 +36,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import numpy as np  # noqa: E402
 
+from benchmarks import results_file  # noqa: E402
 from trainables.core.pareto import hypervolume_2d, nondominated_ranks  # noqa: E402
 from trainables.core.paths import default_data_dir  # noqa: E402
 
@@ -119,6 +120,7 @@ def main() -> None:
     )
     parser.add_argument("--skip-grid", action="store_true", help="reuse the grid already in --storage")
     parser.add_argument("--search-name", default="search", help="the search arm's sweep and experiment name")
+    results_file.add_flag(parser, "pareto_search")
     args = parser.parse_args()
 
     root = Path(args.storage or tempfile.mkdtemp(prefix="pareto-bench-"))
@@ -158,9 +160,12 @@ def main() -> None:
     _print_front(f"grid front ({len(grid)} trials)", grid_front)
     stopped = sum(not r["completed"] for r in search)
     _print_front(f"search front ({len(search)} trials, {stopped} stopped at a rung)", search_front)
+    ratios = {}
     for score in ("test", "dev"):
         ref = reference(grid, score)
-        ratio = hypervolume(front(search, score), ref, score) / hypervolume(front(grid, score), ref, score)
+        ratios[score] = ratio = hypervolume(front(search, score), ref, score) / hypervolume(
+            front(grid, score), ref, score
+        )
         print(
             f"\nhypervolume ratio on {score} Spearman (search / grid): {ratio:.4f}  (reference point: "
             f"{ref[0] / 1e6:.2f} M parameters, {ref[1]:.2f})"
@@ -176,6 +181,39 @@ def main() -> None:
         f"the search priced at the grid's own seconds per epoch of each layer (one load for both): {priced:.0f} s, "
         f"ratio (search / grid) {priced / grid_s:.3f}; epochs run: grid {sum(r['epochs_run'] for r in grid)}, "
         f"search {sum(r['epochs_run'] for r in search)}"
+    )
+    _write_results(args, grid, search, grid_front, search_front, stopped, ratios, search_s / grid_s, priced / grid_s)
+
+
+def _write_results(args, grid, search, grid_front, search_front, stopped, ratios, seconds, priced) -> None:
+    """The comparison as benchmarks/results/pareto_search.json (docs/benchmarks.md)."""
+    evaluated = f"the first {args.eval_samples} STS-B dev and test pairs" if args.eval_samples else "full dev, test"
+
+    def layers(rows):
+        return ", ".join(str(layer) for layer in sorted({r["layer"] for r in rows}))
+
+    results_file.write(
+        args.results_json,
+        "pareto_search",
+        [
+            "search",
+            "points run (stopped at a rung)",
+            "front found",
+            "hypervolume / grid's (test; dev)",
+            "trial-seconds / grid's (measured; at the grid's per-epoch seconds)",
+        ],
+        [
+            [f"the grid ({len(grid)} trials)", len(grid), f"layers {layers(grid_front)}", "1.00; 1.00", "1.00; 1.00"],
+            [
+                f"`--search pareto`, η = {args.eta}, {args.num_samples} points",
+                f"{len(search)} ({stopped})",
+                f"layers {layers(search_front)}",
+                f"{ratios['test']:.2f}; {ratios['dev']:.2f}",
+                f"{seconds:.2f}; {priced:.2f}",
+            ],
+        ],
+        summary=f"{args.model}: layers {args.layers} x lrs {args.lrs}, seeds {args.seeds}, {args.epochs} epochs of "
+        f"{args.train_samples} pairs; {evaluated}. Fronts on (parameters, test Spearman) compared by hypervolume.",
     )
 
 

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
+from benchmarks import results_file  # noqa: E402
 from sweeps.engine.runner import parser_for  # noqa: E402
 from trainables.core.method import PlanContext  # noqa: E402
 from trainables.methods.sed.method import SED
@@ -44,6 +45,7 @@ def main(argv=None) -> None:
     parser.add_argument("--student", default=None)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--max-sentences", type=int, default=2000)
+    results_file.add_flag(parser, "sed_targets")
     args = parser.parse_args(argv)
     storage = tempfile.mkdtemp(prefix="sed-bench-")
     flags = [
@@ -86,6 +88,22 @@ def main(argv=None) -> None:
         f"{re_teachers / cached_teachers:.2f}x"
     )
     print(f"whole sweep:  cached {cached_total:.1f} s, recomputed {re_total:.1f} s: {re_total / cached_total:.2f}x")
+    results_file.write(
+        args.results_json,
+        "sed_targets",
+        ["part", "cached", "recomputed", "recomputed / cached"],
+        [
+            [
+                "the teachers' targets",
+                f"{cached_teachers:.1f} s",
+                f"{re_teachers:.1f} s",
+                f"{re_teachers / cached_teachers:.2f}x",
+            ],
+            ["the whole sweep", f"{cached_total:.1f} s", f"{re_total:.1f} s", f"{re_total / cached_total:.2f}x"],
+        ],
+        summary=f"{len(spec['teacher_paths'])} teachers, {len(students)} student seeds, "
+        f"{plan.configs[0]['sentences']} sentences, in this process.",
+    )
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from benchmarks import results_file  # noqa: E402
 from sweeps.engine.seed_search import SeedsByNeed  # noqa: E402
 from trainables.core.method import MetricContract, best_value  # noqa: E402
 
@@ -90,6 +91,7 @@ def main() -> None:
     parser.add_argument("--initial-seeds", type=int, default=2)
     parser.add_argument("--seed-ci-width", type=float, default=2.0)
     parser.add_argument("--seed-spread", choices=("pooled", "own"), default="pooled")
+    results_file.add_flag(parser, "seeds_by_need")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     trials = grid_trials(args.mlflow_uri or run_grid(seeds))
@@ -111,6 +113,7 @@ def main() -> None:
         f"seeds by need: --initial-seeds {args.initial_seeds} --seed-ci-width {args.seed_ci_width:g} "
         f"--seed-spread {args.seed_spread}"
     )
+    rows = []
     for name, order in (("seeds in order", seeds), ("seeds reversed", seeds[::-1])):
         ran, seconds = replay(trials, order, args.initial_seeds, args.seed_ci_width, args.seed_spread == "pooled")
         means = {m: {layer: np.mean([t[m] for _, t in ran[layer]]) for layer in layers} for m in ("dev", "test")}
@@ -127,6 +130,34 @@ def main() -> None:
             f"grid's 95% interval: dev {inside['dev']}, test {inside['test']}; largest difference dev "
             f"{largest['dev']:.3f}, test {largest['test']:.3f}"
         )
+        rows.append(
+            [
+                ",".join(map(str, order)) + ("" if args.seed_spread == "pooled" else ", `--seed-spread own`"),
+                sum(len(r) for r in ran.values()),
+                f"{seconds:,.0f} ({seconds / grid_seconds:.2f})",
+                " ".join(str(len(ran[layer])) for layer in layers),
+                f"{best} ({'same' if best == grid_best else 'DIFFERENT'})",
+                f"{'yes' if inside['dev'] else 'no'}, {'yes' if inside['test'] else 'no'}",
+                f"{largest['dev']:.3f}, {largest['test']:.3f}",
+            ]
+        )
+    results_file.write(
+        args.results_json,
+        "seeds_by_need",
+        [
+            "seed order",
+            "trials",
+            "trial-seconds (of the grid's)",
+            f"seeds per layer {layers[0]}..{layers[-1]}",
+            "best layer",
+            "every layer's mean in the grid's 95% interval (dev, test)",
+            "largest difference (dev, test)",
+        ],
+        rows,
+        summary=f"The grid: {len(layers)} layers x {len(seeds)} seeds, {grid_seconds:,.0f} trial-seconds, best layer "
+        f"{grid_best}; seeds by need replayed on its trials (--initial-seeds {args.initial_seeds}, --seed-ci-width "
+        f"{args.seed_ci_width:g}, --seed-spread {args.seed_spread}).",
+    )
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks import results_file  # noqa: E402
 from trainables.core.paths import default_data_dir  # noqa: E402
 from trainables.encoders import loading  # noqa: E402
 from trainables.training.batches import pad  # noqa: E402
@@ -112,6 +113,7 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", default="fp32", help="fp32, tf32, bf16 (trainables/encoders/precision.py)")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    results_file.add_flag(parser, "trial_levers")
     args = parser.parse_args(argv)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     if not names or set(names) - set(VARIANTS):
@@ -127,7 +129,7 @@ def main(argv=None) -> None:
         f"{args.model} at layer {layer}, one epoch on {args.train_samples} STS-B pairs, full dev and test, "
         f"{args.device}, {args.threads} CPU thread(s), {args.precision}\n"
     )
-    results = {}
+    results, rows = {}, []
     print(f"{'variant':<14} {'train s':>8} {'eval s':>8} {'total s':>8} {'ratio':>7} {'test rho':>9}")
     for name in names:
         results[name] = run_variant(name, task, full_model, layer, args.device, args)
@@ -138,6 +140,24 @@ def main(argv=None) -> None:
             f"{name:<14} {r['train']:>8.1f} {r['eval']:>8.1f} {r['train'] + r['eval']:>8.1f} {ratio} {r['test']:>9.2f}",
             flush=True,
         )
+        rows.append(
+            [
+                name,
+                f"{r['train']:.1f}",
+                f"{r['eval']:.1f}",
+                f"{r['train'] + r['eval']:.1f}",
+                ratio.strip(),
+                f"{r['test']:.2f}",
+            ]
+        )
+    results_file.write(
+        args.results_json,
+        "trial_levers",
+        ["variant", "train s", "eval s", "total s", "against the baseline", "test Spearman"],
+        rows,
+        summary=f"{args.model} at layer {layer}, one epoch on {args.train_samples} STS-B pairs, full dev and test, "
+        f"{args.device}, {args.threads} CPU thread(s), {args.precision}; the baseline is the trial as it ran before.",
+    )
 
 
 if __name__ == "__main__":

@@ -30,6 +30,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import results_file  # noqa: E402
+
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -138,6 +141,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--order", default="ours,theirs", help="which loop runs first")
     parser.add_argument("--data-dir", default=None)
+    results_file.add_flag(parser, "tsdae")
     args = parser.parse_args(argv)
     if importlib.util.find_spec("accelerate") is None:
         parser.error("sentence-transformers' trainer needs accelerate: pip install -e '.[benchmark]'")
@@ -183,6 +187,18 @@ def main(argv=None) -> int:
     print(
         f"  ours / theirs: {rate['ours'] / rate['theirs']:.2f} whole call, "
         f"{margin['ours'] / margin['theirs']:.2f} at the margin (goal >= 1)"
+    )
+    rows = [[n, f"{seconds[n][1]:.1f}", f"{rate[n]:.1f}", f"{margin[n]:.1f}"] for n in ("ours", "theirs")]
+    rows.append(
+        ["ours / theirs", "", f"{rate['ours'] / rate['theirs']:.2f}", f"{margin['ours'] / margin['theirs']:.2f}"]
+    )
+    results_file.write(
+        args.results_json,
+        "tsdae",
+        ["loop", "seconds", "sentences/s (whole call)", "sentences/s (at the margin)"],
+        rows,
+        summary=f"{args.model}, {device}, {torch.get_num_threads()} threads, {args.steps} steps of batch "
+        f"{args.batch_size}, run in the order {args.order}; the goal is ours / theirs >= 1.",
     )
     return 0
 

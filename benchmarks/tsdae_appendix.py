@@ -26,6 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from benchmarks import results_file  # noqa: E402
+
 TYPES = ("delete", "swap", "mask", "replace", "add")
 RATIOS = tuple(round(0.1 * k, 1) for k in range(1, 10))
 POOLINGS = ("cls", "mean", "max")
@@ -102,6 +104,7 @@ def main(argv=None) -> int:
     parser.add_argument("--eval-steps", type=int, default=500)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--out", default="tsdae_appendix.json")
+    results_file.add_flag(parser, "tsdae_appendix")
     args = parser.parse_args(argv)
     base = {"corpus": args.corpus, "data_dir": args.data_dir, "model": args.model}
     base.update(steps=args.steps, eval_steps=args.eval_steps)
@@ -130,6 +133,17 @@ def main(argv=None) -> int:
     report["greedy"]["tying"] = picked(tying)
     report["runs"] = list(done.values())
     Path(args.out).write_text(json.dumps(report, indent=1))
+    stages = (("Table 5", table5, "noise"), ("Table 6", table6, "noise_ratio"), ("Table 7", table7, "pooling"))
+    rows = [[name, f"{field} {best[field]}", best["best_dev"]] for name, best, field in stages]
+    rows.append(["tying", f"tied_decoder {tying['tied_decoder']}", tying["best_dev"]])
+    results_file.write(
+        args.results_json,
+        "tsdae_appendix",
+        ["stage (greedy)", "best", "STS-B dev Spearman"],
+        rows,
+        summary=f"{args.model}: TSDAE's Appendix A greedy search, {args.steps} steps a configuration, one seed; "
+        f"untrained: {report['untrained']}.",
+    )
     print(json.dumps(report["greedy"]), flush=True)
     return 0
 

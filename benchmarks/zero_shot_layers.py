@@ -21,13 +21,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import torch  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import results_file  # noqa: E402
 from trainables.core.paths import default_data_dir  # noqa: E402
 from trainables.encoders.loading import resolve_model, truncate  # noqa: E402
 from trainables.evaluation.sets import load_suite  # noqa: E402
@@ -54,6 +59,7 @@ def main() -> None:
     parser.add_argument("--data-dir", default=str(default_data_dir()))
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    results_file.add_flag(parser, "zero_shot_layers")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -124,6 +130,17 @@ def main() -> None:
         f"(by the arithmetic above: about {len(layers) / 2:.1f}x)"
     )
     print(f"largest score difference between the variants: {gap:.4f} points")
+    results_file.write(
+        args.results_json,
+        "zero_shot_layers",
+        ["figure", "value"],
+        [
+            ["speed-up of one pass over a full forward per layer", speed_up(full_time, one_pass_time)],
+            ["speed-up of one pass over a truncated forward per layer", speed_up(truncated_time, one_pass_time)],
+            ["largest score difference between the variants", f"{gap:.4f} points"],
+        ],
+        summary=f"{args.model}: every layer 0..{layers[-1]} scored zero-shot (mean pooling) on {args.sets}.",
+    )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ around TMFT's pair loss; 2D Matryoshka Sentence Embeddings), scored at every lay
     python sweeps/adaptive_layer.py --smoke-test          # a one-minute check on a tiny model
 
 Beside a TMFT layer sweep of the same model, task and budget (`sweeps/electra_layers.py`), the report
-puts its per-layer curve beside TMFT's, with the compute each took (docs/methods.md, "Adaptive layers").
+puts its per-layer curve beside TMFT's, with the compute each took (docs/methods/adaptive-layers.md).
 """
 
 import functools

@@ -319,12 +319,15 @@ def check_cluster_config(path) -> tuple[dict, list[str]]:
     return prepared, quota_lines(prepared) + pass_role_lines(prepared)
 
 
+USAGE = "python -m sweeps.cluster_config CLUSTER_YAML"  # one argument, no flags
+
+
 def main(argv=None) -> int:
     from sweeps.engine.ray_internals import require_supported_versions
 
     require_supported_versions()  # Ray's own checks run below, from its private modules
     args = sys.argv[1:] if argv is None else list(argv)
-    usage = "usage: python -m sweeps.cluster_config CLUSTER_YAML"
+    usage = f"usage: {USAGE}"
     if args in (["-h"], ["--help"]):
         print(usage + "\n\n" + __doc__.split("\n\n")[0])
         return 0

@@ -5,7 +5,7 @@
     python sweeps/electra_layers.py --models sentence-transformers/all-MiniLM-L6-v2 --seeds 0
 
 Defaults are the paper's: ELECTRA-base discriminator and generator and BERT-base-cased, every
-layer, seeds 0-4, 10 epochs, batch 32, lr 2e-5 (docs/methods.md M1; trainables/methods/tmft/method.py). `--help`
+layer, seeds 0-4, 10 epochs, batch 32, lr 2e-5 (docs/methods/electra.md M1; trainables/methods/tmft/method.py). `--help`
 lists every flag.
 """
 

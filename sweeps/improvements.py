@@ -5,7 +5,7 @@
     python sweeps/improvements.py --improvement dapt --models sentence-transformers/all-MiniLM-L6-v2 --seeds 0
 
 The same models x layers x seeds and flags as electra_layers.py, plus `--improvement ws|dapt|both`
-and the stage settings (`--ws-*`, `--dapt-*`; defaults from docs/methods.md M2 and M3). Each stage (WS:
+and the stage settings (`--ws-*`, `--dapt-*`; defaults from docs/methods/electra.md M2 and M3). Each stage (WS:
 one per model and layer, seed 0; DAPT: one per model) is computed once into the stage store
 `<storage-path>/stages/` and reused by every trial and every later sweep that needs it
 (trainables/methods/tmft/improvements.py). `--help` lists every flag.

@@ -218,8 +218,7 @@ def down(temp_dir: Path = DEFAULT_TEMP, grace: float = 10) -> int:
 UP_ONLY = ("--max-workers", "--gpus-per-worker", "--idle-timeout-minutes")  # what `up` reads, and nothing else
 
 
-def main(argv=None) -> int:
-    ray_internals.require_supported_versions()
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sweeps.local_cluster", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--temp-dir", type=Path, default=DEFAULT_TEMP, help="the cluster's own Ray temp folder")
@@ -228,7 +227,12 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--idle-timeout-minutes", type=float, help="reap a worker idle this long, a fraction too (default: the file's)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    ray_internals.require_supported_versions()
+    args = build_parser().parse_args(argv)
     given = [flag for flag in UP_ONLY if getattr(args, flag[2:].replace("-", "_")) is not None]
     if args.command != "up" and given:
         print(f"error: {given[0]} applies only to `up` (it sizes the cluster up starts); leave it out", file=sys.stderr)

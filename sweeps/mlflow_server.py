@@ -22,7 +22,7 @@ is given: a sweep's runs do not use it. Arguments after `--` go to `mlflow serve
 On a cluster, whose nodes go away, `--local-store FILE` keeps the SQLite store on this node's disk and its
 home on the storage path: `<storage-path>/mlflow.db`, a folder's or an s3:// URI's, restored from there when
 FILE does not exist and copied there as the writes pause, at least every `--backup-interval` seconds, and when
-the server stops (SIGTERM, SIGINT, SIGHUP): sweeps/mlflow_home.py. The process then stays, as the server's
+the server stops (SIGTERM, SIGINT, SIGHUP): sweeps/engine/mlflow_home.py. The process then stays, as the server's
 parent, to copy; the storage path must exist (a folder not there is most often a volume not mounted).
 
 Artifacts on an object store: `--artifacts-destination s3://bucket/mlartifacts?endpoint_override=host:port&scheme=http`,
@@ -311,7 +311,7 @@ def _die_with_parent() -> None:
 
 def _serve_keeping_home(args: argparse.Namespace, command: list[str], environment: dict[str, str]) -> int:
     """`mlflow server` as a child, its store copied to the storage path while it runs and when it stops."""
-    from sweeps.mlflow_home import Keeper, home_of
+    from sweeps.engine.mlflow_home import Keeper, home_of
     from trainables.core.errors import SweepInputError
 
     store = Path(args.local_store).expanduser().resolve()

@@ -236,9 +236,9 @@ def test_the_toy_method_runs_a_whole_sweep_into_mlflow(project_with_toy, tmp_pat
 
 @pytest.mark.sweep
 def test_the_new_methods_docs_row_is_generated_and_its_smoke_test_joins_the_sweep_step(project_with_toy):
-    """No hand edit anywhere: the docs command adds the method's row to docs/methods.md's generated table
-    (and changes no other byte of any file), and the new script's smoke sweep is selected by the
-    `sweep` mark that every script's smoke test carries, never by the fast run."""
+    """No hand edit anywhere: the docs command adds the method's row to docs/methods/index.md's generated table
+    and its script to the CLI reference (and changes no other byte of any file), and the new script's smoke sweep is
+    selected by the `sweep` mark that every script's smoke test carries, never by the fast run."""
     tracked = _tracked()
     before = _snapshot(project_with_toy, tracked)
     assert (
@@ -248,10 +248,14 @@ def test_the_new_methods_docs_row_is_generated_and_its_smoke_test_joins_the_swee
         == 1
     )
     wrote = run_in(project_with_toy, "from analysis.__main__ import main; raise SystemExit(main(['docs']))")
-    assert wrote.returncode == 0 and wrote.stdout.strip() == "wrote docs/methods.md", wrote.stdout + wrote.stderr
+    written = "wrote docs/methods/index.md\nwrote docs/reference/cli.md"
+    assert wrote.returncode == 0 and wrote.stdout.strip() == written, wrote.stdout + wrote.stderr
     after = _snapshot(project_with_toy, tracked)
-    assert [name for name in tracked if after[name] != before[name]] == ["docs/methods.md"]
-    old, new = before["docs/methods.md"].decode().splitlines(), after["docs/methods.md"].decode().splitlines()
+    changed = [name for name in tracked if after[name] != before[name]]
+    assert changed == ["docs/methods/index.md", "docs/reference/cli.md"]
+    assert "## `sweeps/toy.py`" in after["docs/reference/cli.md"].decode()  # the new script's flags, generated
+    page = "docs/methods/index.md"
+    old, new = before[page].decode().splitlines(), after[page].decode().splitlines()
     assert [line for line in new if line not in old] == [
         "| `toy` | Toy Regression | a toy regression: y = w x + b by gradient descent | test R2 at the best dev epoch "
         "| *A Toy Regression* (2026) |"

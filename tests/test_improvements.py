@@ -181,7 +181,7 @@ def test_authors_dapt_schedule_peaks_at_80_percent_of_training():
         scheduler.step()
         rates.append(optimizer.param_groups[0]["lr"])
     assert max(range(steps), key=rates.__getitem__) == 79  # the peak after 80 of 100 optimiser steps
-    assert rates[-1] > 0.95  # and it ends near the peak (docs/methods.md: ~97%)
+    assert rates[-1] > 0.95  # and it ends near the peak (docs/methods/electra.md: ~97%)
 
 
 @pytest.mark.slow  # the default run has the plan and stage-compute tests below

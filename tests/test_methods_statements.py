@@ -1,7 +1,7 @@
-"""What docs/methods.md states about presets, scripts, code and data holds (issue 45's "Statements"): every
-preset it names exists and runs through the script it is shown with, every code path it names exists, SED's
-runnable tables are the ones with presets, the "no preset" table lists what has none (and nothing that has
-one), and the sizes it gives the Wikipedia sample are the sample's."""
+"""What the methods pages (docs/methods/*.md) state about presets, scripts, code and data holds (issue 45's
+"Statements"): every preset it names exists and runs through the script it is shown with, every code path it
+names exists, SED's runnable tables are the ones with presets, the "no preset" table lists what has none (and
+nothing that has one), and the sizes it gives the Wikipedia sample are the sample's."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from trainables.core.paths import PROJECT_ROOT
 
 
 def page() -> str:
-    return (PROJECT_ROOT / "docs" / "methods.md").read_text()
+    return "\n".join(p.read_text() for p in sorted((PROJECT_ROOT / "docs" / "methods").glob("*.md")))
 
 
 def flat() -> str:
@@ -28,7 +28,7 @@ def test_every_preset_the_page_names_exists_and_runs_through_the_script_it_is_sh
     named = re.findall(r"python (sweeps/\w+\.py) --preset ([\w-]+)", page())
     assert len(named) >= 10, named
     for script, name in named:
-        assert name in presets, f"docs/methods.md names preset {name}, which does not exist"
+        assert name in presets, f"docs/methods/ names preset {name}, which does not exist"
         assert presets[name].script == script, (name, presets[name].script, script)
     mentioned = {n for n in re.findall(r"presets? `([\w-]+)`", page())} | {
         n
@@ -37,7 +37,7 @@ def test_every_preset_the_page_names_exists_and_runs_through_the_script_it_is_sh
     }
     assert mentioned, "the page names no preset in prose"
     for name in mentioned:
-        assert name in presets, f"docs/methods.md names preset {name}, which does not exist"
+        assert name in presets, f"docs/methods/ names preset {name}, which does not exist"
     table = set(re.findall(r"^\| `([\w-]+)`(?:, `([\w-]+)`)? \| `sweeps/", page(), re.M))  # the presets table
     assert table and all(name in presets for row in table for name in row if name), table
 
@@ -49,7 +49,7 @@ def test_every_code_path_the_page_names_exists():
     paths = set(re.findall(r"`((?:trainables|sweeps|analysis|benchmarks)/[\w/]+\.py)", page()))
     assert len(paths) > 20
     missing = sorted(p for p in paths if not (PROJECT_ROOT / p).is_file())
-    assert not missing, f"docs/methods.md names code that does not exist: {missing}"
+    assert not missing, f"docs/methods/ names code that does not exist: {missing}"
     for line in (x for x in page().splitlines() if x.startswith("Code:") or x.startswith("| M")):
         for name in re.findall(r"`(\w+\.py)`", line):
             assert name in files, (name, line)

@@ -1,4 +1,4 @@
-"""The MLflow history's home on the storage path (sweeps/mlflow_home.py): a node-local SQLite store copied to
+"""The MLflow history's home on the storage path (sweeps/engine/mlflow_home.py): a node-local SQLite store copied to
 `<storage-path>/mlflow.db` and restored from there, on a folder and on S3; one server per home. Then the EC2 head's
 tracking server as docs/cluster.md section 3 starts it, through a simulated `ray down`: the server killed with no
 signal (the instance terminated) or stopped by SIGTERM (the node's shutdown), the head's disk deleted, and a new
@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from server_helpers import free_port
 
-from sweeps import mlflow_home, mlflow_server
+from sweeps import mlflow_server
+from sweeps.engine import mlflow_home
 from trainables.core import object_storage
 from trainables.core.errors import SweepInputError
 

@@ -192,10 +192,12 @@ def test_the_trial_config_holds_every_declared_non_axis_setting_in_the_form_runs
 def test_the_docs_table_of_methods_is_the_one_the_methods_declare():
     from analysis.methods_table import BEGIN, END, section
 
-    page = (ROOT / "docs" / "methods.md").read_text()
+    page = (ROOT / "docs" / "methods" / "index.md").read_text()
     assert BEGIN in page and END in page
     shown = page[page.index(BEGIN) : page.index(END) + len(END)]
-    assert shown == section(), "docs/methods.md's methods table is stale: regenerate it with python -m analysis methods"
+    assert shown == section(), (
+        "docs/methods/index.md's methods table is stale: regenerate it with python -m analysis docs"
+    )
     for method in METHOD_NAMES:
         assert f"| `{method}` | {METHODS.get(method).info.display_name} |" in shown
 

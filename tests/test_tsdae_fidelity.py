@@ -333,13 +333,13 @@ def test_the_appendix_presets_run_on_a_tiny_model_and_the_report_shows_tables_5_
     assert "Table 6 (Appendix A)" in text and "78.77" in text
 
 
-# --- what docs/methods.md states ---------------------------------------------------------------------------
+# --- what docs/methods/ states ---------------------------------------------------------------------------
 
 
 def _methods_md() -> str:
     from trainables.core.paths import PROJECT_ROOT
 
-    return (PROJECT_ROOT / "docs" / "methods.md").read_text()
+    return "\n".join(p.read_text() for p in sorted((PROJECT_ROOT / "docs" / "methods").glob("*.md")))
 
 
 def test_every_module_the_methods_page_names_as_code_exists():

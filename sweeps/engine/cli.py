@@ -130,7 +130,7 @@ ENGINE = (
         False,
         "run the --seeds in rounds: each configuration starts with --initial-seeds, and gets its next seed only "
         "while its conclusion is open (its interval overlaps the best's, or is wider than --seed-ci-width); rule "
-        "and error rate in docs/methods.md",
+        "and error rate in docs/methods/search.md",
         group=SEARCH,
     ),
     Setting(

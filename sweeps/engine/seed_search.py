@@ -1,5 +1,5 @@
 """`--seeds-by-need`: a Ray Tune Searcher that runs a grid's seeds in rounds, only where the
-conclusion is still open (the rule and its statistics: trainables/core/seed_need.py, docs/methods.md).
+conclusion is still open (the rule and its statistics: trainables/core/seed_need.py, docs/methods/search.md).
 
 Round 0 suggests every configuration (the grid's configs less the seed axis) with its first
 `--initial-seeds` seeds, in the order of `--seeds`; when every trial of a round has finished, each

@@ -6,7 +6,7 @@ all handled here: the train and test files start with a UTF-8 byte-order mark (t
 not), lines end in CRLF, and the strings contain unescaped double quotes (so the files are split
 on tabs with no quote handling).
 
-With `data_dir == "hub"` the hub copy `SetFit/mrpc` is read instead (the authors' source, docs/methods.md
+With `data_dir == "hub"` the hub copy `SetFit/mrpc` is read instead (the authors' source, docs/methods/electra.md
 M1). Its split is GLUE's (3668 / 408 / 1725): the same test set, but GLUE carved its dev set out
 of the original training file differently, so train/dev differ from the release files'.
 

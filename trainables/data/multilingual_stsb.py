@@ -37,7 +37,7 @@ LANGUAGE_NAMES = {  # the release's languages, for --help
     "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ru": "Russian", "zh": "Chinese",
 }  # fmt: skip
 PAPER_LANGUAGES = ("ko", "de", "es")  # the paper's Appendix B
-# The paper's models per language (docs/methods.md M1).
+# The paper's models per language (docs/methods/electra.md M1).
 PAPER_MODELS = {
     "ko": "klue/bert-base,monologg/koelectra-base-v3-discriminator,monologg/koelectra-base-v3-generator",
     "de": "google-bert/bert-base-german-cased,deepset/gelectra-base,deepset/gelectra-base-generator",

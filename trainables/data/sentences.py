@@ -1,4 +1,4 @@
-"""Sentence corpora for MLM domain-adaptive pre-training (DAPT, docs/methods.md M3).
+"""Sentence corpora for MLM domain-adaptive pre-training (DAPT, docs/methods/electra.md M3).
 
 The paper used the unique sentence1 and sentence2 of sbert's `AllNLI.tsv.gz` (SNLI + MultiNLI,
 all splits). That file is not obtainable offline here, so the default corpus is the sentences of

@@ -8,7 +8,7 @@ entailment_judgment. Columns are found by header name, so the full `SICK.txt` co
 (`entailment_label`) is read too. Quirks of the real files: the test file ends its lines with CRLF,
 the train/trial files with LF; about 100 sentences carry a trailing space (kept as is).
 
-Labels follow docs/methods.md M1 (the authors' `entailment_AB` of `RobZamp/sick`):
+Labels follow docs/methods/electra.md M1 (the authors' `entailment_AB` of `RobZamp/sick`):
 ENTAILMENT = 0, NEUTRAL = 1, CONTRADICTION = 2. With `data_dir == "hub"` that hub copy is read
 (its split sizes differ slightly from the release files').
 """

@@ -1,4 +1,4 @@
-"""Word-pair similarity sets and the combined word-similarity dataset of docs/methods.md M2.
+"""Word-pair similarity sets and the combined word-similarity dataset of docs/methods/electra.md M2.
 
 Files (in `word-similarity/`, the wordvectors.org layout): one pair a line, whitespace-separated
 `word1 word2 score`. Quirks of the real files, handled here: `EN-SimVerb-3500.txt` has CRLF line
@@ -115,7 +115,7 @@ def split_indices(n: int, seed: int = 0, split_method: str = "numpy") -> dict[st
 
 
 def build_ws_dataset(data_dir, seed: int = 0, split_method: str = "numpy") -> dict[str, list[PairExample]]:
-    """{train, dev, test: [PairExample(word1, word2, score in [0, 1])]} per docs/methods.md M2."""
+    """{train, dev, test: [PairExample(word1, word2, score in [0, 1])]} per docs/methods/electra.md M2."""
     pairs = ws_pairs(data_dir)
     indices = split_indices(len(pairs), seed, split_method)
     return {split: [pairs[i] for i in idx] for split, idx in indices.items()}

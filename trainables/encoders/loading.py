@@ -3,7 +3,7 @@ layer l, pool it, count its parameters.
 
 A layer-l encoder holds the embeddings and the first l transformer layers only (l = 0: the
 embedding output), so its output equals the full model's `hidden_states[l]` at a fraction of the
-cost (docs/methods.md M1 slices `hidden_states[l]` of a full forward; the numbers are the same).
+cost (docs/methods/electra.md M1 slices `hidden_states[l]` of a full forward; the numbers are the same).
 The pooler is dropped. Works for any HF encoder whose layers sit in one `nn.ModuleList` of
 length `num_hidden_layers` (BERT, ELECTRA, MPNet, RoBERTa, DeBERTa-v2/v3, ...).
 """

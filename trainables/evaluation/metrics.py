@@ -1,7 +1,7 @@
 """Evaluation: correlations x100 (scipy), and best-dev-epoch bookkeeping.
 
 `correlations(pred, gold)` returns Spearman and Pearson x100, the STS primary metric being
-Spearman (docs/methods.md M1). `BestTracker` keeps the epoch with the highest dev score and the
+Spearman (docs/methods/electra.md M1). `BestTracker` keeps the epoch with the highest dev score and the
 test scores at that epoch, so no selection ever looks at test. A NaN dev score (a collapsed
 model whose cosines are all equal has no correlation) ranks below every number: it is kept only
 until a finite score comes (`improves`).

@@ -1,4 +1,4 @@
-"""Fine-tuning tasks: what a pair of embeddings (u, v) is trained and scored on (docs/methods.md M1, M2).
+"""Fine-tuning tasks: what a pair of embeddings (u, v) is trained and scored on (docs/methods/electra.md M1, M2).
 
 A `Task` names its data, its labels, its loss on (u, v), what evaluation keeps per pair, and its
 metrics; the TMFT loop (trainables/methods/tmft/method.py), the tokeniser (trainables/training/tokenized.py), the MLflow

@@ -1,4 +1,4 @@
-"""Adaptive layers: every layer from one training run (docs/methods.md, "Adaptive layers").
+"""Adaptive layers: every layer from one training run (docs/methods/adaptive-layers.md).
 
 Inputs: the pair task and data TMFT trains on (trainables/training/pair_tasks.py: STS-B by default; MRPC,
 SICK), an encoder. Model: the whole encoder with mean pooling, trained once with sentence-transformers'
@@ -35,8 +35,8 @@ DEFAULTS = {  # AdaptiveLayerLoss's own defaults (sentence-transformers 6.2)
     "kl_temperature": 0.3,
 }
 
-TMFT = "ELECTRA paper §3 (TMFT's)"  # the source of the training settings, TMFT's (docs/methods.md M1)
-TRAINING = "training (TMFT's, docs/methods.md M1)"
+TMFT = "ELECTRA paper §3 (TMFT's)"  # the source of the training settings, TMFT's (docs/methods/electra.md M1)
+TRAINING = "training (TMFT's, docs/methods/electra.md M1)"
 LOSS = "AdaptiveLayerLoss (sentence-transformers; its defaults)"
 LIBRARY = "sentence-transformers' AdaptiveLayerLoss default"
 

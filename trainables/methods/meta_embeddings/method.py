@@ -1,5 +1,5 @@
 """Sentence meta-embeddings of frozen sources (the unsupervised attention-based meta-embedding
-paper; docs/methods.md M4): UNSUP, trained without labels on the STS-B train sentences, and the
+paper; docs/methods/meta-embeddings.md M4): UNSUP, trained without labels on the STS-B train sentences, and the
 baselines SSE, CONC, AVG, SVD, GCCA and SUP.
 
 Inputs: `--sources` (two or more encoders, of any sizes), `--methods`, `--variants`, `--seeds`,
@@ -20,7 +20,7 @@ Methods (`meta`) and their variants (`variant`):
 - `svd` `train`: per-source centring, concatenation, the top d = min(--width, the sources' summed
   size) right singular vectors, fitted on the STS-B train sentences only (refused with fewer
   than d + 1 of them, as GCCA is: `models.check_fit_sentences`); `full`: the authors' fit, all
-  components, on every cached sentence (evaluation sentences included; docs/methods.md ambiguity 7:
+  components, on every cached sentence (evaluation sentences included; docs/methods/index.md ambiguity 7:
   a rotation of centred CONC, so it scores as centred CONC);
 - `gcca`: MAXVAR generalised CCA (cca-zoo's `GCCA`; each view's covariance plus the authors' ridge
   0.1 x its mean feature std, `gcca_shrinkage`) fitted on the STS-B train

@@ -135,7 +135,7 @@ def _off_diagonal(length: int, device) -> torch.Tensor:
 def authors_code_loss(
     sides: list[list[torch.Tensor]], m1: torch.Tensor, m2: torch.Tensor, matrices: list[torch.Tensor], alpha, beta, lam
 ) -> torch.Tensor:
-    """The released code's loss (docs/methods.md M4); `sides` = [w of s1, w of s2], each a list over
+    """The released code's loss (docs/methods/meta-embeddings.md M4); `sides` = [w of s1, w of s2], each a list over
     sources of [B, T, width] (zero pads included; each side padded to its own longest sentence).
     As the code does, each word term is one mean over both sides, every source pair, every
     position (pair) and every pair of the batch at once, not a sum of per-side means."""

@@ -94,9 +94,10 @@ NOTE = (
     "roberta-large-nli-stsb-mean-tokens (the preset's --sources; the project's default sources, all-MiniLM-L6-v2 "
     "and all-mpnet-base-v2, are other models, so with them no row is comparable with the paper's; SSE rows match "
     "by source position). The authors encoded their sources in training mode (dropout noise); the cache holds "
-    "deterministic vectors. Their SentEval run's padding and STS-B variant are unclear (docs/methods.md ambiguity "
-    "6); here each sentence is pooled over its own words and scored by the cosine. The paper's SGD settings and "
-    "seeds are lost from its text: lr 1e-2 and weight decay 1e-4 come from the authors' code, seeds are run params."
+    "deterministic vectors. Their SentEval run's padding and STS-B variant are unclear (docs/methods/index.md "
+    "ambiguity 6); here each sentence is pooled over its own words and scored by the cosine. The paper's SGD "
+    "settings and seeds are lost from its text: lr 1e-2 and weight decay 1e-4 come from the authors' code, "
+    "seeds are run params."
 )
 
 

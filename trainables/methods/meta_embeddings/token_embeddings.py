@@ -7,7 +7,7 @@ Key (trainables/stages/store.py `make_spec`): the source's id and weights finger
 checksums (STS-B files and the suite's sets) and the settings (sets, max length, batch size,
 dtype), so every trial, and every later sweep with the same stage store, reads one copy.
 
-Words (docs/methods.md M4, as the authors do): the last hidden state's token vectors whose character
+Words (docs/methods/meta-embeddings.md M4, as the authors do): the last hidden state's token vectors whose character
 offsets touch (end of one == start of the next) are averaged into one word, so subwords and
 attached punctuation become one whitespace word; special tokens ([CLS], [SEP], <s>, </s>) and
 padding have empty offsets and are dropped.

@@ -1,4 +1,4 @@
-"""SED: sentence ensemble distillation (the SED paper; docs/methods.md M5). A student is trained so
+"""SED: sentence ensemble distillation (the SED paper; docs/methods/sed.md M5). A student is trained so
 that its sentence embedding approaches, by mean squared error, the mean of an ensemble of
 teachers' embeddings of the same sentence; only the student is updated.
 

@@ -1,5 +1,5 @@
 """The DAPT stage of DAPT+TMFT: masked-language-model pre-training of the full model
-(ELECTRA paper; docs/methods.md M3).
+(ELECTRA paper; docs/methods/electra.md M3).
 
 Inputs: a model and a sentence corpus (trainables/data/sentences.py; the paper's SNLI+MultiNLI
 `AllNLI` sentences where available, here by default SICK + STS-B train + the Wikipedia sample;
@@ -17,7 +17,7 @@ Loss: cross-entropy on the masked positions of the last layer. AdamW lr 2e-5, we
 warm-up over 10% of the optimiser steps then linear decay, gradient clipping 1.0 (the paper).
 Variants (stage config, hence params): `schedule = "authors"`, the authors' scheduler, which counted
 batches, not optimiser steps, so their warm-up ran for 80% of training and the rate ended near
-its peak (docs/methods.md ambiguity 8); `clip = None`, the authors' code, which does not clip.
+its peak (docs/methods/index.md ambiguity 8); `clip = None`, the authors' code, which does not clip.
 
 Speed without changing the objective: the vocabulary projection runs only at the masked
 positions (the loss and accuracy need no other logits); on the CPU each batch runs in CPU_CHUNKS
@@ -68,7 +68,7 @@ STAGE_DEFAULTS = {
 }
 # steps: warm-up over 10% of the optimiser steps; authors: warm-up and decay counted in batches
 # while the scheduler steps once per optimiser step, so the rate peaks at 80% of training with
-# accumulation 8 (docs/methods.md ambiguity 8).
+# accumulation 8 (docs/methods/index.md ambiguity 8).
 SCHEDULES = ("steps", "authors")
 PAPER = "ELECTRA paper §4 (domain-adaptive pre-training)"
 

@@ -55,7 +55,7 @@ def build_encoder(
         from safetensors.torch import load_file
 
         state = load_file(str(Path(upstream_path) / STAGE_ENCODER_DIR / "model.safetensors"))
-        result = encoder.load_state_dict(state, strict=False)  # as the authors (docs/methods.md M2)
+        result = encoder.load_state_dict(state, strict=False)  # as the authors (docs/methods/electra.md M2)
         if result.missing_keys:
             print(
                 f"warning: {len(result.missing_keys)} encoder weights not in the WS stage {upstream_path} "

@@ -1,4 +1,4 @@
-"""WS+TMFT, DAPT+TMFT (ELECTRA paper, Table 1; docs/methods.md M2, M3) and TSDAE+TMFT (M6): an upstream
+"""WS+TMFT, DAPT+TMFT (ELECTRA paper, Table 1; docs/methods/electra.md M2, M3) and TSDAE+TMFT (M6): an upstream
 stage per model (DAPT, TSDAE) or per model and layer (WS, seed 0 as the paper), then TMFT trials
 that start from it.
 

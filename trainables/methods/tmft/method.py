@@ -1,4 +1,4 @@
-"""TMFT: truncated model fine-tuning (ELECTRA paper; docs/methods.md M1), on any pair task.
+"""TMFT: truncated model fine-tuning (ELECTRA paper; docs/methods/electra.md M1), on any pair task.
 
 Inputs: sentence pairs of a task (trainables/training/pair_tasks.py: STS-B, MRPC, SICK; word pairs for the
 word-similarity stage), an encoder and a layer l (0 = embedding output).
@@ -112,7 +112,7 @@ def trainable_module():
 
 @register_method("tmft")
 class TMFT(Method):
-    """Truncated model fine-tuning: models x layers x seeds on a pair task (docs/methods.md M1)."""
+    """Truncated model fine-tuning: models x layers x seeds on a pair task (docs/methods/electra.md M1)."""
 
     trainable = "trainables.methods.tmft.trainable:TMFTTrainable"  # imported when a trial or a plan needs it
     info = MethodInfo(

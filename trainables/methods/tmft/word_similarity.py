@@ -1,4 +1,4 @@
-"""The word-similarity stage of WS+TMFT (ELECTRA paper; docs/methods.md M2).
+"""The word-similarity stage of WS+TMFT (ELECTRA paper; docs/methods/electra.md M2).
 
 Inputs: a model, a layer l, the combined word-pair set (RG-65 / 4, SimLex-999 / 10,
 SimVerb-3500 / 10, WordSim-353-sim / 10; unordered duplicates dropped; a seeded 70/15/15 split,

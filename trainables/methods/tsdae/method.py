@@ -1,4 +1,4 @@
-"""TSDAE (docs/methods.md M6) and its unsupervised baselines on an unlabelled corpus: one method whose
+"""TSDAE (docs/methods/tsdae.md M6) and its unsupervised baselines on an unlabelled corpus: one method whose
 grid is models x objectives (`--objective none,tsdae,mlm,simcse,ct`; `--method`, its old name, still
 works) x seeds, and the `tsdae` upstream stage of `--improvement tsdae` (trainables/methods/tmft/improvements.py),
 both trained by `Training` here.
@@ -24,7 +24,7 @@ Objectives (sentence-transformers 6.2 losses on a `SentenceTransformer` of Trans
   model; the contract's baseline (`objective=none`) that the report's gains are measured against.
 Batches: TSDAE, MLM and SimCSE pass over the corpus in shuffled epochs as their codes' data loaders do
 (settings.py `LAST_BATCH`; training.py `Batches`), CT draws with replacement.
-Settings: each objective at its own paper's (settings.py, docs/methods.md M6 "Settings"), or with
+Settings: each objective at its own paper's (settings.py, docs/methods/tsdae.md M6 "Settings"), or with
 `--shared-settings` every objective at TSDAE's; a per-objective setting given (`--lr`, `--batch-size`,
 ...: `SETTINGS`, `per=`) sets its value for every objective, or as `OBJECTIVE=VALUE` for some. One
 trial "epoch" = `eval_steps` steps followed by STS-B dev Spearman (the best kept as `best/`, a
@@ -130,7 +130,7 @@ POOLINGS = ("cls", "mean", "max")
 DECODERS = ("tied", "untied")
 ABLATION = "TSDAE's configuration (Appendix A: each value a trial of --objective tsdae)"
 WHAT = "what to sweep"
-TRAIN = "training (each objective's own paper's value unless given; docs/methods.md M6)"
+TRAIN = "training (each objective's own paper's value unless given; docs/methods/tsdae.md M6)"
 TRAINED = tuple(o for o in OBJECTIVES if o != "none")  # the objectives that train
 FOR_TSDAE = (When("objectives", ("tsdae",)),)  # Appendix A's settings: TSDAE's objective only
 FOR_CT = (When("objectives", ("ct",)),)

@@ -281,7 +281,8 @@ def _sbert_rows() -> tuple[PublishedRow, ...]:
 
 SOURCE = "the TSDAE paper (Wang, Reimers and Gurevych 2021)"
 SETTINGS_NOTE = (
-    "Every objective at its own paper's settings (docs/methods.md M6, recorded per run); BERT-flow is not implemented."
+    "Every objective at its own paper's settings (docs/methods/tsdae.md M6, recorded per run); BERT-flow is not "
+    "implemented."
 )
 PRESETS = {
     p.name: p

@@ -1,4 +1,4 @@
-"""What each objective of a TSDAE sweep trains with, and where each value comes from (docs/methods.md M6,
+"""What each objective of a TSDAE sweep trains with, and where each value comes from (docs/methods/tsdae.md M6,
 "Settings"): by default every objective runs at its own paper's settings (`PAPER`); `--shared-settings`
 runs every objective at TSDAE's (`SHARED`); a flag given on the command line (`--lr`, `--batch-size`,
 `--pooling`, `--steps`, `--eval-steps`, `--max-length`, `--eval-max-length`, `--final-weights`: the
