@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import results_file  # noqa: E402
 from sweeps.engine.scripts import sweep_scripts  # noqa: E402
 
 OTHER_COMMANDS = {  # the commands under sweeps/ that are not sweeps: module and the flag that prints help
@@ -85,6 +86,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-baseline", action="store_true", help="time this tree only")
     parser.add_argument("--rounds", type=int, default=3, help="runs per command, flag and tree (the median is kept)")
     parser.add_argument("--only", default="", help="comma-separated command names (default: every command)")
+    results_file.add_flag(parser, "cli_latency")
     args = parser.parse_args(argv)
     chosen = commands()
     if args.only:
@@ -103,7 +105,7 @@ def main(argv=None) -> int:
         if not args.no_baseline:
             header += f" {'baseline':>9s} {'b. refusal':>10s} {'ratio':>6s}"
         print(header + f" {'help/torch':>10s}")
-        slowest = 0.0
+        slowest, rows = 0.0, []
         for name, command in chosen.items():
             found = medians(command, trees, args.rounds)
             mine = found["this tree"]
@@ -113,7 +115,24 @@ def main(argv=None) -> int:
                 base = found["baseline"]
                 line += f" {base['help']:8.2f}s {base['refusal']:9.2f}s {mine['help'] / base['help']:6.2f}"
             print(line + f" {mine['help'] / torch_import:10.2f}", flush=True)
-        print(f"slowest answer of this tree: {slowest:.2f} s ({'under' if slowest < 1 else 'NOT under'} 1 s)")
+            row = [name, f"{mine['help']:.2f}", f"{mine['refusal']:.2f}"]
+            if not args.no_baseline:
+                row += [f"{found['baseline']['help']:.2f}", f"{mine['help'] / found['baseline']['help']:.2f}"]
+            rows.append(row)
+        verdict = f"slowest answer of this tree: {slowest:.2f} s ({'under' if slowest < 1 else 'NOT under'} 1 s)"
+        print(verdict)
+    columns = ["command", "--help (s)", "bad flag refused (s)"]
+    if not args.no_baseline:
+        columns += [f"--help at {args.baseline} (s)", "ratio"]
+    results_file.write(
+        args.results_json,
+        "cli_latency",
+        columns,
+        rows,
+        summary=f"Medians of {args.rounds} runs; python -c 'import torch' took {torch_import:.2f} s in the same run; "
+        + verdict
+        + ".",
+    )
     return 0
 
 

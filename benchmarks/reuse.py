@@ -30,6 +30,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import results_file  # noqa: E402
+
+ROWS: list[list[str]] = []  # the results file's table: figure, measure, value
 
 
 def _run(script: str, args: list[str]) -> tuple[float, str]:
@@ -80,6 +85,13 @@ def default_job_twice(root: Path) -> None:
     print(f"   first run: {first:.1f} s; second run: {second:.1f} s ({second / first:.2f} of the first)")
     print(f"   second run: {reused} of {total} trials reused, {total - reused} scheduled (Tune started: {scheduled})")
     print(f"   the same report (summary.csv) after both: {before == after}")
+    ROWS.extend(
+        [
+            ["default job twice", "second run / first run (s)", f"{second:.1f} / {first:.1f} = {second / first:.2f}"],
+            ["default job twice", "trials reused, scheduled", f"{reused} of {total}, {total - reused}"],
+            ["default job twice", "the same report", str(before == after)],
+        ]
+    )
 
 
 def extend_seeds(root: Path) -> None:
@@ -92,6 +104,12 @@ def extend_seeds(root: Path) -> None:
     print("2. seeds 0-4, then --extend to seeds 0-9 (electra_layers.py --smoke-test --simulate: 2 layers)")
     print(f"   the extension: {total} trials, {reused} reused, {total - reused} run ({seconds:.1f} s)")
     print(f"   its table is a fresh 0-9 sweep's (shape and numbers): {_table(grown) == _table(fresh)}")
+    ROWS.extend(
+        [
+            ["seeds 0-4, --extend to 0-9", "trials reused, run", f"{reused}, {total - reused} ({seconds:.1f} s)"],
+            ["seeds 0-4, --extend to 0-9", "table equals a fresh 0-9 sweep's", str(_table(grown) == _table(fresh))],
+        ]
+    )
 
 
 def improvements_after_default(root: Path) -> None:
@@ -106,12 +124,16 @@ def improvements_after_default(root: Path) -> None:
     for what, (reused, total, hours) in (("--dry-run", predicted), ("the run", real)):
         share = reused / total if total else 0.0
         print(f"   {what}: {reused} of {total} trials reused ({share:.0%}), {hours:.3g} GPU-hours saved")
+        ROWS.append(
+            [f"Table 1 after the default grid, {what}", "reused, GPU-hours saved", f"{reused} of {total}, {hours:.3g}"]
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", help="keep the storage paths in this folder")
     parser.add_argument("--only", type=int, choices=(1, 2, 3), help="run one figure")
+    results_file.add_flag(parser, "reuse")
     args = parser.parse_args()
     root = Path(args.keep or tempfile.mkdtemp(prefix="embsweep-reuse-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -123,6 +145,7 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
+    results_file.write(args.results_json, "reuse", ["figure", "measure", "value"], ROWS)
 
 
 if __name__ == "__main__":
