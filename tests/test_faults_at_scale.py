@@ -151,7 +151,7 @@ def gpus_per_node(cluster) -> dict[str, float]:
     state = local_cluster.read_state(cluster["temp"])
     shown = subprocess.run(
         [local_cluster._ray_cli(), "status", "-v", f"--address={state['address']}"],
-        env=local_cluster.cluster_env(),
+        env=local_cluster.cluster_env(cluster["temp"]),
         capture_output=True,
         text=True,
     ).stdout

@@ -1,10 +1,18 @@
 """Starting Ray for a sweep, quietly: the environment and loggers that keep the console for the
 sweep's own lines (`QUIET_ENV`, `quiet`), a local Ray or the cluster at `--address` (`init_ray`, never
 with MLflow credentials in its runtime environment), Ray's own log lines sent to a file the sweep names,
-and the driver's cloud credentials kept off the trials' runtime environments."""
+and the driver's cloud credentials kept off the trials' runtime environments.
+
+A sweep without `--address` starts a local Ray that listens on the loopback address only (its GCS,
+raylet, workers and agents: nothing on the machine's network addresses) with Ray's token authentication
+on (Ray's default for a new local Ray; its token in Ray's default file, made readable by its owner
+only); `RAY_AUTH_MODE=disabled` is refused for it. With the `--address` of this machine's local cluster
+(`python -m sweeps.local_cluster up`) the driver uses that cluster's token (`local_cluster.token_env`).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from trainables.core import endpoints
@@ -46,6 +54,67 @@ def quiet() -> None:
     transformers_logging.disable_progress_bar()
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def check_local_ray_auth(address: str | None) -> None:
+    """A local Ray keeps Ray's token authentication: refuse `RAY_AUTH_MODE` set to anything but `token` (before
+    anything starts or is written)."""
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if address in (None, "", "local") and mode is not None and mode.lower() != "token":
+        raise SweepInputError(
+            f"RAY_AUTH_MODE={mode}: the sweep's local Ray keeps Ray's token authentication on (anyone on this "
+            "machine could otherwise run code through it); unset RAY_AUTH_MODE or set it to token"
+        )
+
+
+def own_token_file() -> None:
+    """Ray's default token file (~/.ray/auth_token), which a new local Ray uses, readable by its owner only:
+    made here when missing (Ray would write it readable by all), tightened when it is not. Nothing when the
+    token comes from RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH."""
+    import secrets
+    import stat
+    from pathlib import Path
+
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return
+    path = Path.home() / ".ray" / "auth_token"
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if path.stat().st_uid == os.getuid() and stat.S_IMODE(path.stat().st_mode) & 0o077:
+            path.chmod(0o600)
+        return
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(secrets.token_hex(32))  # as Ray's own generator: 256 random bits
+
+
+def loopback_only():
+    """While Ray starts a local node: its node address is the loopback address, so every Ray process binds
+    127.0.0.1 only. Ray on Linux always replaces 127.0.0.1 (`ray.init(_node_ip_address=...)`, `ray start
+    --node-ip-address`) with the machine's outward address unless its cluster mode is off, which
+    `ray_constants.ENABLE_RAY_CLUSTER` says (read from RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER when Ray is
+    imported, so set here for the start only). Checked against Ray 2.60.0; `init_ray` checks the result."""
+    import ray._private.ray_constants as ray_constants
+
+    if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
+        import ray
+
+        raise RuntimeError(f"Ray {ray.__version__} has no ray_constants.ENABLE_RAY_CLUSTER: update loopback_only")
+
+    @contextlib.contextmanager
+    def scope():
+        saved = ray_constants.ENABLE_RAY_CLUSTER
+        ray_constants.ENABLE_RAY_CLUSTER = False
+        try:
+            yield
+        finally:
+            ray_constants.ENABLE_RAY_CLUSTER = saved
+
+    return scope()
+
+
 def init_ray(plan) -> None:
     import logging
 
@@ -58,9 +127,15 @@ def init_ray(plan) -> None:
     # the Ray processes started here: trials and stages never talk to the store, the driver does.
     runtime_env = {"env_vars": {**QUIET_ENV, **CUDA_ALLOCATOR_ENV}}
     address = plan.args.get("address")
+    if address == "local":
+        address = None
     if address:
+        from sweeps import local_cluster
+
+        ours = local_cluster.token_env(address)  # this machine's local cluster: its token, its loopback address
+        use_token(ours)
         try:
-            with endpoints.credentials_hidden():
+            with endpoints.credentials_hidden(), loopback_only() if ours else contextlib.nullcontext():
                 ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
         except ConnectionError as error:  # something answers there, but not a Ray head
             raise SweepInputError(
@@ -69,7 +144,9 @@ def init_ray(plan) -> None:
                 "address"
             ) from None
     else:
-        with endpoints.credentials_hidden():
+        check_local_ray_auth(None)
+        own_token_file()
+        with endpoints.credentials_hidden(), loopback_only():
             ray.init(
                 address="local",
                 num_gpus=plan.args.get("local_gpus"),
@@ -78,7 +155,24 @@ def init_ray(plan) -> None:
                 log_to_driver=False,
                 logging_level=logging.WARNING,
             )
+        if ray.util.get_node_ip_address() != LOOPBACK:
+            ray.shutdown()
+            raise RuntimeError(f"the local Ray took address {ray.util.get_node_ip_address()}, not {LOOPBACK}")
     plan.ray_log = ray_logs_to_file()
+
+
+def use_token(env: dict) -> None:
+    """Connect this driver with a cluster's token (`env`: RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH and the rest
+    of `local_cluster.driver_env`; nothing when empty). Ray reads its authentication mode once, when it is
+    imported; like Ray's own switch to token mode (`authentication_token_setup._enable_token_auth`, Ray
+    2.60.0) this sets the environment and has Ray read it again."""
+    if not env:
+        return
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    os.environ.update(env)
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.data")
