@@ -230,7 +230,8 @@ def worker_nodes(temp_dir: Path = DEFAULT_TEMP, gcs=None) -> int:
 
 
 def gcs_client(temp_dir: Path = DEFAULT_TEMP):
-    """A client of this cluster's GCS, for `worker_nodes` (Ray's own, as `ray status` makes it), with its token."""
+    """A client of this cluster's GCS, for `worker_nodes` (Ray's own, as `ray status` makes it), with its token:
+    this process's Ray then authenticates with this cluster's token (its environment says so), for good."""
     import ray._raylet
 
     from sweeps.engine.ray_start import use_token

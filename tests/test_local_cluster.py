@@ -118,6 +118,7 @@ def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops():
     )
     assert started.returncode == 0, started.stderr
     address = started.stdout.strip().splitlines()[-1]
+    saved = dict(os.environ)  # gcs_client gives this process the cluster's token: taken back at the end
     try:
         gcs = local_cluster.gcs_client(temp_dir)  # read in this process, as the grid benchmark samples it
         assert local_cluster.worker_nodes(temp_dir) == 0 == local_cluster.worker_nodes(temp_dir, gcs)
@@ -155,6 +156,8 @@ def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops():
         shown = subprocess.run([*command, "status", f"--temp-dir={temp_dir}"], capture_output=True, text=True)
         assert "1 gpu_worker" in shown.stdout
     finally:
+        os.environ.clear()
+        os.environ.update(saved)
         stopped = subprocess.run([*command, "down", f"--temp-dir={temp_dir}"], capture_output=True, text=True)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     assert not local_cluster._cluster_processes(temp_dir)

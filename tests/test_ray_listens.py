@@ -22,6 +22,9 @@ from trainables.core.paths import PROJECT_ROOT
 SWEEP = ["--smoke-test", "--simulate", "--simulate-seconds", "60", "--epochs", "1", "--layers", "0", "--seeds", "0"]
 
 
+NOT_TRIALS = ("IDLE", "RuntimeEnvAgent", "DashboardAgent")  # Ray's agents, and workers with nothing to do
+
+
 def listening(pids: set[int]) -> dict[int, list[str]]:
     """The addresses each of `pids` listens on (TCP and UDP bound sockets)."""
     found = {}
@@ -44,8 +47,8 @@ def ray_processes(root: int) -> dict[int, str]:
         return {}
     names = {}
     for child in children:
-        try:
-            names[child.pid] = child.name()
+        try:  # a worker's title (its first word: `ray::ResourceTrainable.train`, `ray::IDLE`), else its name
+            names[child.pid] = (child.cmdline() or [""])[0].split(" ")[0] or child.name()
         except psutil.Error:
             pass
     return names
@@ -55,8 +58,9 @@ def ray_processes(root: int) -> dict[int, str]:
 def test_a_local_sweeps_ray_listens_on_loopback_only_with_token_authentication(tmp_path, data_dir):
     home = tmp_path / "home"  # Ray's default token file goes to $HOME/.ray: this test's own
     home.mkdir()
-    env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(PROJECT_ROOT)}
-    env.pop("RAY_AUTH_MODE", None)
+    mine = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+    env = {k: v for k, v in os.environ.items() if k not in mine}  # as a user's shell: Ray's defaults
+    env.update(HOME=str(home), PYTHONPATH=str(PROJECT_ROOT))
     argv = [*SWEEP, "--gpus-per-trial", "0", "--data-dir", str(data_dir), "--storage-path", str(tmp_path / "runs")]
     log = tmp_path / "driver.log"
     with open(log, "w") as out:
@@ -73,13 +77,14 @@ def test_a_local_sweeps_ray_listens_on_loopback_only_with_token_authentication(t
         names = ray_processes(driver.pid)
         sockets = listening(set(names))
         up = {names[pid] for pid in sockets}
-        if {"gcs_server", "raylet"} <= up and any("SimulatedTrainable" in name for name in up):
+        trial = any(n.startswith("ray::") and n[len("ray::") :] not in NOT_TRIALS for n in up)  # a busy worker
+        if trial and any(n.endswith("gcs_server") for n in up) and any(n.endswith("raylet") for n in up):
             return names, sockets
         return None
 
     try:
         names, sockets = wait_for(trial_running, driver, log, timeout=300, what="the trial running", every=1)
-        gcs = next(pid for pid, name in names.items() if name == "gcs_server")
+        gcs = next(pid for pid, name in names.items() if name.endswith("gcs_server"))
         auth_mode = psutil.Process(gcs).environ().get("RAY_AUTH_MODE")
     finally:
         if driver.poll() is None:
