@@ -112,7 +112,7 @@ def bare_tune(
 import os, time, ray
 from ray import tune
 os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
-ray.init(address={address!r} or None, num_cpus=None if {address!r} else 8, log_to_driver=False,
+ray.init(address={address!r} or "local", num_cpus=None if {address!r} else 8, log_to_driver=False,
          include_dashboard=False)
 class Trial(tune.Trainable):  # a class with actor reuse, as the engine's trials: the same processes
     def setup(self, config):
@@ -326,10 +326,6 @@ def overhead(args, folder: str) -> float:
         print(f"bare Ray Tune: {bare_fit:.1f} s in Tuner.fit ({bare_wall:.1f} s its whole process)", flush=True)
         print(f"  {flight_line(bare_flight, args.concurrent)}", flush=True)
         wall, facts, profile = run_engine(second_cap(bare_flight))
-        print(f"  engine: {flight_line(facts['in_flight'], second_cap(bare_flight))}", flush=True)
-    unequal = equal_concurrency_note(bare_flight, facts["in_flight"])
-    if unequal:
-        print(unequal, flush=True)
     ratio = facts["fit_s"] / bare_fit
     print(
         f"engine (--simulate): {facts['fit_s']:.1f} s in Tuner.fit ({wall:.1f} s its whole process: plan, MLflow "
@@ -337,6 +333,11 @@ def overhead(args, folder: str) -> float:
         f"{wall / bare_wall:.2f} whole processes (goal: at most 1.25)",
         flush=True,
     )
+    if not args.engine_first:
+        print(f"  engine: {flight_line(facts['in_flight'], second_cap(bare_flight))}", flush=True)
+    unequal = equal_concurrency_note(bare_flight, facts["in_flight"])
+    if unequal:
+        print(unequal, flush=True)
     print(f"floor (trials x seconds / at once): {trials * args.seconds / args.concurrent:.1f} s", flush=True)
     print(
         f"MLflow: {facts['writes']} writes on the writer thread, {facts['writer_cpu_s']:.1f} s of its CPU time; "
