@@ -107,7 +107,7 @@ print(json.dumps({"head": ray.get_runtime_context().get_node_id(), "placed": pla
 
 
 @pytest.mark.slow
-def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops():
+def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops(data_dir, tmp_path):
     temp_dir = Path(tempfile.mkdtemp(prefix="embsweep-lc-"))  # short: Ray's socket paths are limited
     command = [sys.executable, "-m", "sweeps.local_cluster"]
     started = subprocess.run(
@@ -140,6 +140,18 @@ def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops():
         }  # fmt: skip
         assert not exposed, f"local cluster processes listening beyond the loopback address: {exposed}"
         without = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+        # a sweep given only the printed address finds the cluster's token itself
+        sweep = subprocess.run(
+            [sys.executable, str(local_cluster.CLUSTER_FILE.parent / "sweeps" / "electra_layers.py"), "--smoke-test"]
+            + ["--simulate", "--simulate-seconds", "1", "--epochs", "1", "--layers", "0", "--seeds", "0"]
+            + ["--gpus-per-trial", "0", "--data-dir", str(data_dir), "--storage-path", str(tmp_path / "runs")]
+            + ["--address", address],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**without, "PYTHONPATH": str(local_cluster.CLUSTER_FILE.parent)},
+        )
+        assert sweep.returncode == 0, sweep.stderr[-3000:]
         refused = subprocess.run(
             [sys.executable, "-c", "import sys, ray; ray.init(address=sys.argv[1])", address],
             capture_output=True,
