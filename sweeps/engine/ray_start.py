@@ -155,9 +155,10 @@ def init_ray(plan) -> None:
                 log_to_driver=False,
                 logging_level=logging.WARNING,
             )
-        if ray.util.get_node_ip_address() != LOOPBACK:
+        taken = ray.util.get_node_ip_address()
+        if taken != LOOPBACK:  # a Ray that no longer keeps the loopback address: stop rather than listen there
             ray.shutdown()
-            raise RuntimeError(f"the local Ray took address {ray.util.get_node_ip_address()}, not {LOOPBACK}")
+            raise RuntimeError(f"the local Ray took the address {taken}, not {LOOPBACK}: see loopback_only")
     plan.ray_log = ray_logs_to_file()
 
 
