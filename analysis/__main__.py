@@ -158,12 +158,13 @@ def _mteb(args) -> None:
 
 
 def _mteb_run(args) -> None:
-    from analysis.mteb_run import mteb_tasks, parse_layers, run_mteb
+    from analysis.mteb_run import check_run_references, mteb_tasks, parse_layers, run_mteb
     from analysis.outputs import local_folder
     from trainables.core.paths import default_data_dir
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     layers = parse_layers(args.layers)
+    check_run_references(models, args.mlflow_uri)  # the models first: a missing run is the problem to name
     tasks = mteb_tasks([t.strip() for t in args.tasks.split(",") if t.strip()], args.data_dir or default_data_dir())
     with local_folder(args.out) as folder:
         names = run_mteb(

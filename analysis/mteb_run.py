@@ -53,6 +53,16 @@ def mteb_tasks(names: list[str], data_dir) -> list:
     return tasks
 
 
+def check_run_references(models: list[str], mlflow_uri: str | None) -> None:
+    """Each `runs:/<id>` among `models` names a run of the store that is there (not deleted), checked before the
+    tasks' data: a run that does not exist is the problem to name, not a task's missing local copy."""
+    from trainables.encoders.run_refs import existing_run, is_run_reference
+
+    for model in models:
+        if is_run_reference(model):
+            existing_run(model, mlflow_uri)
+
+
 def parse_layers(text: str) -> list[int | None]:
     """`last` -> None (the model's own last layer); otherwise comma-separated layers and `last`."""
     layers = []

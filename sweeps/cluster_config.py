@@ -14,7 +14,8 @@ place to touch when a Ray upgrade moves them.
 
 Then what the launch itself would refuse, or run into, which Ray's schema lets through
 (`launch_problems`), each as one line: `CHANGE_ME` placeholders left anywhere, a project ref that is
-not a pinned commit, a Ray version in the setup that is not this machine's; and for provider type
+not a pinned commit, a Ray version in the setup that is not this machine's, a `ray start` whose dashboard
+(and its job API, which runs any command) listens beyond the loopback address; and for provider type
 aws only: a node type without ImageId, node_config keys and values that boto3's own EC2
 `RunInstances` model (botocore's service model, read offline) refuses, an unknown instance type,
 a provider key Ray does not read (`availability_zones`) or zones outside the region, GPU resources
@@ -22,6 +23,9 @@ other than the instance type's GPUs (sweeps/engine/instances.py), shared storage
 `provider.region` (the setup's EFS_REGION, or a DATA_URI bucket's `region=`: `storage_region_problems`).
 On success it prints "valid" and the vCPU quota the cluster needs at full size, per quota
 (`quota_lines`), and the IAM PassRole a worker instance profile needs.
+
+A key written twice in one mapping is refused when the file is read (YAML would keep the last one
+silently), naming the key and both lines.
 
 Ray's fake multi-node provider (`fake_multinode`, cluster_local.yaml) ships no defaults file, so
 `prepare_config` cannot fill one in, and its autoscaler reads the config as written: for it the file
@@ -56,9 +60,11 @@ def validate_cluster_config(path) -> dict:
 
     path = Path(path)
     try:
-        config = yaml.safe_load(path.read_text())
+        config = load_unique_keys(path.read_text())
     except OSError as e:
         raise ValueError(f"{path}: cannot read the cluster config: {e}") from None
+    except DuplicateKey as e:
+        raise ValueError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         raise ValueError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(config, dict):
@@ -76,6 +82,39 @@ def validate_cluster_config(path) -> dict:
     except (ValueError, KeyError, TypeError, AssertionError, RuntimeError, NotImplementedError) as e:
         raise ValueError(f"{path}: invalid cluster config: {type(e).__name__}: {e}") from None
     return prepared
+
+
+class DuplicateKey(yaml.YAMLError):
+    """A key written twice in one mapping of a YAML file."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key written twice in one mapping is an error: YAML keeps the last
+    one silently (`max_workers: 0` twice under a node type leaves whichever came second). A merge (`<<`)
+    may still override what it merges."""
+
+    def construct_mapping(self, node, deep=False):
+        first_line = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in first_line:
+                    raise DuplicateKey(
+                        f"line {line}: key {key!r} written twice in one mapping (first on line {first_line[key]}); "
+                        "YAML keeps only the last: delete one of them"
+                    )
+                first_line[key] = line
+            except TypeError:  # an unhashable key: the base loader names it
+                pass
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_unique_keys(text: str):
+    """`yaml.safe_load`, refusing a key written twice in one mapping (DuplicateKey, naming the key and its lines)."""
+    return yaml.load(text, Loader=UniqueKeyLoader)
 
 
 FAKE = "fake_multinode"
@@ -129,6 +168,26 @@ def _placeholders(config: dict) -> list[str]:
             name = f"{match.group(1)}=" if match.group(1) else ""
             found.append(f"{where}: placeholder {name}{match.group(2).rstrip(';')} left to fill in")
     return found
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+START_COMMAND_KEYS = ("head_start_ray_commands", "worker_start_ray_commands", "setup_commands", "head_setup_commands")
+
+
+def _exposed_dashboard(config: dict) -> list[str]:
+    """A `ray start` whose dashboard listens beyond the loopback address: its job API runs any command for
+    whoever reaches the port, with no authentication of its own."""
+    problems = []
+    for key in START_COMMAND_KEYS:
+        for i, command in enumerate(config.get(key) or []):
+            for host in re.findall(r"--dashboard-host(?:=|\s+)['\"]?([^\s'\";]+)", str(command)):
+                if host not in LOOPBACK_HOSTS:
+                    problems.append(
+                        f"{key}[{i}]: --dashboard-host={host} opens Ray's dashboard and its job API (which runs "
+                        "any command) to whoever reaches its port; use --dashboard-host=127.0.0.1 and reach it "
+                        "through an SSH tunnel (ray dashboard cluster.yaml)"
+                    )
+    return problems
 
 
 def _commands(config: dict) -> str:
@@ -258,7 +317,7 @@ def storage_region_problems(config: dict) -> list[str]:
 def launch_problems(config: dict) -> list[str]:
     """What a launch of `config` (as written, before Ray merges its setup commands into each node's) would refuse
     or run into, one line each; [] when none."""
-    problems = _placeholders(config) + _setup_pins(config)
+    problems = _placeholders(config) + _setup_pins(config) + _exposed_dashboard(config)
     if config["provider"].get("type") == "aws":
         problems += _aws_problems(config) + storage_region_problems(config)
     return problems
@@ -313,7 +372,7 @@ def check_cluster_config(path) -> tuple[dict, list[str]]:
     """Ray's validation, then `launch_problems` (ValueError: one line per problem, each naming the file);
     returns the prepared config and the lines to print beside "valid" (quota, PassRole)."""
     prepared = validate_cluster_config(path)
-    problems = launch_problems(yaml.safe_load(Path(path).read_text()))
+    problems = launch_problems(load_unique_keys(Path(path).read_text()))
     if problems:
         raise ValueError("\n".join(f"{path}: {line}" for line in problems))
     return prepared, quota_lines(prepared) + pass_role_lines(prepared)

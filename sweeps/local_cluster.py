@@ -5,11 +5,16 @@
     python -m sweeps.local_cluster down    # stops this cluster's processes and no other Ray
 
 `up` runs `RAY_FAKE_CLUSTER=1 ray start --head --autoscaling-config=...` with the cluster's own
-temp folder (default: `embsweep-local-cluster` in the system's temp folder; `--temp-dir`), its
-own free ports (GCS, client server, agents, metrics, the autoscaler's metrics) and authentication
-off (`RAY_AUTH_MODE=disabled`), so it neither meets nor disturbs another Ray on the machine. The
-head gets the head node type's resources; the autoscaler then adds GPU worker nodes (real raylets
-advertising the node type's GPUs) for the demand of what runs on it. `--max-workers N` and
+temp folder (default: `embsweep-local-cluster` in the system's temp folder; `--temp-dir`) and its
+own free ports (GCS, client server, agents, metrics, the autoscaler's metrics), so it neither meets
+nor disturbs another Ray on the machine. It listens on the loopback address only (its head, the
+autoscaler and the worker nodes it adds: `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, which makes Ray keep
+127.0.0.1 as the node address rather than replace it with the machine's outward one) and with Ray's
+token authentication on (`RAY_AUTH_MODE=token`): `up` makes a token (`auth_token` in the temp folder,
+readable by its owner only) and gives it to the cluster's processes; a sweep given the printed
+`--address` finds it (`token_env`), other drivers take `driver_env`'s variables (`up` prints them).
+The head gets the head node type's resources; the autoscaler then adds GPU worker nodes (real
+raylets advertising the node type's GPUs) for the demand of what runs on it. `--max-workers N` and
 `--gpus-per-worker G` start a smaller copy of the file (tests, a small machine);
 `--idle-timeout-minutes M` (a fraction is honoured: Ray's autoscaler waits `60 * M` seconds) reaps
 idle nodes sooner than the file's minute. A worker whose raylet died is reaped the same way, as idle
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -41,6 +47,10 @@ from sweeps.engine import ray_internals
 CLUSTER_FILE = Path(__file__).resolve().parents[1] / "cluster_local.yaml"
 DEFAULT_TEMP = Path(tempfile.gettempdir()) / "embsweep-local-cluster"
 STATE = "embsweep-cluster.json"
+TOKEN = "auth_token"
+LOOPBACK = "127.0.0.1"
+# address -> temp folder of this user's local clusters, for drivers given only the address (`token_env`)
+REGISTRY = Path(tempfile.gettempdir()) / f"embsweep-local-clusters-{os.getuid()}"
 # Ray's sockets live in <temp>/session_<date>_<time>_<us>_<pid>/sockets/plasma_store, at most 107 bytes.
 MAX_TEMP_DIR = 107 - len("/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
 
@@ -55,14 +65,63 @@ def _ray_cli() -> str:
     return str(Path(sys.executable).with_name("ray"))
 
 
-def cluster_env(base: dict | None = None) -> dict:
-    """The environment of this cluster's processes and of `ray status` against it."""
+def cluster_env(temp_dir: Path = DEFAULT_TEMP, base: dict | None = None) -> dict:
+    """The environment of this cluster's processes and of `ray status` against it: loopback only, its token."""
     return {
         **(os.environ if base is None else base),
         "RAY_FAKE_CLUSTER": "1",
-        "RAY_AUTH_MODE": "disabled",
         "RAY_USAGE_STATS_ENABLED": "0",
+        **driver_env(temp_dir),
     }
+
+
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray keeps 127.0.0.1 as a node's (and a driver's) address
+
+
+def driver_env(temp_dir: Path = DEFAULT_TEMP) -> dict:
+    """What a driver (or any Ray client) needs to connect to this cluster: its token, and its own node address
+    on the loopback too (a driver finds its node's raylet by that address)."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(Path(temp_dir).resolve() / TOKEN), **LOOPBACK_ENV}
+
+
+def _make_token(temp_dir: Path) -> Path:
+    """A new token for this cluster, readable by its owner only (256 random bits, as Ray's own generator)."""
+    path = temp_dir / TOKEN
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(secrets.token_hex(32))
+    return path
+
+
+def _registered(port: int | str) -> Path:
+    return REGISTRY / f"{port}.json"
+
+
+def _register(temp_dir: Path, address: str) -> None:
+    REGISTRY.mkdir(mode=0o700, exist_ok=True)
+    _registered(address.rsplit(":", 1)[1]).write_text(json.dumps({"address": address, "temp_dir": str(temp_dir)}))
+
+
+def token_env(address: str) -> dict:
+    """`driver_env` of this user's local cluster at `address` (host:port on the loopback address), or {}: for
+    another address, when none of ours answers there, or when the environment already names a token."""
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return {}
+    host, _, port = str(address).rpartition(":")
+    if host not in (LOOPBACK, "localhost") or not port.isdigit():
+        return {}
+    entry = _registered(int(port))
+    try:
+        if REGISTRY.stat().st_uid != os.getuid() or entry.stat().st_uid != os.getuid():
+            return {}
+        temp_dir = Path(json.loads(entry.read_text())["temp_dir"])
+    except (OSError, ValueError, KeyError):
+        return {}
+    state = read_state(temp_dir)
+    if not state or state.get("address") != f"{LOOPBACK}:{port}" or not (temp_dir / TOKEN).is_file():
+        return {}
+    return driver_env(temp_dir)
 
 
 def read_state(temp_dir: Path) -> dict | None:
@@ -110,14 +169,13 @@ def up(
     if state and _cluster_processes(temp_dir):
         raise RuntimeError(f"a local cluster already runs from {temp_dir} at {state['address']}; `down` it first")
     temp_dir.mkdir(parents=True, exist_ok=True)
-    import ray.util
-
-    ip = ray.util.get_node_ip_address()
+    ip = LOOPBACK
     port = _free_port()
     address = f"{ip}:{port}"
     config_path, config = _config_for(temp_dir, address, max_workers, gpus, idle_timeout_minutes)
     head = config["available_node_types"][config["head_node_type"]]["resources"]
-    env = cluster_env()
+    _make_token(temp_dir)
+    env = cluster_env(temp_dir)
     env["AUTOSCALER_METRIC_PORT"] = str(_free_port())
     env["AUTOSCALER_UPDATE_INTERVAL_S"] = "2"
     log = open(temp_dir / "head.log", "ab")
@@ -132,6 +190,7 @@ def up(
     ]  # fmt: skip
     started = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     (temp_dir / STATE).write_text(json.dumps({"address": address, "config": str(config_path)}))
+    _register(temp_dir, address)
     if started.returncode != 0:
         down(temp_dir)
         raise RuntimeError(f"`ray start` failed (exit {started.returncode}); see {temp_dir / 'head.log'}")
@@ -149,7 +208,10 @@ def status(temp_dir: Path = DEFAULT_TEMP) -> subprocess.CompletedProcess:
     if state is None:
         return subprocess.CompletedProcess([], 1, "", f"no local cluster started from {temp_dir}\n")
     return subprocess.run(
-        [_ray_cli(), "status", f"--address={state['address']}"], env=cluster_env(), capture_output=True, text=True
+        [_ray_cli(), "status", f"--address={state['address']}"],
+        env=cluster_env(temp_dir),
+        capture_output=True,
+        text=True,
     )
 
 
@@ -166,7 +228,11 @@ def worker_nodes(temp_dir: Path = DEFAULT_TEMP, gcs=None) -> int:
 
 
 def gcs_client(temp_dir: Path = DEFAULT_TEMP):
-    """A client of this cluster's GCS, for `worker_nodes` (Ray's own, as `ray status` makes it)."""
+    """A client of this cluster's GCS, for `worker_nodes` (Ray's own, as `ray status` makes it), with its token:
+    this process's Ray then authenticates with this cluster's token (its environment says so), for good."""
+    from sweeps.engine.ray_start import use_token
+
+    use_token(driver_env(temp_dir))
     return ray_internals.gcs_client(read_state(Path(temp_dir).resolve())["address"])
 
 
@@ -209,9 +275,14 @@ def down(temp_dir: Path = DEFAULT_TEMP, grace: float = 10) -> int:
         except psutil.Error:
             pass
     psutil.wait_procs(alive, timeout=grace)
-    state = temp_dir / STATE
-    if state.is_file():
-        state.unlink()
+    state = read_state(temp_dir)
+    if state:
+        port = str(state.get("address", "")).rpartition(":")[2]
+        registered = _registered(port) if port.isdigit() else None
+        if registered and registered.is_file() and json.loads(registered.read_text()).get("temp_dir") == str(temp_dir):
+            registered.unlink()
+        (temp_dir / STATE).unlink()
+    (temp_dir / TOKEN).unlink(missing_ok=True)
     return len(processes)
 
 
@@ -252,6 +323,12 @@ def main(argv=None) -> int:
         except (RuntimeError, ValueError) as e:
             print(e, file=sys.stderr)
             return 1
+        exports = " ".join(f"{key}={value}" for key, value in driver_env(args.temp_dir).items())
+        print(
+            f"loopback only, token authentication on; a sweep given --address {address} finds the token itself, "
+            f"other drivers: export {exports}",
+            file=sys.stderr,
+        )
         print(address)
         return 0
     if args.command == "status":

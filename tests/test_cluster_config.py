@@ -394,3 +394,47 @@ def test_a_failed_mount_says_whether_it_is_the_region_the_mount_target_or_the_se
         "policy": "the file system's policy refuses this node",
     }[cause]
     assert expected in line, line
+
+
+def check_command(path) -> subprocess.CompletedProcess:
+    """`python -m sweeps.cluster_config <file>`, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "sweeps.cluster_config", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+
+
+def test_a_key_written_twice_in_one_mapping_is_refused_naming_key_and_lines(tmp_path):
+    text = filled_text()
+    head = "  head_cpu:\n    min_workers: 0\n    max_workers: 0"
+    assert head in text
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text.replace(head, head + "\n    max_workers: 0", 1))
+    line = text[: text.index(head)].count("\n") + 4  # the second max_workers
+    done = check_command(path)
+    assert done.returncode == 1 and done.stdout == "", done
+    assert done.stderr == (
+        f"{path}: line {line}: key 'max_workers' written twice in one mapping (first on line {line - 1}); YAML keeps "
+        "only the last: delete one of them\n"
+    )
+    path.write_text(text)
+    assert check_command(path).stdout.splitlines()[0] == "valid"
+
+
+def test_a_yaml_merge_may_still_override_what_it_merges():
+    from sweeps.cluster_config import load_unique_keys
+
+    text = "base: &b {CPU: 8, GPU: 0}\nnode:\n  <<: *b\n  GPU: 4\n"
+    assert load_unique_keys(text)["node"] == {"CPU": 8, "GPU": 4}
+
+
+@pytest.mark.parametrize("flag", ["--dashboard-host=0.0.0.0", "--dashboard-host 10.0.0.5", "--dashboard-host='::'"])
+def test_a_head_whose_dashboard_listens_beyond_loopback_is_refused(tmp_path, raw_config, flag):
+    config = copy.deepcopy(raw_config)
+    commands = config["head_start_ray_commands"]
+    (i,) = [i for i, c in enumerate(commands) if "--dashboard-host=127.0.0.1" in c]
+    commands[i] = commands[i].replace("--dashboard-host=127.0.0.1", flag)
+    done = check_command(write_copy(tmp_path, config))
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done
+    host = flag.split("=")[-1].split()[-1].strip("'")
+    assert f"head_start_ray_commands[{i}]: --dashboard-host={host} opens Ray's dashboard" in done.stderr
+    assert "use --dashboard-host=127.0.0.1" in done.stderr

@@ -13,7 +13,8 @@ on an MLflow tracking server, goes through every fault of issue 42 in turn:
 Before the driver kill, no trial has ended ERROR: each node death counted once against `--max-failures`
 (`sweeps/engine/actor_deaths.py`). Then: one MLflow run per trial, FINISHED, each epoch logged once, no
 GPU id ever held more than four trials at once (from each epoch's recorded node, CUDA_VISIBLE_DEVICES
-and time span in Tune's result.json), each killed node reaped by the autoscaler, and the restarted
+and time span in Tune's result.json), each killed node reaped by the autoscaler, every replacement node
+named by the runs of the trials that ran there (each run's placement history), and the restarted
 server's spooled writes logged. One sweep rather than one per fault: each sweep pays Ray's start of 32
 trial processes (about a minute and a half on two cores), and the step must stay under 10 minutes
 (docs/cluster.md, "Faults at scale"). Its own CI step (.ci/run): `pytest -m "slow and faults"`."""
@@ -152,7 +153,7 @@ def gpus_per_node(cluster) -> dict[str, float]:
     state = local_cluster.read_state(cluster["temp"])
     shown = subprocess.run(
         [local_cluster._ray_cli(), "status", "-v", f"--address={state['address']}"],
-        env=local_cluster.cluster_env(),
+        env=local_cluster.cluster_env(cluster["temp"]),
         capture_output=True,
         text=True,
     ).stdout
@@ -236,6 +237,20 @@ def check_sweep(place, name: str, trials: int, epochs: int) -> dict:
     return per_gpu
 
 
+def check_placements(place, name: str, replacements: list[str]) -> None:
+    """Every run names where it ran last (`node_id`) as the last of its placements, and each replacement node is
+    named by the runs of the trials that ran on it (issue 56: the tags kept the first epoch's node)."""
+    _, children = place["server"].runs(name)
+    named = set()
+    for child in children:
+        history = schema.placement_history(tags(child))
+        assert history, child["info"]["run_name"]
+        assert history[-1][1]["node_id"] == tags(child)["node_id"], (child["info"]["run_name"], history)
+        named |= {placement["node_id"] for _, placement in history}
+    missing = [node for node in replacements if node not in named]
+    assert not missing, f"no run names the replacement node(s) {missing}"
+
+
 def most_at_once(intervals: list[tuple[float, float, str]]) -> int:
     """The largest number of intervals that overlap at one instant (ends before starts at a tie)."""
     events = sorted([(start, 1) for start, _, _ in intervals] + [(end, -1) for _, end, _ in intervals])
@@ -315,6 +330,7 @@ def test_104_trials_through_two_raylet_kills_a_tracking_server_restart_and_a_dri
     finish(resumed, place)
     note(place, "the resumed driver ended")
     check_sweep(place, name, trials=104, epochs=2)
+    check_placements(place, name, [replacement for _, replacement in replaced])
     reaped = monitor_log(cluster)
     for killed, _ in replaced:
         assert f"Terminating the node with id {killed}" in reaped, f"the autoscaler never reaped {killed}"

@@ -1,10 +1,15 @@
 """`python -m sweeps.local_cluster`: the fake multi-node cluster starts, scales from 0 GPU nodes for
-0.25-GPU tasks, packs them at most four to a GPU id, and `down` stops its processes and no others."""
+0.25-GPU tasks, packs them at most four to a GPU id, and `down` stops its processes and no others. It
+listens on the loopback address only, with Ray's token authentication on: its token made readable by its
+owner only, given to its processes and found by a sweep given its address."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -19,6 +24,26 @@ from sweeps import local_cluster
 from sweeps.engine import ray_internals
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+def listening(processes) -> dict[int, tuple[str, list[str]]]:
+    """The addresses each process listens on (TCP listeners and bound UDP sockets), with its name."""
+    names = {}
+    for process in processes:
+        try:
+            names[process.pid] = process.name()
+        except psutil.Error:
+            pass
+    found = {}
+    for connection in psutil.net_connections("inet"):
+        if connection.pid in names and (connection.status == psutil.CONN_LISTEN or not connection.raddr):
+            found.setdefault(connection.pid, (names[connection.pid], []))[1].append(connection.laddr.ip)
+    return found
+
+
+def is_loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip.split("%")[0])
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback
 
 
 def test_down_stops_only_the_processes_naming_its_temp_folder(tmp_path):
@@ -83,7 +108,7 @@ print(json.dumps({"head": ray.get_runtime_context().get_node_id(), "placed": pla
 
 
 @pytest.mark.slow
-def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops():
+def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops(data_dir, tmp_path):
     temp_dir = Path(tempfile.mkdtemp(prefix="embsweep-lc-"))  # short: Ray's socket paths are limited
     command = [sys.executable, "-m", "sweeps.local_cluster"]
     started = subprocess.run(
@@ -94,13 +119,48 @@ def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops():
     )
     assert started.returncode == 0, started.stderr
     address = started.stdout.strip().splitlines()[-1]
+    saved = dict(os.environ)  # gcs_client gives this process the cluster's token: taken back at the end
     try:
         gcs = local_cluster.gcs_client(temp_dir)  # read in this process, as the grid benchmark samples it
         assert local_cluster.worker_nodes(temp_dir) == 0 == local_cluster.worker_nodes(temp_dir, gcs)
+        assert address.startswith("127.0.0.1:") and "RAY_AUTH_TOKEN_PATH=" in started.stderr
+        token = temp_dir / local_cluster.TOKEN
+        assert stat.S_IMODE(token.stat().st_mode) == 0o600
         client = subprocess.run(
-            [sys.executable, "-c", PLACE_QUARTER_GPU_TASKS, address], capture_output=True, text=True, timeout=240
+            [sys.executable, "-c", PLACE_QUARTER_GPU_TASKS, address],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env={**os.environ, **local_cluster.driver_env(temp_dir)},
         )
         assert client.returncode == 0, client.stderr
+        # every process of the cluster, the worker node the autoscaler added included, on the loopback only
+        exposed = {
+            f"{name} ({pid})": ips for pid, (name, ips) in listening(local_cluster._cluster_processes(temp_dir)).items()
+            if not all(map(is_loopback, ips))
+        }  # fmt: skip
+        assert not exposed, f"local cluster processes listening beyond the loopback address: {exposed}"
+        without = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+        # a sweep given only the printed address finds the cluster's token itself
+        sweep = subprocess.run(
+            [sys.executable, str(local_cluster.CLUSTER_FILE.parent / "sweeps" / "electra_layers.py"), "--smoke-test"]
+            + ["--simulate", "--simulate-seconds", "1", "--epochs", "1", "--layers", "0", "--seeds", "0"]
+            + ["--gpus-per-trial", "0", "--data-dir", str(data_dir), "--storage-path", str(tmp_path / "runs")]
+            + ["--address", address],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**without, "PYTHONPATH": str(local_cluster.CLUSTER_FILE.parent)},
+        )
+        assert sweep.returncode == 0, sweep.stderr[-3000:]
+        refused = subprocess.run(
+            [sys.executable, "-c", "import sys, ray; ray.init(address=sys.argv[1])", address],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**without, **local_cluster.LOOPBACK_ENV, "RAY_AUTH_MODE": "disabled"},
+        )
+        assert refused.returncode != 0 and "Authentication" in refused.stderr, refused.stderr[-2000:]
         result = json.loads(client.stdout.strip().splitlines()[-1])
         placed = [tuple(p) for p in result["placed"]]
         assert result["head"] not in {node for node, _ in placed}
@@ -109,10 +169,13 @@ def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops():
         shown = subprocess.run([*command, "status", f"--temp-dir={temp_dir}"], capture_output=True, text=True)
         assert "1 gpu_worker" in shown.stdout
     finally:
+        os.environ.clear()
+        os.environ.update(saved)
         stopped = subprocess.run([*command, "down", f"--temp-dir={temp_dir}"], capture_output=True, text=True)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     assert not local_cluster._cluster_processes(temp_dir)
     assert local_cluster.status(temp_dir).returncode != 0
+    assert not (temp_dir / local_cluster.TOKEN).exists() and local_cluster.token_env(address) == {}
     shutil.rmtree(temp_dir, ignore_errors=True)
 
 
@@ -145,3 +208,30 @@ def test_the_idle_timeout_is_the_files_unless_given_and_a_fraction_passes_rays_s
     path, config = local_cluster._config_for(tmp_path, "127.0.0.1:6379", 2, 4, idle_timeout_minutes=0.25)
     assert config["idle_timeout_minutes"] == 0.25
     assert local_cluster.validate_cluster_config(path)["idle_timeout_minutes"] == 0.25
+
+
+def test_a_sweep_given_the_local_clusters_address_finds_its_token(tmp_path, monkeypatch):
+    """`token_env`: a driver given the loopback address of this user's local cluster connects with its token;
+    any other address, a cluster gone, or a token the environment names already: nothing."""
+    monkeypatch.setattr(local_cluster, "REGISTRY", tmp_path / "registry")
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    temp = tmp_path / "cluster"
+    temp.mkdir()
+    address = "127.0.0.1:41234"
+    (temp / local_cluster.STATE).write_text(json.dumps({"address": address}))
+    token = local_cluster._make_token(temp)
+    local_cluster._register(temp.resolve(), address)
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text()) == 64
+    assert local_cluster.token_env(address) == {
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token.resolve()),
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }
+    assert local_cluster.token_env("127.0.0.1:41235") == {}
+    assert local_cluster.token_env("10.0.0.5:41234") == {}
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", "/elsewhere/token")
+    assert local_cluster.token_env(address) == {}
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH")
+    local_cluster.down(temp, grace=1)  # no process names this folder: the record and the token go
+    assert local_cluster.token_env(address) == {} and not token.exists()

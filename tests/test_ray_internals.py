@@ -294,6 +294,29 @@ def test_canary_the_wrapped_controller_methods_have_the_expected_signatures():
         assert ray_internals.parameters(controller, name) == expected, name
 
 
+def test_canary_loopback_only_turns_rays_cluster_mode_off_and_back():
+    """Ray on Linux keeps 127.0.0.1 as a node's address only with its cluster mode off; the scope turns it off
+    and restores it (tests/test_ray_listens.py checks what a real sweep's processes then listen on)."""
+    before = ray_internals.cluster_mode()
+    with ray_internals.loopback_only():
+        assert ray_internals.cluster_mode() is False
+    assert ray_internals.cluster_mode() == before
+
+
+def test_canary_ray_reads_its_authentication_mode_again_when_told(monkeypatch, tmp_path):
+    """`reload_auth_config` makes Ray read RAY_AUTH_MODE and its token path again: the mode Ray reports follows."""
+    from ray.util import get_node_ip_address  # noqa: F401  (Ray imported, its config read once)
+
+    token = tmp_path / "token"
+    token.write_text("a" * 64)
+    token.chmod(0o600)
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+    ray_internals.reload_auth_config()
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    ray_internals.reload_auth_config()  # back as the other tests expect; raises if Ray's names changed
+
+
 def test_canary_a_trainables_step_count_is_the_private_one_tune_reports():
     from ray import tune
 

@@ -148,6 +148,9 @@ def check_sweep(args: Namespace, method: str | type[Method], prog: str = "sweep"
     if saved and mlflow_uri != saved.get("mlflow_uri"):
         resume.check_parent_run(sweep_dir, mlflow_uri, saved["parent_run_id"], str(saved.get("mlflow_uri")))
     endpoints.check_ray_address(args.address)
+    from sweeps.engine.ray_start import check_local_ray_auth
+
+    check_local_ray_auth(args.address)
     if saved and args.search == "pareto":  # its rung records, read back, as strictly as sweep.json
         from sweeps.engine import pareto_asha
 

@@ -368,3 +368,45 @@ def aws_launcher():
         get_or_create_head_node=get_or_create_head_node,
         NodeUpdaterThread=updater.NodeUpdaterThread,
     )
+
+
+def loopback_only():
+    """While Ray starts a local node: its node address is the loopback address, so every Ray process binds
+    127.0.0.1 only. Ray on Linux always replaces 127.0.0.1 (`ray.init(_node_ip_address=...)`, `ray start
+    --node-ip-address`) with the machine's outward address unless its cluster mode is off, which
+    `ray_constants.ENABLE_RAY_CLUSTER` says (read from RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER when Ray is
+    imported, so set here for the start only). Checked against Ray 2.60.0; `ray_start.init_ray` checks the
+    address Ray took, and tests/test_ray_listens.py what its processes listen on."""
+    import contextlib
+
+    import ray._private.ray_constants as ray_constants
+
+    if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
+        raise RayInternalsChanged("Ray's ray_constants.ENABLE_RAY_CLUSTER is gone: update loopback_only")
+
+    @contextlib.contextmanager
+    def scope():
+        saved = ray_constants.ENABLE_RAY_CLUSTER
+        ray_constants.ENABLE_RAY_CLUSTER = False
+        try:
+            yield
+        finally:
+            ray_constants.ENABLE_RAY_CLUSTER = saved
+
+    return scope()
+
+
+def cluster_mode() -> bool:
+    """Ray's `ray_constants.ENABLE_RAY_CLUSTER` now (what `loopback_only` turns off)."""
+    import ray._private.ray_constants as ray_constants
+
+    return ray_constants.ENABLE_RAY_CLUSTER
+
+
+def reload_auth_config() -> None:
+    """Have Ray read its authentication mode and token from the environment again (it reads them once, when
+    imported), as Ray's own switch to token mode does (`authentication_token_setup._enable_token_auth`, 2.60.0)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()

@@ -1,10 +1,18 @@
 """Starting Ray for a sweep, quietly: the environment and loggers that keep the console for the
 sweep's own lines (`QUIET_ENV`, `quiet`), a local Ray or the cluster at `--address` (`init_ray`, never
 with MLflow credentials in its runtime environment), Ray's own log lines sent to a file the sweep names,
-and the driver's cloud credentials kept off the trials' runtime environments."""
+and the driver's cloud credentials kept off the trials' runtime environments.
+
+A sweep without `--address` starts a local Ray that listens on the loopback address only (its GCS,
+raylet, workers and agents: nothing on the machine's network addresses) with Ray's token authentication
+on (Ray's default for a new local Ray; its token in Ray's default file, made readable by its owner
+only); `RAY_AUTH_MODE=disabled` is refused for it. With the `--address` of this machine's local cluster
+(`python -m sweeps.local_cluster up`) the driver uses that cluster's token (`local_cluster.token_env`).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -49,6 +57,42 @@ def quiet() -> None:
         transformers_logging.disable_progress_bar()
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def check_local_ray_auth(address: str | None) -> None:
+    """A local Ray keeps Ray's token authentication: refuse `RAY_AUTH_MODE` set to anything but `token` (before
+    anything starts or is written)."""
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if address in (None, "", "local") and mode is not None and mode.lower() != "token":
+        raise SweepInputError(
+            f"RAY_AUTH_MODE={mode}: the sweep's local Ray keeps Ray's token authentication on (anyone on this "
+            "machine could otherwise run code through it); unset RAY_AUTH_MODE or set it to token"
+        )
+
+
+def own_token_file() -> None:
+    """Ray's default token file (~/.ray/auth_token), which a new local Ray uses, readable by its owner only:
+    made here when missing (Ray would write it readable by all), tightened when it is not. Nothing when the
+    token comes from RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH."""
+    import secrets
+    import stat
+    from pathlib import Path
+
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return
+    path = Path.home() / ".ray" / "auth_token"
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if path.stat().st_uid == os.getuid() and stat.S_IMODE(path.stat().st_mode) & 0o077:
+            path.chmod(0o600)
+        return
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(secrets.token_hex(32))  # as Ray's own generator: 256 random bits
+
+
 def init_ray(plan) -> None:
     import logging
 
@@ -61,9 +105,15 @@ def init_ray(plan) -> None:
     # the Ray processes started here: trials and stages never talk to the store, the driver does.
     runtime_env = {"env_vars": {**QUIET_ENV, **CUDA_ALLOCATOR_ENV}}
     address = plan.args.get("address")
+    if address == "local":
+        address = None
     if address:
+        from sweeps import local_cluster
+
+        ours = local_cluster.token_env(address)  # this machine's local cluster: its token, its loopback address
+        use_token(ours)
         try:
-            with endpoints.credentials_hidden():
+            with endpoints.credentials_hidden(), ray_internals.loopback_only() if ours else contextlib.nullcontext():
                 ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
         except ConnectionError as error:  # something answers there, but not a Ray head
             raise SweepInputError(
@@ -72,7 +122,9 @@ def init_ray(plan) -> None:
                 "address"
             ) from None
     else:
-        with endpoints.credentials_hidden():
+        check_local_ray_auth(None)
+        own_token_file()
+        with endpoints.credentials_hidden(), ray_internals.loopback_only():
             ray.init(
                 address="local",
                 num_gpus=plan.args.get("local_gpus"),
@@ -81,7 +133,24 @@ def init_ray(plan) -> None:
                 log_to_driver=False,
                 logging_level=logging.WARNING,
             )
+        taken = ray.util.get_node_ip_address()
+        if taken != LOOPBACK:  # a Ray that no longer keeps the loopback address: stop rather than listen there
+            ray.shutdown()
+            raise RuntimeError(
+                f"the local Ray took the address {taken}, not {LOOPBACK}: see ray_internals.loopback_only"
+            )
     plan.ray_log = ray_logs_to_file()
+
+
+def use_token(env: dict) -> None:
+    """Connect this driver with a cluster's token (`env`: RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH and the rest
+    of `local_cluster.driver_env`; nothing when empty). Ray reads its authentication mode once, when it is
+    imported; like Ray's own switch to token mode (`authentication_token_setup._enable_token_auth`, Ray
+    2.60.0) this sets the environment and has Ray read it again."""
+    if not env:
+        return
+    os.environ.update(env)
+    ray_internals.reload_auth_config()
 
 
 RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.data")

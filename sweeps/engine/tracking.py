@@ -219,6 +219,7 @@ class MlflowSweepCallback(tune.Callback):
         self.trial_records = dict(trial_records or {})  # config hash -> {"params", "tags"}: each trial's key
         self._writer = None
         self._seen: dict[str, set] = {}
+        self._placed: dict[str, dict] = {}  # config hash -> the placement last written to its run
 
     @property
     def writer(self) -> BackgroundWriter:
@@ -230,11 +231,11 @@ class MlflowSweepCallback(tune.Callback):
 
     def __getstate__(self):  # Tune pickles callbacks into its experiment state
         state = dict(self.__dict__)
-        state.update(_writer=None, _seen={})
+        state.update(_writer=None, _seen={}, _placed={})
         return state
 
     def __setstate__(self, state):
-        state.update(_writer=None, _seen={})
+        state.update(_writer=None, _seen={}, _placed={})
         state.setdefault("sweep_dir", None)
         state.setdefault("contract", None)
         state.setdefault("trial_records", {})
@@ -275,16 +276,24 @@ class MlflowSweepCallback(tune.Callback):
             return
         now = int(time.time() * 1000)
         metrics = [[k, float(v), now, step] for k, v in result.items() if _is_metric(k, v)]
-        params, tags = {}, {}
+        params, tags = {}, self._placement_tags(trial.config, result, step)
         if not seen:
             params = {k: str(result[k]) for k in schema.RESULT_PARAMS if k in result}
-            tags = {
-                "trial_id": trial.trial_id,
-                **{k: str(result[k]) for k in ("node_id", "device", "gpu_ids") if k in result},
-                **({schema.TAG_SIMULATED: "true"} if result.get("simulated") else {}),
-            }
+            tags.update(
+                {"trial_id": trial.trial_id, **({schema.TAG_SIMULATED: "true"} if result.get("simulated") else {})}
+            )
         self.writer.submit(self._op("log", trial.config, metrics=metrics, params=params, tags=tags))
         seen.add(step)
+
+    def _placement_tags(self, config: dict, result: dict, step: int) -> dict:
+        """Where this epoch ran, written when it differs from where the trial last ran: the current `node_id`,
+        `gpu_ids`, `device` tags, and a history entry from this epoch on (schema.placement_history)."""
+        placement = {k: str(result[k]) for k in schema.PLACEMENT_KEYS if k in result}
+        key = schema.config_hash(config)
+        if not placement or placement == self._placed.get(key):
+            return {}
+        self._placed[key] = placement
+        return {**placement, schema.placement_tag(step): json.dumps(placement, sort_keys=True)}
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
         self.run_for(trial.config)

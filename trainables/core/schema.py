@@ -22,6 +22,11 @@ Every run also records the method's metric contract (trainables/core/method.py `
 `select_axis`, `seed_axis`, `metric_columns`), which the analysis groups and selects by, and each trial run carries
 tag `embsweep.checkpoint`: its latest checkpoint, whose `best/` folder holds the best-dev weights
 as a sentence-transformers model (what `runs:/<run id>` model references load).
+
+Where a trial ran: tags `node_id`, `gpu_ids` and `device` name its latest placement, and one tag
+`embsweep.placement.from_epoch_<NNNN>` per placement (JSON of those three) from the first epoch it
+reported there, so a trial that moved (its node died, it was retried or resumed elsewhere) names every
+node it ran on (`placement_history`, `placement_of_epoch`).
 """
 
 from __future__ import annotations
@@ -82,6 +87,8 @@ TAG_REUSED_FROM = "embsweep.reused_from"  # on a trial run linked, not computed:
 TAG_REUSED_SWEEP = "embsweep.reused_from_sweep"  # ... and that run's sweep
 # the params a trial run records of what its key was made of (its config's own params and data_sha_* besides)
 TRIAL_KEY_PARAMS = ("trial_key_fields", "model_identity", "code_hash", "device_kind")
+TAG_PLACEMENT_FROM_EPOCH = "embsweep.placement.from_epoch_"  # + epoch (4 digits): where the trial ran from then on
+PLACEMENT_KEYS = ("node_id", "gpu_ids", "device")  # a trial's result keys that say where it ran
 # on every experiment the tool creates: MLflow 3's UI then opens it on its training runs, not in GenAI mode
 EXPERIMENT_KIND_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 BEST_FILES = "best.files.json"  # beside best/ in a checkpoint: each file of best/ with its size and sha256
@@ -91,3 +98,23 @@ def config_hash(config: dict) -> str:
     """A stable hash of a trial's configuration (keys sorted, values JSON-encoded)."""
     blob = json.dumps(config, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def placement_tag(epoch: int) -> str:
+    return f"{TAG_PLACEMENT_FROM_EPOCH}{int(epoch):04d}"
+
+
+def placement_history(tags: dict) -> list[tuple[int, dict]]:
+    """A run's placements, (first epoch there, {node_id, gpu_ids, device}), in epoch order."""
+    found = [
+        (int(key[len(TAG_PLACEMENT_FROM_EPOCH) :]), json.loads(value))
+        for key, value in tags.items()
+        if key.startswith(TAG_PLACEMENT_FROM_EPOCH)
+    ]
+    return sorted(found, key=lambda item: item[0])
+
+
+def placement_of_epoch(tags: dict, epoch: int) -> dict | None:
+    """Where `epoch` ran: the last placement recorded from an epoch at or before it (None before the first)."""
+    before = [placement for first, placement in placement_history(tags) if first <= epoch]
+    return before[-1] if before else None

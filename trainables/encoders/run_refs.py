@@ -56,10 +56,14 @@ def client(mlflow_uri: str, what: str):
     return MlflowClient(tracking_uri=mlflow_uri)
 
 
-def resolve_run(reference: str, mlflow_uri: str) -> Path:
+def existing_run(reference: str, mlflow_uri: str | None):
+    """The MLflow run `reference` names, refused in one line when there is no store, no such run, or the run was
+    deleted (MLflow keeps a deleted run until `mlflow gc`, so it still answers by its id)."""
     from mlflow.exceptions import MlflowException
 
     run_id = run_id_of(reference)
+    if mlflow_uri is None:
+        raise SweepInputError(f"{reference}: a run reference needs the MLflow store that holds the run (--mlflow-uri)")
     try:
         run = client(mlflow_uri, reference).get_run(run_id)
     except MlflowException:
@@ -67,6 +71,17 @@ def resolve_run(reference: str, mlflow_uri: str) -> Path:
             f"{reference}: no run {run_id} in the MLflow store {mlflow_uri}; pass the --mlflow-uri "
             "of the sweep that ran it"
         ) from None
+    if run.info.lifecycle_stage == "deleted":
+        raise SweepInputError(
+            f"{reference}: run {run_id} ({run.info.run_name}) was deleted from the MLflow store {mlflow_uri}; "
+            f"restore it (mlflow runs restore --run-id {run_id}) or pass another run"
+        )
+    return run
+
+
+def resolve_run(reference: str, mlflow_uri: str) -> Path:
+    run = existing_run(reference, mlflow_uri)
+    run_id = run.info.run_id
     checkpoint = run.data.tags.get(TAG_CHECKPOINT)
     if not checkpoint:
         raise SweepInputError(
