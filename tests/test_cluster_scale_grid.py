@@ -1,4 +1,4 @@
-"""benchmarks/cluster_scale.py grid: its figures from a grid's MLflow runs, against a hand count."""
+"""benchmarks/cluster_scale_grid.py: its figures from a grid's MLflow runs, against a hand count."""
 
 import importlib.util
 
@@ -9,7 +9,9 @@ from trainables.core.paths import PROJECT_ROOT
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("cluster_scale", PROJECT_ROOT / "benchmarks" / "cluster_scale.py")
+    spec = importlib.util.spec_from_file_location(
+        "cluster_scale_grid", PROJECT_ROOT / "benchmarks" / "cluster_scale_grid.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
