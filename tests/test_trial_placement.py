@@ -50,3 +50,28 @@ def test_a_trial_that_moves_names_its_new_node_and_keeps_where_each_epoch_ran(tm
     where = [schema.placement_of_epoch(tags, epoch)["node_id"] for epoch in (1, 2, 3, 4)]
     assert where == [NODE_A, NODE_A, NODE_B, NODE_C]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "dev_spearman")] == [1, 2, 3, 4]
+
+
+@pytest.mark.sweep  # a real SQLite store: 3 s or more
+def test_epochs_run_again_on_another_node_replace_their_old_entries(tmp_path):
+    """A resumed sweep restores a trial from an earlier epoch on another node (the faults-at-scale case): the
+    epochs it runs again name the new node, so the history ends where `node_id` says the trial ran last."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    parent = tracking.start_parent_run(store, "test", "placement", {"trials": 1})
+    callback = tracking.MlflowSweepCallback(store, parent, sweep_dir=str(tmp_path / "sweep"))
+    trial = types.SimpleNamespace(config={"method": "tmft", "layer": 1, "seed": 0}, trial_id="t0", last_result={})
+    callback.on_trial_start(0, [], trial)
+    for epoch, node in ((1, NODE_A), (2, NODE_B)):  # node A died after epoch 1
+        callback.on_trial_result(0, [], trial, result(epoch, node, "0"))
+    callback.on_experiment_end([])
+    callback = pickle.loads(pickle.dumps(callback))  # the driver killed, the sweep resumed
+    for epoch in (1, 2):  # no checkpoint kept: both epochs again, on node C
+        callback.on_trial_result(0, [], trial, result(epoch, NODE_C, "1"))
+    callback.on_trial_complete(0, [], trial)
+    callback.on_experiment_end([])
+    client = MlflowClient(store)
+    experiment = client.get_run(parent).info.experiment_id
+    (run,) = client.search_runs([experiment], filter_string=f"tags.`{schema.TAG_PARENT}` = '{parent}'")
+    tags = run.data.tags
+    assert tags["node_id"] == NODE_C
+    assert [(epoch, where["node_id"]) for epoch, where in schema.placement_history(tags)] == [(1, NODE_C)]

@@ -10,6 +10,8 @@ import socket
 import time
 from pathlib import Path
 
+import psutil
+
 from trainables.core import conditional_writes, object_storage
 from trainables.core.errors import SweepInputError
 from trainables.core.object_storage import absolute, is_uri, join
@@ -68,7 +70,7 @@ def claim(sweep_dir: str, name: str) -> None:
         found = conditional_writes.read_versioned(path) or (b"", "")
     text, tag = found
     host, pid, when = _claim_fields(text)
-    dead_here = host == socket.gethostname() and pid is not None and not _alive(pid)
+    dead_here = host == socket.gethostname() and pid is not None and not psutil.pid_exists(pid)
     stale = is_uri(sweep_dir) and when is not None and time.time() - when > CLAIM_STALE_S
     if (dead_here or stale) and read_json(join(sweep_dir, SWEEP_FILE)) is None:
         if conditional_writes.replace_if_match(path, me, tag) is not None:
@@ -87,16 +89,6 @@ def _claim_fields(text: bytes) -> tuple[str, int | None, float | None]:
     except (ValueError, KeyError, TypeError, AttributeError):
         host, _, pid = text.decode(errors="replace").partition(" ")
         return host, int(pid) if pid.strip().isdigit() else None, None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def check_writable(storage_path: str) -> None:

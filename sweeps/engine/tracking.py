@@ -219,7 +219,6 @@ class MlflowSweepCallback(tune.Callback):
         self.trial_records = dict(trial_records or {})  # config hash -> {"params", "tags"}: each trial's key
         self._writer = None
         self._seen: dict[str, set] = {}
-        self._placed: dict[str, dict] = {}  # config hash -> the placement last written to its run
 
     @property
     def writer(self) -> BackgroundWriter:
@@ -231,11 +230,11 @@ class MlflowSweepCallback(tune.Callback):
 
     def __getstate__(self):  # Tune pickles callbacks into its experiment state
         state = dict(self.__dict__)
-        state.update(_writer=None, _seen={}, _placed={})
+        state.update(_writer=None, _seen={})
         return state
 
     def __setstate__(self, state):
-        state.update(_writer=None, _seen={}, _placed={})
+        state.update(_writer=None, _seen={})
         state.setdefault("sweep_dir", None)
         state.setdefault("contract", None)
         state.setdefault("trial_records", {})
@@ -286,13 +285,12 @@ class MlflowSweepCallback(tune.Callback):
         seen.add(step)
 
     def _placement_tags(self, config: dict, result: dict, step: int) -> dict:
-        """Where this epoch ran, written when it differs from where the trial last ran: the current `node_id`,
-        `gpu_ids`, `device` tags, and a history entry from this epoch on (schema.placement_history)."""
+        """Where this epoch ran: the current `node_id`, `gpu_ids`, `device` tags, and the epoch's entry of the
+        placement history (schema.placement_history). Written with every epoch, so an epoch run again elsewhere
+        (a trial restored from an earlier checkpoint, by this driver or a resumed one) replaces its old entry."""
         placement = {k: str(result[k]) for k in schema.PLACEMENT_KEYS if k in result}
-        key = schema.config_hash(config)
-        if not placement or placement == self._placed.get(key):
+        if not placement:
             return {}
-        self._placed[key] = placement
         return {**placement, schema.placement_tag(step): json.dumps(placement, sort_keys=True)}
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):

@@ -17,6 +17,8 @@ import os
 import socket
 import time
 
+import psutil
+
 from trainables.core import conditional_writes, object_storage
 
 CLAIMS = ".trial_claims"
@@ -31,16 +33,6 @@ def _mine(sweep: str) -> bytes:
     return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "sweep": sweep, "time": time.time()}).encode()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def holder(claim: bytes) -> dict | None:
     """The claim's fields while its sweep's driver may still run; None when it is gone."""
     try:
@@ -49,7 +41,7 @@ def holder(claim: bytes) -> dict | None:
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
     if host == socket.gethostname():
-        return fields if pid != os.getpid() and _alive(pid) else None
+        return fields if pid != os.getpid() and psutil.pid_exists(pid) else None
     return fields if time.time() - when < STALE_S else None
 
 

@@ -105,13 +105,14 @@ def placement_tag(epoch: int) -> str:
 
 
 def placement_history(tags: dict) -> list[tuple[int, dict]]:
-    """A run's placements, (first epoch there, {node_id, gpu_ids, device}), in epoch order."""
-    found = [
+    """A run's placements, (first epoch there, {node_id, gpu_ids, device}), in epoch order: each epoch's entry
+    (sweeps/engine/tracking.py writes one an epoch), runs of the same placement read as one."""
+    found = sorted(
         (int(key[len(TAG_PLACEMENT_FROM_EPOCH) :]), json.loads(value))
         for key, value in tags.items()
         if key.startswith(TAG_PLACEMENT_FROM_EPOCH)
-    ]
-    return sorted(found, key=lambda item: item[0])
+    )
+    return [(epoch, where) for i, (epoch, where) in enumerate(found) if i == 0 or found[i - 1][1] != where]
 
 
 def placement_of_epoch(tags: dict, epoch: int) -> dict | None:
