@@ -133,3 +133,17 @@ def params(run: dict) -> dict:
 
 def metrics(run: dict) -> dict:
     return {m["key"]: m["value"] for m in run["data"].get("metrics", [])}
+
+
+def session_members(session: int) -> list[int]:
+    """The pids of every process in a session (its leader's pid), read from /proc."""
+    import contextlib
+    from pathlib import Path
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getsid(int(entry.name)) == session:
+                    found.append(int(entry.name))
+    return found

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from server_helpers import free_port
+from server_helpers import free_port, session_members
 
 from sweeps import mlflow_server
 from sweeps.engine import mlflow_home
@@ -189,13 +189,7 @@ class Head:
             time.sleep(0.5)
 
     def session(self) -> list[int]:
-        found = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                with contextlib.suppress(OSError):
-                    if os.getsid(int(entry.name)) == self.process.pid:
-                        found.append(int(entry.name))
-        return found
+        return session_members(self.process.pid)
 
     def ray_down(self) -> None:
         for pid in self.session():

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
-from server_helpers import free_port
+from server_helpers import free_port, session_members
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "cluster" / "slurm.sbatch"
@@ -248,13 +248,7 @@ class Job:
         )
 
     def processes(self) -> list[int]:
-        found = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                with contextlib.suppress(OSError):
-                    if os.getsid(int(entry.name)) == self.process.pid:
-                        found.append(int(entry.name))
-        return found
+        return session_members(self.process.pid)
 
     def signal_all(self, number) -> None:
         for pid in self.processes():
