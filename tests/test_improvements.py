@@ -292,7 +292,8 @@ def test_tsdae_stage_refuses_an_encoder_without_a_decoder(tmp_path, data_dir, ti
 @pytest.mark.sweep
 def test_two_sweeps_needing_one_stage_at_once_compute_it_once_into_one_run(sweep_env, tiny_models, ray_session):
     """Started together on one storage path and store, both wait for the one computation of their
-    shared WS stage, and the store holds one run of it (the waiter's own run is withdrawn)."""
+    shared WS stage, and the store holds one run of it (the waiter's own run is withdrawn). The two sweeps
+    train different seeds: equal trials would be linked whole by the trial claims before any stage ran."""
     import os
     import subprocess
     import sys
@@ -302,10 +303,11 @@ def test_two_sweeps_needing_one_stage_at_once_compute_it_once_into_one_run(sweep
     address = ray_session.get_runtime_context().gcs_address
     MlflowClient(sweep_env["uri"]).search_experiments()
     drivers = []
-    for name in ("one", "two"):
+    for name, seed in (("one", 0), ("two", 1)):
         sweep = sweep_args(
             tiny_models["bert"],
-            f"--layers 1 --seeds 0 --epochs 1 --improvement ws --ws-epochs 8 --ws-max-train-samples 128 --name {name}",
+            f"--layers 1 --seeds {seed} --epochs 1 --improvement ws --ws-epochs 8 --ws-max-train-samples 128 "
+            f"--name {name}",
             *sweep_env["flags"],
         )
         command = [sys.executable, "sweeps/improvements.py", *sweep, "--address", address]
