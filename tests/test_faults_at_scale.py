@@ -215,7 +215,8 @@ def check_sweep(place, name: str, trials: int, epochs: int) -> dict:
     trials at once. Returns the trials per (node, GPU id) over the whole sweep."""
     server = place["server"]
     parents, children = server.runs(name)
-    assert len(children) == trials, f"{len(children)} runs for {trials} trials"
+    if len(children) != trials:
+        pytest.fail(missing_runs(place, name, children, trials))
     assert len({tags(c)[schema.TAG_CONFIG_HASH] for c in children}) == trials
     for child in children:
         assert child["info"]["status"] == "FINISHED", child["info"]["run_name"]
@@ -235,6 +236,19 @@ def check_sweep(place, name: str, trials: int, epochs: int) -> dict:
         assert most_at_once(intervals) <= 4, (slot, most_at_once(intervals))
         per_gpu[slot] = len({key for _, _, key in intervals})
     return per_gpu
+
+
+def missing_runs(place, name: str, children: list[dict], trials: int) -> str:
+    """Why runs are missing: which trials Tune logged results for without a run, and the drivers' last
+    progress lines (how many trials each driver knew of)."""
+    logged = {tags(c).get("trial_id") for c in children}
+    tune_trials = {key: rows for key, rows in results(place, name).items() if rows}
+    without_run = sorted(key for key, rows in tune_trials.items() if rows[-1].get("trial_id") not in logged)
+    progress = [line for line in place["log"].read_text().splitlines() if " done, " in line][-3:]
+    return (
+        f"{len(children)} runs for {trials} trials; Tune logged results of {len(tune_trials)} trials, these without "
+        f"a run: {without_run[:10]}; the drivers' last progress lines: {progress}"
+    )
 
 
 def check_placements(place, name: str, replacements: list[str]) -> None:
