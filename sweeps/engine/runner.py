@@ -29,6 +29,7 @@ from sweeps.engine import (
     state_saves,
     storage,
     store_load,
+    torn_saves,
 )
 from sweeps.engine.cli import build_parser, given_flags
 from sweeps.engine.plan import CheckedSweep, SweepPlan, check_sweep, git_commit, package_versions, plan_sweep
@@ -218,7 +219,8 @@ def run_sweep(plan: SweepPlan):
     store_load.warn_if_outpaced(plan, resources)
     trainable = wrapped_trainable(plan, resources)
     if plan.restore_tune:
-        seal.verify(plan.sweep_dir)  # again: the folder may have changed while stages ran
+        torn_saves.repair(plan.sweep_dir)  # the searcher saved with the trial list Tune restores
+        seal.verify(plan.sweep_dir)  # again: the folder may have changed while stages ran; the repair's files too
         tuner = tune.Tuner.restore(plan.sweep_dir, trainable=trainable, resume_unfinished=True, resume_errored=True)
     else:
         tuner = _tuner(plan, trainable, resources)
@@ -226,7 +228,8 @@ def run_sweep(plan: SweepPlan):
     startup.mark("fit")
     from sweeps.engine.checkpoint_keeping import Deferring
 
-    with state_saves.hooked(seal.SealingSaves(plan.sweep_dir), Deferring()), actor_deaths.handled():
+    hooks = seal.SealingSaves(plan.sweep_dir), torn_saves.PairedSaves(plan.sweep_dir), Deferring()
+    with state_saves.hooked(*hooks), actor_deaths.handled():
         results = tuner.fit()
     startup.mark("fit_done")
     _finish(plan, results)
