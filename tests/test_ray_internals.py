@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.engine import ray_internals
+from sweeps.engine import ray_internals, torn_saves
 
 ROOT = Path(__file__).resolve().parents[1]
 THE_MODULE = ROOT / "sweeps" / "engine" / "ray_internals.py"  # and this file, whose data and fakes name them
@@ -356,7 +356,7 @@ CANARY = textwrap.dedent(
 
     from sweeps.engine import ray_internals
 
-    seen = {"before": [], "after": [], "setup": 0, "env": {}}
+    seen = {"before": [], "after": [], "staged": [], "setup": 0, "env": {}}
 
 
     class Setup(tune.Callback):
@@ -383,6 +383,7 @@ CANARY = textwrap.dedent(
     def after(controller):
         staging = Path(ray_internals.staging_folder(controller))
         seen["after"].append(sorted(p.name.split("-")[0] for p in staging.glob("experiment_state-*.json")))
+        seen["staged"].append(sorted(p.name for p in staging.iterdir() if p.is_file()))
 
 
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)  # never a cluster found running
@@ -433,4 +434,11 @@ def test_canary_tunes_private_parts_in_a_real_run(tmp_path):
     assert seen["setup"] == 2  # Tune sets its callbacks up once per fit (checkpoint_keeping relies on it)
     assert all(where.endswith(("propagated", "stopped")) for where in seen["before"]), seen["before"]
     assert ["experiment_state"] in seen["after"], seen["after"]  # the state is in the staging folder after a save
+    # The trial list and the searcher's state are two files of one save, copied one by one: a copy cut short can
+    # tear them apart (sweeps/engine/torn_saves.py pairs them by the trial list's name).
+    assert any(
+        sum(name.startswith(torn_saves.TRIAL_LIST) for name in names) == 1
+        and any(name.startswith("basic-variant-state-") for name in names)
+        for names in seen["staged"]
+    ), seen["staged"]
     assert seen["logs"] and seen["session"] and isinstance(seen["report"], dict)
