@@ -171,6 +171,7 @@ def test_local_cluster_scales_from_zero_for_quarter_gpu_tasks_and_stops(data_dir
     finally:
         os.environ.clear()
         os.environ.update(saved)
+        ray_internals.reload_auth_config()  # Ray cached the cluster's token; a later local Ray here needs its own
         stopped = subprocess.run([*command, "down", f"--temp-dir={temp_dir}"], capture_output=True, text=True)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     assert not local_cluster._cluster_processes(temp_dir)
