@@ -7,7 +7,8 @@ whatever their status: the summary decides what counts as complete. Columns:
   `embsweep.sweep` tag, else the parent run's name), `experiment`, `run_name`, `status`,
   `start_time`, `end_time` (UTC timestamps), `config_hash`, `reused_from` (the run that computed a
   trial linked instead of run: sweeps/engine/reuse.py; such a link is left out where that run is read
-  too, so a reused trial counts once);
+  too, so a reused trial counts once), `presets` (where runs have a `preset`: the run's and those of the links
+  left out; `of_preset` selects by it);
 - every param of the run (the schema's `PARAMS` first; `layer`, `seed`, `epochs`, `batch_size`,
   `params_truncated` and `params_paper` as integers, `lr` as a float; any other param kept as text); their names
   are in `frame.attrs["param_columns"]`;
@@ -56,6 +57,7 @@ ID_COLUMNS = (
     "end_time",
     "config_hash",
     "reused_from",
+    "presets",
 )
 # Primary metric of a task -> its companion reported beside it (Table 2: Spearman / Pearson).
 COMPANION = {"spearman": "pearson", "f1": "accuracy"}
@@ -183,9 +185,24 @@ def _mark_random_init(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _count_once(frame: pd.DataFrame) -> pd.DataFrame:
     """A reused trial counted once: a run linked from another (`reused_from`, sweeps/engine/reuse.py) is
-    dropped where the run that computed it is read too."""
+    dropped where the run that computed it is read too. The computing run's `presets` then names the presets of
+    its links beside its own, so that each preset's table still finds the trial it reused."""
     linked = frame["reused_from"].notna() & frame["reused_from"].isin(frame["run_id"])
+    if "preset" in frame:
+        own = frame["preset"].where(frame["preset"].notna(), None)
+        presets = {run: {p} if p else set() for run, p in zip(frame["run_id"], own)}
+        for origin, preset in zip(frame.loc[linked, "reused_from"], own[linked]):
+            if preset:
+                presets[origin].add(preset)
+        frame = frame.assign(presets=[",".join(sorted(presets[run])) for run in frame["run_id"]])
     return frame[~linked].reset_index(drop=True)
+
+
+def of_preset(runs: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The runs of preset `name`: its own and the trials it reused from runs of other presets."""
+    if "presets" not in runs:
+        return runs[runs["preset"].astype(str) == name] if "preset" in runs else runs.iloc[0:0]
+    return runs[runs["presets"].fillna("").str.split(",").apply(lambda names: name in names)]
 
 
 def _order_and_type(frame: pd.DataFrame) -> pd.DataFrame:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analysis.loader import of_preset
 from analysis.summary import layer_family, selected_layers, split_runs, summarize
 from analysis.tables import to_markdown
 
@@ -160,7 +161,7 @@ def sections(out) -> list[str]:
             ]
             continue
         lines += ["", f"## {preset.reproduces} (preset `{name}`)", ""]
-        ran = runs[runs["preset"].astype(str) == name]
+        ran = of_preset(runs, name)
         lines += _shown(ran, preset)
         if not preset.published:
             lines += [

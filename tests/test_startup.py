@@ -136,6 +136,8 @@ def test_the_parent_run_exists_before_the_first_trial(tmp_path, monkeypatch):
         parent_run_id=None,
         stages={},
         restore_tune=False,
+        reused=[],
+        waiting=[],
     )
     for name in ("_init_ray", "_check_resources"):
         monkeypatch.setattr(runner, name, lambda plan: None)

@@ -199,6 +199,26 @@ def test_the_report_counts_a_reused_trial_once():
     assert list(_count_once(frame)["run_id"]) == ["a", "c", "d"]
 
 
+def test_a_trial_one_preset_reused_from_another_is_in_both_presets_tables_once():
+    """TSDAE's Table 6 reuses Table 5's deletion at ratio 0.3: counted once, and still a row of Table 6."""
+    import pandas as pd
+
+    from analysis.loader import _count_once, of_preset
+
+    frame = pd.DataFrame(
+        {
+            "run_id": ["t5-delete", "t6-0.3", "t6-0.5", "t7-mean"],
+            "reused_from": [None, "t5-delete", None, None],
+            "preset": ["tsdae-table5", "tsdae-table6", "tsdae-table6", "tsdae-table7"],
+        }
+    )
+    once = _count_once(frame)
+    assert list(once["run_id"]) == ["t5-delete", "t6-0.5", "t7-mean"]
+    assert list(of_preset(once, "tsdae-table6")["run_id"]) == ["t5-delete", "t6-0.5"]
+    assert list(of_preset(once, "tsdae-table5")["run_id"]) == ["t5-delete"]
+    assert list(of_preset(once, "tsdae-table7")["run_id"]) == ["t7-mean"]
+
+
 def _dead_pid() -> int:
     import subprocess
     import sys
