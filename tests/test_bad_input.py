@@ -124,6 +124,7 @@ def test_existing_sweep_name_is_not_overwritten(run, tiny_models, tmp_path):
     assert (existing / "sweep.json").read_text() == '{"name": "taken"}'
 
 
+@pytest.mark.sweep  # about 2 s: out of the fast run, which stays under 3 minutes
 def test_gpus_requested_on_a_machine_without_gpus(tmp_path, data_dir, tiny_models, capsys):
     """A local Ray without GPUs cannot run GPU trials: refused before the sweep starts.
     Uses the planning step only (the session's Ray has logical GPUs)."""

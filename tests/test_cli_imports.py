@@ -52,6 +52,7 @@ def test_the_check_sees_a_heavy_import():
     assert done.returncode == 0 and {"torch", "sweeps"} <= packages
 
 
+@pytest.mark.sweep  # about 2 s: out of the fast run, which stays under 3 minutes
 def test_a_trial_still_gets_its_trainable_class():
     """The registry names a method's trainable by path; the engine gets the class when a trial needs it."""
     code = (

@@ -97,6 +97,7 @@ def imported_modules() -> set[str]:
     return found - set(sys.stdlib_module_names) - set(PACKAGES)
 
 
+@pytest.mark.sweep  # about 2 s: out of the fast run, which stays under 3 minutes
 def test_every_third_party_import_comes_from_a_declared_distribution():
     names = {normal(r.name) for r in all_requirements()}
     providers = importlib.metadata.packages_distributions()

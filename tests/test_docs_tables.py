@@ -26,6 +26,7 @@ def test_every_set_has_one_row_written_from_its_set_info():
         assert page.count(f"| `{name}` | {info.display_name} |") == 1, name
 
 
+@pytest.mark.sweep  # about 2 s: out of the fast run, which stays under 3 minutes
 def test_the_command_rewrites_only_the_tables_and_check_names_a_stale_page(tmp_path):
     docs = tmp_path / "docs"
     shutil.copytree(ROOT / "docs", docs)

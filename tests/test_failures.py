@@ -380,6 +380,7 @@ def test_hub_data_while_offline_is_a_message(tmp_path, tiny_models, monkeypatch,
     assert "--data-dir hub: the hub copy" in err and "pass --data-dir with the local release" in err
 
 
+@pytest.mark.sweep  # about 2 s: out of the fast run, which stays under 3 minutes
 def test_a_store_created_by_another_program_meanwhile_is_tried_again(tmp_path, monkeypatch):
     """An MLflow UI or a script opening a fresh SQLite store takes no lock: a creation that fails
     while it does is tried again."""

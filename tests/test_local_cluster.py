@@ -46,6 +46,7 @@ def is_loopback(ip: str) -> bool:
     return (getattr(address, "ipv4_mapped", None) or address).is_loopback
 
 
+@pytest.mark.sweep  # about 2 s: out of the fast run, which stays under 3 minutes
 def test_down_stops_only_the_processes_naming_its_temp_folder(tmp_path):
     ours, other = tmp_path / "cluster", tmp_path / "cluster-other"
     ours.mkdir()

@@ -43,6 +43,7 @@ def runs_in(path: Path) -> list[str]:
         return [r for (r,) in db.execute("select id from runs order by id")]
 
 
+@pytest.mark.sweep  # about 2 s: out of the fast run, which stays under 3 minutes
 @pytest.mark.parametrize("where", ["folder", "s3"])
 def test_a_store_copied_home_is_restored_on_a_new_node(tmp_path, where, request):
     storage = str(tmp_path / "shared") if where == "folder" else request.getfixturevalue("s3").uri("embsweep")

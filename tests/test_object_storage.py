@@ -38,6 +38,7 @@ def test_files_written_under_a_uri_land_in_the_bucket(s3):
     assert storage.read_json(object_storage.join(sweep, "missing.json")) is None
 
 
+@pytest.mark.sweep  # about 2 s: out of the fast run, which stays under 3 minutes
 def test_the_newest_sweep_under_a_uri(s3):
     root = s3.uri("runs")
     assert storage.latest_sweep(root) is None
@@ -228,6 +229,7 @@ def test_a_write_gives_up_after_the_retry_time(s3, monkeypatch):
         s3.server.restore()
 
 
+@pytest.mark.sweep  # about 2 s: out of the fast run, which stays under 3 minutes
 def test_folders_copy_to_and_from_a_bucket_from_the_command_line(s3, tmp_path, capsys):
     source = tmp_path / "data" / "stsbenchmark"
     source.mkdir(parents=True)

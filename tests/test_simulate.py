@@ -67,6 +67,7 @@ def test_waits_are_the_cost_models_seconds_over_the_speedup_or_the_fixed_seconds
     assert simulate.simulation(plan, resources).wait({"model": "a"}) == 1.5
 
 
+@pytest.mark.sweep  # about 2 s: out of the fast run, which stays under 3 minutes
 def test_a_simulated_trial_process_imports_neither_torch_nor_transformers(tmp_path):
     """What Tune ships to a trial process (the class wrapped with its parameters and its resources
     callable) unpickles there without torch: a runner.TrialResources in it imported every method.

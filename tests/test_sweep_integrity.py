@@ -96,6 +96,7 @@ def electra_layers_args(argv):
     return runner.parser_for("tmft", "electra_layers").parse_args(argv)
 
 
+@pytest.mark.sweep  # about 2 s: out of the fast run, which stays under 3 minutes
 def test_a_copied_sweep_resumes_in_its_copy_with_the_store_beside_it(env, tiny_models, capsys, empty_store):
     store_at(empty_store, env["storage"] / "mlflow.db")
     plan = started(sweep_args(tiny_models["bert"], f"{TMFT} --name orig", *env["flags"][:2], *env["flags"][4:]))
