@@ -186,7 +186,7 @@ def test_a_job_without_gpus_whose_trials_need_them_stops_before_anything_starts(
 
 
 def test_a_node_whose_torch_sees_fewer_gpus_than_the_job_gives_stops_before_ray(tmp_path):
-    import importlib.metadata
+    import torch  # its version as the script prints it: a CUDA build's has a local part (2.14.1+cu130)
 
     env = stand_ins(tmp_path, gpus_seen=0, fake_ray=True)
     env.pop("FAKE_TORCH")  # this machine's own torch, which sees no GPU
@@ -194,7 +194,7 @@ def test_a_node_whose_torch_sees_fewer_gpus_than_the_job_gives_stops_before_ray(
     assert done.returncode == 1
     lines = [line for line in done.stderr.splitlines() if line.startswith("slurm.sbatch")]
     assert lines and set(lines) == {
-        f"slurm.sbatch: on {os.uname().nodename} torch {importlib.metadata.version('torch')} sees 0 GPU(s) of the 4 "
+        f"slurm.sbatch: on {os.uname().nodename} torch {torch.__version__} sees 0 GPU(s) of the 4 "
         f"the job gives each node: install torch's CUDA build in {tmp_path / 'venv'}, or request GPUs this node has "
         "(--gpus-per-task or --gres=gpu:N)"
     }, done.stderr
