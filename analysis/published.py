@@ -44,6 +44,9 @@ COLUMNS = [
 
 
 def preset_names(runs: pd.DataFrame) -> list[str]:
+    """Every preset of the runs, also one whose trials were all reused from other presets' runs."""
+    if "presets" in runs:
+        return sorted({name for names in runs["presets"].dropna() for name in str(names).split(",") if name})
     return sorted(runs["preset"].dropna().astype(str).unique()) if "preset" in runs else []
 
 

@@ -204,6 +204,7 @@ def test_a_trial_one_preset_reused_from_another_is_in_both_presets_tables_once()
     import pandas as pd
 
     from analysis.loader import _count_once, of_preset
+    from analysis.published import preset_names
 
     frame = pd.DataFrame(
         {
@@ -217,6 +218,8 @@ def test_a_trial_one_preset_reused_from_another_is_in_both_presets_tables_once()
     assert list(of_preset(once, "tsdae-table6")["run_id"]) == ["t5-delete", "t6-0.5"]
     assert list(of_preset(once, "tsdae-table5")["run_id"]) == ["t5-delete"]
     assert list(of_preset(once, "tsdae-table7")["run_id"]) == ["t7-mean"]
+    only_linked = _count_once(frame.assign(preset=["tsdae-table5", "tsdae-tying", "tsdae-table6", "tsdae-table7"]))
+    assert preset_names(only_linked) == ["tsdae-table5", "tsdae-table6", "tsdae-table7", "tsdae-tying"]
 
 
 def _dead_pid() -> int:
