@@ -199,14 +199,9 @@ def test_default_max_length(tiny_models, tmp_path):
     assert default_max_length(tmp_path / "st") == 40
 
 
-MTEB = [  # published MTEB scores: cosine Spearman, mean pooling
-    ("sentence-transformers/all-MiniLM-L6-v2", "sts12", 72.37),
-    ("sentence-transformers/all-MiniLM-L6-v2", "sts13", 80.60),
-    ("sentence-transformers/all-MiniLM-L6-v2", "sts14", 75.59),
-    ("sentence-transformers/all-MiniLM-L6-v2", "stsb", 82.03),
-    ("sentence-transformers/all-MiniLM-L6-v2", "sickr_all", 77.58),
-    ("sentence-transformers/all-mpnet-base-v2", "stsb", 83.42),
-]
+# Published MTEB scores: cosine Spearman, mean pooling. all-MiniLM-L6-v2's (STS12-14, STS-B, SICK-R) are checked
+# through a whole zero-shot sweep in tests/test_mteb_export.py, with the same tolerance.
+MTEB = [("sentence-transformers/all-mpnet-base-v2", "stsb", 83.42)]
 
 
 @pytest.mark.slow
