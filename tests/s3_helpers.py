@@ -66,15 +66,18 @@ class S3Server:
             return False
 
     def outage(self) -> None:
-        self.process.send_signal(signal.SIGUSR1)
-        deadline = time.monotonic() + 10
-        while self.answers() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        self._signal(signal.SIGUSR1, answering=False)
 
     def restore(self) -> None:
-        self.process.send_signal(signal.SIGUSR2)
+        self._signal(signal.SIGUSR2, answering=True)
+
+    def _signal(self, sig, answering: bool) -> None:
+        self.process.send_signal(sig)
         deadline = time.monotonic() + 10
-        while not self.answers() and time.monotonic() < deadline:
+        while self.answers() != answering:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                state = "ended" if self.process.poll() is not None else "did not change"
+                raise RuntimeError(f"the S3 server {state} after {sig.name}:\n{Path(self.log).read_text()[-3000:]}")
             time.sleep(0.1)
 
     def stats(self) -> dict:

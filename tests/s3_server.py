@@ -74,6 +74,11 @@ def counting(app):
 
 
 def main() -> int:
+    # SIGUSR1/2 are taken by sigwait in the main thread: blocked here, before any thread starts, so that every
+    # thread inherits the mask. (With Python handlers instead, a signal the kernel hands to a request thread
+    # waits for the main thread to run bytecode, and a main thread asleep in a wait never does.)
+    outage_signals = {signal.SIGUSR1, signal.SIGUSR2}
+    signal.pthread_sigmask(signal.SIG_BLOCK, outage_signals)
     from moto.moto_server.threaded_moto_server import MotoRequestHandler
     from moto.server import DomainDispatcherApplication, create_backend_app
     from werkzeug.serving import make_server
@@ -82,25 +87,23 @@ def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
     app = counting(DomainDispatcherApplication(create_backend_app))
-    state = {"server": None, "thread": None}
+    server = None
 
     def start():
-        server = make_server("127.0.0.1", args.port, app, threaded=True, request_handler=MotoRequestHandler)
-        state["server"], state["thread"] = server, threading.Thread(target=server.serve_forever, daemon=True)
-        state["thread"].start()
+        serving = make_server("127.0.0.1", args.port, app, threaded=True, request_handler=MotoRequestHandler)
+        threading.Thread(target=serving.serve_forever, daemon=True).start()
+        return serving
 
-    def stop():
-        if state["server"] is not None:
-            state["server"].shutdown()
-            state["server"].server_close()
-            state["server"] = None
-
-    start()
-    signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(target=stop).start())
-    signal.signal(signal.SIGUSR2, lambda *_: start())
+    server = start()
     print(f"s3 server on 127.0.0.1:{args.port}", flush=True)
-    threading.Event().wait()
-    return 0
+    while True:
+        received = signal.sigwait(outage_signals)
+        if received == signal.SIGUSR1 and server is not None:
+            server.shutdown()
+            server.server_close()  # the listening socket closed: connections are refused
+            server = None
+        elif received == signal.SIGUSR2 and server is None:
+            server = start()
 
 
 if __name__ == "__main__":
