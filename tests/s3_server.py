@@ -87,7 +87,6 @@ def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
     app = counting(DomainDispatcherApplication(create_backend_app))
-    server = None
 
     def start():
         serving = make_server("127.0.0.1", args.port, app, threaded=True, request_handler=MotoRequestHandler)
