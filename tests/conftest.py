@@ -85,7 +85,9 @@ def sweep_environment(tmp_path, data_dir) -> dict:
     storage = tmp_path / "runs"
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     base = ["--storage-path", str(storage), "--mlflow-uri", uri, "--experiment", "test", "--data-dir", str(data_dir)]
-    base += ["--cpus-per-trial", "0.5", "--gpus-per-trial", "0"]
+    # A whole CPU per trial: two trial processes at once on the tests' 2-CPU Ray, each paying about 5 s of CPU
+    # to import torch and the method; tests of fractional packing and overlap set their own share.
+    base += ["--cpus-per-trial", "1", "--gpus-per-trial", "0"]
     limits = ["--max-train-samples", "48", "--max-eval-samples", "60", "--batch-size", "16"]
     return {"storage": storage, "uri": uri, "flags": [*base, *limits], "base": base, "tmp": tmp_path}
 

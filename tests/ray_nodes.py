@@ -68,8 +68,10 @@ class TwoNodeRay:
         self.worker = None
 
     def stop(self) -> None:
+        # SIGTERM to a head's group ends its GCS first; `ray start --block` then waits 30 s to drain the
+        # node through that GCS before it exits: whatever is left after a few seconds is killed
         for node in (self.worker, self.head):
-            _kill(node, signal.SIGTERM)
+            _kill(node, signal.SIGTERM, grace=5)
         # `ray start --head` records its address for later `ray.init()` calls; it is gone now
         current = Path(tempfile.gettempdir(), "ray", "ray_current_cluster")
         if current.is_file() and current.read_text().strip().endswith(f":{self.port}"):
@@ -86,12 +88,12 @@ class TwoNodeRay:
         return sum(1 for line in active.splitlines() if "node_" in line)
 
 
-def _kill(node, sig) -> None:
+def _kill(node, sig, grace: float = 30) -> None:
     if node is None:
         return
     try:
         os.killpg(node.pid, sig)
-        node.wait(timeout=30)
+        node.wait(timeout=grace)
     except ProcessLookupError:
         pass
     except subprocess.TimeoutExpired:

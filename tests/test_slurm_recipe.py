@@ -261,7 +261,11 @@ class Job:
             if not self.processes():
                 break
             self.signal_all(number)
-            time.sleep(10)
+            deadline = time.time() + 10
+            while self.process.poll() is None or self.processes():  # poll(): the batch shell is no zombie
+                if time.time() > deadline:
+                    break
+                time.sleep(0.5)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
         shutil.rmtree(self.local, ignore_errors=True)
