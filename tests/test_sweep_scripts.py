@@ -9,6 +9,7 @@ from mlflow_helpers import runs_by_role
 
 from sweeps.engine.scripts import sweep_scripts
 from trainables.core import schema
+from trainables.core.paths import PROJECT_ROOT
 from trainables.methods import get_method
 
 
@@ -16,14 +17,24 @@ def test_every_script_is_found():
     assert {"electra_layers", "improvements", "evaluate"} <= set(sweep_scripts())
 
 
+# A script whose smoke sweep another test runs and checks further (these checks included) is not run again here.
+SMOKE_ELSEWHERE = {"tsdae": "tests/test_tsdae.py::test_every_objective_runs_through_the_sweep_script"}
+
+
 @pytest.mark.sweep
-@pytest.mark.parametrize("script", sorted(sweep_scripts()))
+@pytest.mark.parametrize("script", sorted(set(sweep_scripts()) - set(SMOKE_ELSEWHERE)))
 def test_smoke_test_runs_end_to_end(script, sweep_env):
-    method = get_method(sweep_scripts()[script])
     flags = ["--smoke-test", "--name", f"smoke-{script}", *sweep_env["base"]]
     code = importlib.import_module(f"sweeps.{script}").main(flags)
     assert code == 0
-    parents, children = runs_by_role(sweep_env["uri"])
+    check_smoke_runs(sweep_env["uri"], script)
+
+
+def check_smoke_runs(uri: str, script: str) -> None:
+    """One FINISHED parent run; one FINISHED child run per planned trial with the method's metric contract
+    and its primary metric."""
+    method = get_method(sweep_scripts()[script])
+    parents, children = runs_by_role(uri)
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert len(children) == int(parents[0].data.params["trials"]) > 0
     for child in children:
@@ -32,6 +43,14 @@ def test_smoke_test_runs_end_to_end(script, sweep_env):
         assert contract in child.data.metrics, (contract, sorted(child.data.metrics))
         assert child.data.params["sweep_axes"] and child.data.params["metric_mode"] in ("max", "min")
     assert method.name in {c.data.params["method"] for c in children} or method.name == "improvements"
+
+
+def test_every_script_elsewhere_is_run_there_with_these_checks():
+    for script, test in SMOKE_ELSEWHERE.items():
+        path, name = test.split("::")
+        source = (PROJECT_ROOT / path).read_text()
+        body = source[source.index(f"def {name}(") :].split("\ndef ", 1)[0]
+        assert '"--smoke-test"' in body and f'check_smoke_runs(sweep_env["uri"], "{script}")' in body, test
 
 
 # One smoke sweep on S3 per path through the engine (every script runs locally above): trials alone, and
