@@ -1,5 +1,5 @@
-"""Helpers of the sweep tests: command lines, a script run in a subprocess, a small DAPT stage, and edits of a
-planned sweep for the `edit_trials` fixture (tests/conftest.py)."""
+"""Helpers of the sweep tests: command lines, a script run in a subprocess, a small DAPT stage, edits of a
+planned sweep for the `edit_trials` fixture (tests/conftest.py), and the checks every smoke sweep's runs get."""
 
 import os
 import signal
@@ -76,3 +76,23 @@ def hold_all(seconds: float):
             config["_hold"] = seconds
 
     return edit
+
+
+def check_smoke_runs(uri: str, script: str) -> None:
+    """One FINISHED parent run; one FINISHED child run per planned trial with the method's metric contract
+    and its primary metric."""
+    from mlflow_helpers import runs_by_role
+
+    from sweeps.engine.scripts import sweep_scripts
+    from trainables.methods import get_method
+
+    method = get_method(sweep_scripts()[script])
+    parents, children = runs_by_role(uri)
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(children) == int(parents[0].data.params["trials"]) > 0
+    for child in children:
+        assert child.info.status == "FINISHED"
+        contract = child.data.params["metric_primary"]
+        assert contract in child.data.metrics, (contract, sorted(child.data.metrics))
+        assert child.data.params["sweep_axes"] and child.data.params["metric_mode"] in ("max", "min")
+    assert method.name in {c.data.params["method"] for c in children} or method.name == "improvements"

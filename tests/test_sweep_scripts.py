@@ -6,11 +6,11 @@ import importlib
 
 import pytest
 from mlflow_helpers import runs_by_role
+from sweep_helpers import check_smoke_runs
 
 from sweeps.engine.scripts import sweep_scripts
 from trainables.core import schema
 from trainables.core.paths import PROJECT_ROOT
-from trainables.methods import get_method
 
 
 def test_every_script_is_found():
@@ -28,21 +28,6 @@ def test_smoke_test_runs_end_to_end(script, sweep_env):
     code = importlib.import_module(f"sweeps.{script}").main(flags)
     assert code == 0
     check_smoke_runs(sweep_env["uri"], script)
-
-
-def check_smoke_runs(uri: str, script: str) -> None:
-    """One FINISHED parent run; one FINISHED child run per planned trial with the method's metric contract
-    and its primary metric."""
-    method = get_method(sweep_scripts()[script])
-    parents, children = runs_by_role(uri)
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
-    assert len(children) == int(parents[0].data.params["trials"]) > 0
-    for child in children:
-        assert child.info.status == "FINISHED"
-        contract = child.data.params["metric_primary"]
-        assert contract in child.data.metrics, (contract, sorted(child.data.metrics))
-        assert child.data.params["sweep_axes"] and child.data.params["metric_mode"] in ("max", "min")
-    assert method.name in {c.data.params["method"] for c in children} or method.name == "improvements"
 
 
 def test_every_script_elsewhere_is_run_there_with_these_checks():

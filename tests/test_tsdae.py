@@ -9,14 +9,13 @@ from trainables.core.errors import SweepInputError
 
 @pytest.mark.sweep  # the script's smoke sweep (tests/test_sweep_scripts.py runs every other script's)
 def test_every_objective_runs_through_the_sweep_script(sweep_env):
-    from test_sweep_scripts import check_smoke_runs
+    from sweep_helpers import check_smoke_runs
 
     from sweeps import tsdae
 
     assert tsdae.main(["--smoke-test", "--name", "smoke-tsdae", *sweep_env["base"]]) == 0
-    check_smoke_runs(sweep_env["uri"], "tsdae")
-    parents, children = runs_by_role(sweep_env["uri"])
-    assert len(parents) == 1
+    check_smoke_runs(sweep_env["uri"], "tsdae")  # one finished parent, every child finished with its contract
+    _, children = runs_by_role(sweep_env["uri"])
     assert sorted(c.data.params["objective"] for c in children) == ["ct", "mlm", "none", "simcse", "tsdae"]
     for child in children:
         assert child.info.status == "FINISHED"
