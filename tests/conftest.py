@@ -11,6 +11,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Threads that wait for work sleep rather than spin: the tests run beside each other (xdist workers, CI's lanes),
+# and one process's OpenMP threads spinning on both cores made a neighbouring sweep ten times slower.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("EMBSWEEP_RESUME_KEY", "embsweep-tests")  # seals of Tune state: not the user's key file
 if "EMBSWEEP_CACHE_DIR" not in os.environ:  # the tokenised-data cache of this test session, not the user's
     import tempfile
