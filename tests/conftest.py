@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -14,6 +15,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Threads that wait for work sleep rather than spin: the tests run beside each other (xdist workers, CI's lanes),
 # and one process's OpenMP threads spinning on both cores made a neighbouring sweep ten times slower.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+TORCH_LOADED_BEFORE_WAIT_POLICY = "torch" in sys.modules  # OpenMP reads the policy once, when torch loads
 os.environ.setdefault("EMBSWEEP_RESUME_KEY", "embsweep-tests")  # seals of Tune state: not the user's key file
 if "EMBSWEEP_CACHE_DIR" not in os.environ:  # the tokenised-data cache of this test session, not the user's
     import tempfile

@@ -5,9 +5,10 @@ on an MLflow tracking server, goes through every fault of issue 42 in turn:
 
 1. a worker's raylet SIGKILLed while 16 trials run on it; the tracking server killed and started
    again while the autoscaler reaps the dead node (as idle, since its last report) and launches a
-   replacement for the trials still waiting; the test waits until the replacement runs trials;
+   replacement for the trials still waiting; the test waits until the replacement runs trials and a run
+   names it (an epoch there logged);
 2. again: the raylet of a worker holding 16 trials (the other first node, or the replacement),
-   and again a replacement up with trials on it;
+   and again a replacement up with trials on it, named by a run;
 3. the driver SIGKILLed (once the server answered again and 16 trials finished), then `--resume`.
 
 Before the driver kill, no trial has ended ERROR: each node death counted once against `--max-failures`
@@ -251,17 +252,22 @@ def missing_runs(place, name: str, children: list[dict], trials: int) -> str:
     )
 
 
+def unnamed_nodes(place, name: str, nodes: list[str]) -> list[str]:
+    """The nodes that no run's placement history names."""
+    _, children = place["server"].runs(name)
+    named = {placement["node_id"] for child in children for _, placement in schema.placement_history(tags(child))}
+    return [node for node in nodes if node not in named]
+
+
 def check_placements(place, name: str, replacements: list[str]) -> None:
     """Every run names where it ran last (`node_id`) as the last of its placements, and each replacement node is
     named by the runs of the trials that ran on it (issue 56: the tags kept the first epoch's node)."""
     _, children = place["server"].runs(name)
-    named = set()
     for child in children:
         history = schema.placement_history(tags(child))
         assert history, child["info"]["run_name"]
         assert history[-1][1]["node_id"] == tags(child)["node_id"], (child["info"]["run_name"], history)
-        named |= {placement["node_id"] for _, placement in history}
-    missing = [node for node in replacements if node not in named]
+    missing = unnamed_nodes(place, name, replacements)
     assert not missing, f"no run names the replacement node(s) {missing}"
 
 
@@ -299,8 +305,9 @@ def kill_a_full_worker(cluster, driver, place) -> tuple[str, set[str]]:
     return node, set(up)
 
 
-def wait_for_replacement(cluster, driver, place, before: set[str]) -> str:
-    """A worker node that was not up at the kill, with trials placed on it (trial processes up, GPUs held)."""
+def wait_for_replacement(cluster, driver, place, name: str, before: set[str]) -> str:
+    """A worker node that was not up at the kill, with trials placed on it (trial processes up, GPUs held), once a
+    run of sweep `name` names it."""
 
     def placed():
         new = [node for node, raylet in worker_raylets(cluster).items() if node not in before and trials_on(raylet)]
@@ -309,6 +316,11 @@ def wait_for_replacement(cluster, driver, place, before: set[str]) -> str:
 
     node = wait_for(placed, driver, place["log"], timeout=400, what="a replacement worker running trials", every=1)
     note(place, f"replacement {node} runs trials")
+    # A run names its node with each epoch's result. The next kill (this node's, it may be) waits for one: a node
+    # killed or reaped before any epoch on it ended would be named by no run.
+    named = lambda: not unnamed_nodes(place, name, [node])  # noqa: E731
+    wait_for(named, driver, place["log"], timeout=400, what=f"an epoch logged on {node}", every=2)
+    note(place, f"a run names {node}")
     return node
 
 
@@ -322,9 +334,9 @@ def test_104_trials_through_two_raylet_kills_a_tracking_server_restart_and_a_dri
         time.sleep(10)
         server.start()
         note(place, "tracking server started again")
-        replaced.append((killed, wait_for_replacement(cluster, driver, place, before)))
+        replaced.append((killed, wait_for_replacement(cluster, driver, place, name, before)))
         killed, before = kill_a_full_worker(cluster, driver, place)
-        replaced.append((killed, wait_for_replacement(cluster, driver, place, before)))
+        replaced.append((killed, wait_for_replacement(cluster, driver, place, name, before)))
         spooled_and_16 = lambda: "answers again" in log.read_text() and finished_runs(place, name) >= 16  # noqa: E731
         wait_for(spooled_and_16, driver, log, timeout=400, what="the spool logged and 16 trials finished", every=2)
         failed = failed_runs(place, name)  # before the resume, which would rerun them
