@@ -263,8 +263,20 @@ def _dev_spearman(training, dev) -> float:
     return dev.score(training.st.encode(dev.sentences, batch_size=128, convert_to_numpy=True))["stsb_dev_spearman"]
 
 
-@pytest.mark.slow  # ~6-8 min on one CPU core; the default run has the held-out loss test below
-def test_tsdae_raises_stsb_dev_spearman_of_a_tiny_random_bert_above_the_untrained(tmp_path, data_dir):
+@pytest.fixture
+def one_thread():
+    """torch on one thread while the test runs: a 128-wide model's ops are too small to share out (300 steps: 13.3 s
+    of CPU on one thread, 17.9 s on two, and no faster)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.slow  # about 2 minutes on one core; the default run has the held-out loss test below
+def test_tsdae_raises_stsb_dev_spearman_of_a_tiny_random_bert_above_the_untrained(tmp_path, data_dir, one_thread):
     """A random BERT's CLS vector is no weak baseline (~45 Spearman on STS-B dev: a random
     transformer hashes the bag of words), and TSDAE first lowers it (~23 after 250 steps) before it
     learns. With a word-level vocabulary (the 8,000 most frequent STS-B training words; the fixtures'
