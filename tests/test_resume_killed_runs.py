@@ -14,6 +14,14 @@ from sweeps.electra_layers import main
 from trainables.core import schema
 
 
+def two_at_once(flags: list[str]) -> list[str]:
+    """The flags with one CPU per trial: two trials at once on the tests' 2-CPU Ray (the driver is killed while two
+    run)."""
+    flags = list(flags)
+    flags[flags.index("--cpus-per-trial") + 1] = "1"
+    return flags
+
+
 def _running(children) -> int:
     return sum(1 for c in children if c.info.status == "RUNNING")
 
@@ -26,7 +34,7 @@ def test_a_seeds_by_need_sweep_killed_in_its_first_round_resumes_to_one_finished
     uri = sweep_env["uri"]
     MlflowClient(uri).search_experiments()  # the store exists before the driver starts: the test polls it
     settings = "--layers 1,2 --seeds 0-3 --seeds-by-need --initial-seeds 2 --epochs 3 --max-concurrent 2"
-    sweep = sweep_args(tiny_models["bert"], settings, *sweep_env["flags"])
+    sweep = sweep_args(tiny_models["bert"], settings, *two_at_once(sweep_env["flags"]))
 
     def two_running():
         _, children = runs_by_role(uri)
@@ -64,7 +72,7 @@ def test_a_sweep_logging_to_the_tracking_server_killed_resumes_to_one_finished_r
     address = ray_session.get_runtime_context().gcs_address
     server = MlflowServer(tmp_path / "server").start()
     try:
-        flags = list(sweep_env["flags"])
+        flags = two_at_once(sweep_env["flags"])
         flags[flags.index("--mlflow-uri") + 1] = server.uri
         sweep = sweep_args(tiny_models["bert"], "--layers 1,2 --seeds 0,1 --epochs 3 --max-concurrent 2", *flags)
 
